@@ -1,0 +1,215 @@
+//! Builds every guest crate of the workspace for `wasm32-wasip2` and generates
+//! `guests.rs`, which embeds the built-in plugins and names the test guests.
+//!
+//! A guest crate is a workspace member under `plugins/`, `policies/` or
+//! `tests/guests/` whose manifest has
+//!
+//! ```toml
+//! [package.metadata.sandfleet]
+//! plugin = "least-loaded"   # the plugin's name
+//! builtin = true            # embedded in the binary (false: tests only)
+//! ```
+//!
+//! All guests build in one nested cargo invocation with the `guest` profile, in
+//! `target/guests`, shared by debug, release and clippy builds of the host.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::{env, fs};
+
+const TARGET: &str = "wasm32-wasip2";
+const GUEST_DIRS: [&str; 3] = ["plugins", "policies", "tests/guests"];
+
+#[derive(serde::Deserialize)]
+struct Manifest {
+    package: Package,
+}
+
+#[derive(serde::Deserialize)]
+struct Package {
+    name: String,
+    #[serde(default)]
+    metadata: Option<Metadata>,
+}
+
+#[derive(serde::Deserialize)]
+struct Metadata {
+    sandfleet: Option<GuestMetadata>,
+}
+
+#[derive(serde::Deserialize)]
+struct GuestMetadata {
+    plugin: String,
+    builtin: bool,
+}
+
+struct Guest {
+    package: String,
+    plugin: String,
+    builtin: bool,
+}
+
+fn main() {
+    let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
+    let workspace = manifest_dir.join("../..").canonicalize().unwrap();
+    let target_dir = env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace.join("target"))
+        .join("guests");
+
+    println!("cargo:rerun-if-changed={}", workspace.join("wit").display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        workspace.join("Cargo.lock").display()
+    );
+    let guests = find_guests(&workspace);
+    ensure_target_installed();
+    build(&workspace, &target_dir, &guests);
+
+    let artifacts = target_dir.join(TARGET).join("guest");
+    let out = PathBuf::from(env::var("OUT_DIR").unwrap()).join("guests.rs");
+    fs::write(&out, generate(&guests, &artifacts)).unwrap();
+}
+
+fn find_guests(workspace: &Path) -> Vec<Guest> {
+    let mut guests = Vec::new();
+    for dir in GUEST_DIRS {
+        let Ok(entries) = fs::read_dir(workspace.join(dir)) else {
+            continue;
+        };
+        for entry in entries {
+            let crate_dir = entry.unwrap().path();
+            let manifest_path = crate_dir.join("Cargo.toml");
+            let Ok(text) = fs::read_to_string(&manifest_path) else {
+                continue;
+            };
+            println!("cargo:rerun-if-changed={}", crate_dir.display());
+            let manifest: Manifest = toml::from_str(&text)
+                .unwrap_or_else(|e| panic!("{}: {e}", manifest_path.display()));
+            let Some(meta) = manifest.package.metadata.and_then(|m| m.sandfleet) else {
+                continue;
+            };
+            guests.push(Guest {
+                package: manifest.package.name,
+                plugin: meta.plugin,
+                builtin: meta.builtin,
+            });
+        }
+    }
+    guests.sort_by(|a, b| a.plugin.cmp(&b.plugin));
+    guests
+}
+
+/// Rustup does not install `rust-toolchain.toml` targets when
+/// `RUSTUP_AUTO_INSTALL=0`, so install it here, or say exactly what to run.
+fn ensure_target_installed() {
+    let rustc = env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let sysroot = Command::new(&rustc)
+        .args(["--print", "sysroot"])
+        .output()
+        .expect("run rustc --print sysroot");
+    let sysroot = PathBuf::from(String::from_utf8_lossy(&sysroot.stdout).trim());
+    if sysroot.join("lib/rustlib").join(TARGET).exists() {
+        return;
+    }
+    println!("cargo:warning=installing the {TARGET} target: rustup target add {TARGET}");
+    let installed = Command::new("rustup")
+        .args(["target", "add", TARGET])
+        .status()
+        .is_ok_and(|status| status.success());
+    if !installed {
+        panic!(
+            "the {TARGET} target is missing and could not be installed; run `rustup target add {TARGET}`"
+        );
+    }
+}
+
+fn build(workspace: &Path, target_dir: &Path, guests: &[Guest]) {
+    let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(workspace)
+        .args([
+            "build",
+            "--profile",
+            "guest",
+            "--target",
+            TARGET,
+            "--target-dir",
+        ])
+        .arg(target_dir);
+    for guest in guests {
+        cmd.args(["-p", &guest.package]);
+    }
+    // The outer build's flags and wrappers (clippy, coverage) are for the host;
+    // the guests build with their own profile.
+    for (key, _) in env::vars_os() {
+        let key = key.to_string_lossy();
+        if key.starts_with("CARGO_PROFILE_")
+            || key.starts_with("CARGO_BUILD_")
+            || key.starts_with("CARGO_TARGET_")
+            || key.starts_with("CARGO_ENCODED_")
+            || matches!(
+                key.as_ref(),
+                "RUSTFLAGS" | "RUSTC_WRAPPER" | "RUSTC_WORKSPACE_WRAPPER" | "CARGO_TARGET_DIR"
+            )
+        {
+            cmd.env_remove(key.as_ref());
+        }
+    }
+    let status = cmd.status().expect("run cargo to build the guests");
+    assert!(status.success(), "building the wasm guests failed");
+}
+
+fn generate(guests: &[Guest], artifacts: &Path) -> String {
+    let mut code = String::new();
+    let path_of = |guest: &Guest| {
+        let file = artifacts.join(format!("{}.wasm", guest.package.replace('-', "_")));
+        assert!(file.exists(), "{} was not built", file.display());
+        file
+    };
+
+    code.push_str(
+        "/// Plugins embedded in the host, by name.\npub const BUILTINS: &[Builtin] = &[\n",
+    );
+    for guest in guests.iter().filter(|g| g.builtin) {
+        writeln!(
+            code,
+            "    Builtin {{ name: {:?}, wasm: include_bytes!({:?}) }},",
+            guest.plugin,
+            path_of(guest)
+        )
+        .unwrap();
+    }
+    code.push_str("];\n\n");
+
+    let mut by_const = BTreeMap::new();
+    for guest in guests {
+        let constant = guest.plugin.to_uppercase().replace('-', "_");
+        writeln!(
+            code,
+            "/// Path of the `{}` component.\npub const {constant}: &str = {:?};",
+            guest.plugin,
+            path_of(guest)
+        )
+        .unwrap();
+        by_const.insert(guest.plugin.replace('-', "_"), constant);
+    }
+
+    code.push_str(
+        "\n/// Calls `$mac!(name, PATH)` for every test guest, so a test suite can\n\
+         /// require a test per guest.\n#[macro_export]\nmacro_rules! foreach_test_guest {\n    ($mac:ident) => {\n",
+    );
+    for guest in guests.iter().filter(|g| !g.builtin) {
+        let ident = guest.plugin.replace('-', "_");
+        writeln!(
+            code,
+            "        $mac!({ident}, $crate::{});",
+            by_const[&ident]
+        )
+        .unwrap();
+    }
+    code.push_str("    };\n}\n");
+    code
+}

@@ -1,0 +1,13 @@
+//! sandfleet's guest components, built for `wasm32-wasip2` by this crate's build
+//! script: the built-in plugins (embedded) and the test guests (by path).
+
+/// A plugin compiled into the host binary.
+#[derive(Debug, Clone, Copy)]
+pub struct Builtin {
+    /// The plugin's name; a file `<name>.wasm` in the plugin directory overrides it.
+    pub name: &'static str,
+    /// The component's bytes.
+    pub wasm: &'static [u8],
+}
+
+include!(concat!(env!("OUT_DIR"), "/guests.rs"));

@@ -1,0 +1,174 @@
+//! One loaded version of a plugin: its pre-linked component, its limits and a
+//! small pool of idle instances, reused across calls until one traps.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use wasmtime::component::InstancePre;
+use wasmtime::{Store, Trap};
+
+use crate::contract::Kind;
+use crate::error::{CallError, CallErrorKind, LoadError, PluginRef, Source};
+use crate::host::{Compiled, HostInner};
+use crate::limits::Limits;
+use crate::store::StoreState;
+
+/// A plugin world as the host sees it: how to pre-link and instantiate it.
+pub(crate) trait World: Sized + Send + Sync + 'static {
+    const KIND: Kind;
+    type Pre: Send + Sync;
+    type Instance: Send;
+
+    fn pre(pre: InstancePre<StoreState>) -> wasmtime::Result<Self::Pre>;
+    fn instantiate(
+        pre: &Self::Pre,
+        store: &mut Store<StoreState>,
+    ) -> wasmtime::Result<Self::Instance>;
+}
+
+/// Idle instances kept per plugin version; more concurrent callers than this
+/// instantiate fresh ones (~15 µs) and drop them afterwards.
+const MAX_IDLE: usize = 16;
+
+/// Facts about a loaded version, for status reports.
+#[derive(Debug, Clone)]
+pub struct VersionInfo {
+    /// Name and version.
+    pub plugin: PluginRef,
+    /// World.
+    pub kind: Kind,
+    /// Contract version.
+    pub contract: String,
+    /// Where it came from.
+    pub source: Source,
+    /// When it started serving.
+    pub loaded_at: SystemTime,
+    /// Time to compile or load from cache.
+    pub compile_time: Duration,
+}
+
+pub(crate) struct Loaded<W: World> {
+    pub(crate) info: VersionInfo,
+    pre: W::Pre,
+    host: Arc<HostInner>,
+    limits: Limits,
+    idle: Mutex<Vec<Live<W>>>,
+}
+
+struct Live<W: World> {
+    store: Store<StoreState>,
+    instance: W::Instance,
+}
+
+impl<W: World> Loaded<W> {
+    pub(crate) fn new(host: Arc<HostInner>, compiled: Compiled) -> Result<Self, LoadError> {
+        let origin = compiled.source.to_string();
+        if compiled.contract.kind != W::KIND {
+            return Err(LoadError::WrongWorld {
+                origin,
+                name: compiled.plugin.name.to_string(),
+                found: compiled.contract.kind,
+                expected: W::KIND,
+            });
+        }
+        let invalid = |e: wasmtime::Error| LoadError::Invalid {
+            origin: origin.clone(),
+            detail: format!("does not link against this host: {e:#}"),
+        };
+        let pre = host
+            .linker
+            .instantiate_pre(&compiled.component)
+            .map_err(invalid)?;
+        let pre = W::pre(pre).map_err(invalid)?;
+        let limits = host.config.limits.of(W::KIND);
+        Ok(Loaded {
+            info: VersionInfo {
+                plugin: compiled.plugin,
+                kind: W::KIND,
+                contract: compiled.contract.version,
+                source: compiled.source,
+                loaded_at: SystemTime::now(),
+                compile_time: compiled.compile_time,
+            },
+            pre,
+            host,
+            limits,
+            idle: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Runs `call` on an instance under this plugin's limits.
+    ///
+    /// A trap of any kind drops the instance (wasmtime refuses further calls
+    /// on it); the next call gets a fresh one.
+    pub(crate) fn call<R>(
+        &self,
+        function: &'static str,
+        call: impl FnOnce(&W::Instance, &mut Store<StoreState>) -> wasmtime::Result<R>,
+    ) -> Result<R, CallError> {
+        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let mut live = match idle {
+            Some(live) => live,
+            None => self
+                .instantiate()
+                .map_err(|e| self.error(function, self.classify(e, false)))?,
+        };
+        let ticks = self.limits.deadline.as_nanos() / self.host.config.epoch_tick.as_nanos().max(1);
+        // One extra tick: the current one may be almost over.
+        live.store.set_epoch_deadline(ticks as u64 + 1);
+        if self.host.config.fuel
+            && let Some(fuel) = self.limits.fuel
+        {
+            live.store
+                .set_fuel(fuel)
+                .map_err(|e| self.error(function, CallErrorKind::Instantiate(e.to_string())))?;
+        }
+        live.store.data_mut().limiter.cap_hit = false;
+        match call(&live.instance, &mut live.store) {
+            Ok(result) => {
+                let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+                if idle.len() < MAX_IDLE {
+                    idle.push(live);
+                }
+                Ok(result)
+            }
+            Err(e) => {
+                let cap_hit = live.store.data().limiter.cap_hit;
+                Err(self.error(function, self.classify(e, cap_hit)))
+            }
+        }
+    }
+
+    pub(crate) fn error(&self, function: &'static str, kind: CallErrorKind) -> CallError {
+        CallError {
+            plugin: self.info.plugin.clone(),
+            function,
+            kind,
+        }
+    }
+
+    fn instantiate(&self) -> wasmtime::Result<Live<W>> {
+        let state = StoreState::new(self.info.plugin.clone(), self.limits.memory_cap);
+        let mut store = Store::new(&self.host.engine, state);
+        store.limiter(|state| &mut state.limiter);
+        store.epoch_deadline_trap();
+        // Instantiation runs guest start code: give it the call deadline too.
+        let ticks = self.limits.deadline.as_nanos() / self.host.config.epoch_tick.as_nanos().max(1);
+        store.set_epoch_deadline(ticks as u64 + 1);
+        if self.host.config.fuel {
+            store.set_fuel(self.limits.fuel.unwrap_or(u64::MAX))?;
+        }
+        let instance = W::instantiate(&self.pre, &mut store)?;
+        Ok(Live { store, instance })
+    }
+
+    fn classify(&self, error: wasmtime::Error, cap_hit: bool) -> CallErrorKind {
+        match error.downcast_ref::<Trap>() {
+            Some(Trap::Interrupt) => CallErrorKind::Deadline(self.limits.deadline),
+            Some(Trap::OutOfFuel) => CallErrorKind::OutOfFuel(self.limits.fuel.unwrap_or(0)),
+            _ if cap_hit => CallErrorKind::MemoryCap(self.limits.memory_cap),
+            Some(trap) => CallErrorKind::Trap(trap.to_string()),
+            None => CallErrorKind::Trap(format!("{error:#}")),
+        }
+    }
+}

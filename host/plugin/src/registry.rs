@@ -1,0 +1,467 @@
+//! The registry: plugin name → the version serving now.
+//!
+//! Loading compiles and checks a component off to the side, then swaps it in
+//! atomically. Calls already running finish on the version they started on.
+//! A failed load leaves the serving version alone and is recorded in the
+//! plugin's status, logged, and counted.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::SystemTime;
+
+use arc_swap::ArcSwap;
+
+use crate::contract::Kind;
+use crate::error::{LoadError, LookupError, Source};
+use crate::host::{Compiled, PluginHost};
+use crate::loaded::{Loaded, VersionInfo, World};
+use crate::worlds::adapter::{AdapterWorld, TaskAdapter};
+use crate::worlds::placement::{PlacementPolicy, PlacementWorld};
+use crate::worlds::reset::{ResetCheck, ResetWorld};
+use crate::worlds::sizing::{SizingPolicy, SizingWorld};
+use crate::worlds::{Handle, Slot};
+
+/// What the registry knows about one plugin name.
+#[derive(Debug, Clone)]
+pub struct PluginStatus {
+    /// The plugin's name.
+    pub name: String,
+    /// The version serving now; `None` when no version ever loaded.
+    pub serving: Option<VersionInfo>,
+    /// The last failed load, if it came after the serving version loaded.
+    pub last_error: Option<String>,
+    /// When that failure happened.
+    pub last_error_at: Option<SystemTime>,
+}
+
+/// Loads seen by a registry since it was created.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoadCounts {
+    /// Versions that started serving.
+    pub loaded: u64,
+    /// Loads that failed (the previous version kept serving).
+    pub failed: u64,
+}
+
+/// Plugin name → current version, for all four worlds.
+pub struct Registry {
+    host: PluginHost,
+    state: RwLock<State>,
+    loaded: AtomicU64,
+    failed: AtomicU64,
+}
+
+#[derive(Default)]
+struct State {
+    builtins: BTreeMap<String, &'static [u8]>,
+    entries: BTreeMap<String, Entry>,
+}
+
+struct Entry {
+    slot: Option<AnySlot>,
+    last_error: Option<(String, SystemTime)>,
+}
+
+enum AnySlot {
+    Placement(Slot<PlacementWorld>),
+    Sizing(Slot<SizingWorld>),
+    Reset(Slot<ResetWorld>),
+    Adapter(Slot<AdapterWorld>),
+}
+
+impl AnySlot {
+    fn info(&self) -> VersionInfo {
+        match self {
+            AnySlot::Placement(slot) => slot.load().info.clone(),
+            AnySlot::Sizing(slot) => slot.load().info.clone(),
+            AnySlot::Reset(slot) => slot.load().info.clone(),
+            AnySlot::Adapter(slot) => slot.load().info.clone(),
+        }
+    }
+}
+
+/// Moves a world's slot in and out of [`AnySlot`].
+trait Slotted: World {
+    fn wrap(slot: Slot<Self>) -> AnySlot;
+    fn unwrap(any: &AnySlot) -> Option<&Slot<Self>>;
+}
+
+macro_rules! slotted {
+    ($world:ty, $variant:ident) => {
+        impl Slotted for $world {
+            fn wrap(slot: Slot<Self>) -> AnySlot {
+                AnySlot::$variant(slot)
+            }
+            fn unwrap(any: &AnySlot) -> Option<&Slot<Self>> {
+                match any {
+                    AnySlot::$variant(slot) => Some(slot),
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+slotted!(PlacementWorld, Placement);
+slotted!(SizingWorld, Sizing);
+slotted!(ResetWorld, Reset);
+slotted!(AdapterWorld, Adapter);
+
+impl Registry {
+    /// An empty registry on `host`.
+    pub fn new(host: PluginHost) -> Arc<Self> {
+        Arc::new(Registry {
+            host,
+            state: RwLock::default(),
+            loaded: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+        })
+    }
+
+    /// The host plugins run on.
+    pub fn host(&self) -> &PluginHost {
+        &self.host
+    }
+
+    /// Loads built-in plugins and remembers them, so that removing a file that
+    /// overrides one brings the built-in back. A plugin already loaded from a
+    /// file under the same name keeps serving.
+    ///
+    /// # Errors
+    ///
+    /// Every built-in that failed to load (a broken build), after loading the rest.
+    pub fn add_builtins(
+        &self,
+        builtins: &[sandfleet_guests::Builtin],
+    ) -> Result<(), Vec<LoadError>> {
+        let mut errors = Vec::new();
+        for builtin in builtins {
+            self.write()
+                .builtins
+                .insert(builtin.name.to_string(), builtin.wasm);
+            let overridden = self.read().entries.get(builtin.name).is_some_and(|entry| {
+                entry
+                    .slot
+                    .as_ref()
+                    .is_some_and(|slot| matches!(slot.info().source, Source::File(_)))
+            });
+            if !overridden
+                && let Err(e) = self.load_bytes(builtin.name, builtin.wasm, Source::Builtin)
+            {
+                errors.push(e);
+            }
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors)
+        }
+    }
+
+    /// Loads every `*.wasm` file in `dir`; each overrides the built-in of the
+    /// same name.
+    ///
+    /// # Errors
+    ///
+    /// When `dir` cannot be read, or every file that failed to load, after
+    /// loading the rest.
+    pub fn load_dir(&self, dir: &Path) -> Result<Vec<VersionInfo>, Vec<LoadError>> {
+        let entries = std::fs::read_dir(dir).map_err(|source| {
+            vec![LoadError::Read {
+                path: dir.to_path_buf(),
+                source,
+            }]
+        })?;
+        let mut paths: Vec<_> = entries
+            .filter_map(|entry| entry.ok().map(|e| e.path()))
+            .filter(|path| is_plugin_file(path))
+            .collect();
+        paths.sort();
+        let (mut loaded, mut errors) = (Vec::new(), Vec::new());
+        for path in paths {
+            match self.load_file(&path) {
+                Ok(info) => loaded.push(info),
+                Err(e) => errors.push(e),
+            }
+        }
+        if errors.is_empty() {
+            Ok(loaded)
+        } else {
+            Err(errors)
+        }
+    }
+
+    /// Loads `path` as the plugin named by its file stem and swaps it in.
+    ///
+    /// # Errors
+    ///
+    /// When the file cannot be read, is not a component of a served contract
+    /// version, or implements a different world than the plugin it replaces.
+    /// The previous version keeps serving and the error is recorded.
+    pub fn load_file(&self, path: &Path) -> Result<VersionInfo, LoadError> {
+        let stem = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if !is_plugin_name(&stem) {
+            return Err(LoadError::BadName {
+                path: path.to_path_buf(),
+                stem,
+            });
+        }
+        let result = std::fs::read(path)
+            .map_err(|source| LoadError::Read {
+                path: path.to_path_buf(),
+                source,
+            })
+            .and_then(|bytes| {
+                self.compile_and_install(&stem, &bytes, Source::File(path.to_path_buf()))
+            });
+        self.record(&stem, result)
+    }
+
+    /// Loads `bytes` as plugin `name` and swaps it in.
+    ///
+    /// # Errors
+    ///
+    /// As [`Registry::load_file`].
+    pub fn load_bytes(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        source: Source,
+    ) -> Result<VersionInfo, LoadError> {
+        let result = self.compile_and_install(name, bytes, source);
+        self.record(name, result)
+    }
+
+    /// Handles the removal of `path`: the built-in of the same name serves
+    /// again, or, without one, the plugin is gone for new lookups (handles
+    /// already held keep the last version).
+    pub fn unload_file(&self, path: &Path) {
+        let Some(name) = path.file_stem().map(|s| s.to_string_lossy().into_owned()) else {
+            return;
+        };
+        let serving_from_path = self.read().entries.get(&name).is_some_and(|entry| {
+            entry
+                .slot
+                .as_ref()
+                .is_some_and(|slot| slot.info().source == Source::File(path.to_path_buf()))
+        });
+        if !serving_from_path {
+            return;
+        }
+        let builtin = self.read().builtins.get(&name).copied();
+        match builtin {
+            Some(wasm) => {
+                tracing::info!(plugin = %name, "{} removed; the built-in serves again", path.display());
+                // A built-in that loaded at start-up loads again.
+                let _ = self.load_bytes(&name, wasm, Source::Builtin);
+            }
+            None => {
+                tracing::info!(plugin = %name, "{} removed; plugin unloaded", path.display());
+                self.write().entries.remove(&name);
+            }
+        }
+    }
+
+    /// The placement policy `name`.
+    ///
+    /// # Errors
+    ///
+    /// When there is no such plugin, it is another kind, or it never loaded.
+    pub fn placement(&self, name: &str) -> Result<PlacementPolicy, LookupError> {
+        self.handle(name).map(PlacementPolicy)
+    }
+
+    /// The sizing policy `name`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Registry::placement`].
+    pub fn sizing(&self, name: &str) -> Result<SizingPolicy, LookupError> {
+        self.handle(name).map(SizingPolicy)
+    }
+
+    /// The reset check `name`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Registry::placement`].
+    pub fn reset_check(&self, name: &str) -> Result<ResetCheck, LookupError> {
+        self.handle(name).map(ResetCheck)
+    }
+
+    /// The task adapter `name`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Registry::placement`].
+    pub fn adapter(&self, name: &str) -> Result<TaskAdapter, LookupError> {
+        self.handle(name).map(TaskAdapter)
+    }
+
+    /// The status of every plugin name, sorted by name.
+    pub fn statuses(&self) -> Vec<PluginStatus> {
+        self.read()
+            .entries
+            .iter()
+            .map(|(name, entry)| PluginStatus {
+                name: name.clone(),
+                serving: entry.slot.as_ref().map(AnySlot::info),
+                last_error: entry.last_error.as_ref().map(|(e, _)| e.clone()),
+                last_error_at: entry.last_error.as_ref().map(|(_, at)| *at),
+            })
+            .collect()
+    }
+
+    /// The status of plugin `name`.
+    pub fn status(&self, name: &str) -> Option<PluginStatus> {
+        self.statuses()
+            .into_iter()
+            .find(|status| status.name == name)
+    }
+
+    /// Successful and failed loads so far.
+    pub fn load_counts(&self) -> LoadCounts {
+        LoadCounts {
+            loaded: self.loaded.load(Ordering::Relaxed),
+            failed: self.failed.load(Ordering::Relaxed),
+        }
+    }
+
+    fn handle<W: Slotted>(&self, name: &str) -> Result<Handle<W>, LookupError> {
+        let state = self.read();
+        let Some(entry) = state.entries.get(name) else {
+            return Err(LookupError::NotFound {
+                name: name.to_string(),
+                available: state.entries.keys().cloned().collect::<Vec<_>>().join(", "),
+            });
+        };
+        match &entry.slot {
+            None => Err(LookupError::Failed {
+                name: name.to_string(),
+                error: entry
+                    .last_error
+                    .as_ref()
+                    .map_or_else(String::new, |(e, _)| e.clone()),
+            }),
+            Some(any) => match W::unwrap(any) {
+                Some(slot) => Ok(Handle::new(slot.clone())),
+                None => Err(LookupError::WrongKind {
+                    name: name.to_string(),
+                    found: any.info().kind,
+                    expected: W::KIND,
+                }),
+            },
+        }
+    }
+
+    fn compile_and_install(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        source: Source,
+    ) -> Result<VersionInfo, LoadError> {
+        // Compiling is the slow part and takes no lock.
+        let compiled = self.host.compile(name, bytes, source)?;
+        match compiled.contract.kind {
+            Kind::Placement => self.install::<PlacementWorld>(compiled),
+            Kind::Sizing => self.install::<SizingWorld>(compiled),
+            Kind::Reset => self.install::<ResetWorld>(compiled),
+            Kind::Adapter => self.install::<AdapterWorld>(compiled),
+        }
+    }
+
+    fn install<W: Slotted>(&self, compiled: Compiled) -> Result<VersionInfo, LoadError> {
+        let name = compiled.plugin.name.to_string();
+        if let Some(current) = self.read().entries.get(&name).and_then(|e| e.slot.as_ref()) {
+            let found = current.info().kind;
+            if found != W::KIND {
+                return Err(LoadError::WrongWorld {
+                    origin: compiled.source.to_string(),
+                    name,
+                    found: W::KIND,
+                    expected: found,
+                });
+            }
+        }
+        let loaded = Arc::new(Loaded::<W>::new(self.host.inner.clone(), compiled)?);
+        let info = loaded.info.clone();
+        let mut state = self.write();
+        let entry = state.entries.entry(name).or_insert(Entry {
+            slot: None,
+            last_error: None,
+        });
+        match entry.slot.as_ref().and_then(W::unwrap) {
+            Some(slot) => slot.store(loaded),
+            None => entry.slot = Some(W::wrap(Arc::new(ArcSwap::new(loaded)))),
+        }
+        entry.last_error = None;
+        Ok(info)
+    }
+
+    fn record(
+        &self,
+        name: &str,
+        result: Result<VersionInfo, LoadError>,
+    ) -> Result<VersionInfo, LoadError> {
+        match &result {
+            Ok(info) => {
+                self.loaded.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(
+                    plugin = name,
+                    version = %info.plugin.version,
+                    kind = %info.kind,
+                    source = %info.source,
+                    compile_ms = info.compile_time.as_secs_f64() * 1e3,
+                    "plugin loaded"
+                );
+            }
+            Err(e) => {
+                self.failed.fetch_add(1, Ordering::Relaxed);
+                let serving = {
+                    let mut state = self.write();
+                    let entry = state.entries.entry(name.to_string()).or_insert(Entry {
+                        slot: None,
+                        last_error: None,
+                    });
+                    entry.last_error = Some((e.to_string(), SystemTime::now()));
+                    entry.slot.as_ref().map(|slot| slot.info().plugin.version)
+                };
+                match serving {
+                    Some(version) => {
+                        tracing::error!(plugin = name, %version, "plugin load failed; the serving version stays: {e}")
+                    }
+                    None => tracing::error!(plugin = name, "plugin load failed: {e}"),
+                }
+            }
+        }
+        result
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, State> {
+        self.state.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, State> {
+        self.state.write().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Plugin files are `<name>.wasm`; hidden files (editors' and copy tools'
+/// temporaries) are ignored.
+pub(crate) fn is_plugin_file(path: &Path) -> bool {
+    path.extension().is_some_and(|ext| ext == "wasm")
+        && path
+            .file_name()
+            .is_some_and(|name| !name.to_string_lossy().starts_with('.'))
+}
+
+fn is_plugin_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}

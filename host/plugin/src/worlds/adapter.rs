@@ -1,0 +1,193 @@
+//! The `task-adapter` world.
+
+use wasmtime::Store;
+use wasmtime::component::InstancePre;
+
+use super::{Handle, check_commands};
+use crate::bindings::latest::adapter as bindings;
+use crate::contract::Kind;
+use crate::error::CallError;
+use crate::loaded::{VersionInfo, World};
+use crate::store::StoreState;
+
+pub use crate::bindings::latest::adapter::exports::sandfleet::plugin::adapter::{
+    AdapterInfo, File, GradeResult, GradeStatus, Graded, Script, SettingInfo, SolutionState,
+    TestResult, TestStatus, TimeoutRule,
+};
+pub use crate::bindings::types::{Command, CommandOutput, Setting, Task};
+
+pub(crate) struct AdapterWorld;
+
+impl World for AdapterWorld {
+    const KIND: Kind = Kind::Adapter;
+    type Pre = bindings::TaskAdapterPre<StoreState>;
+    type Instance = bindings::TaskAdapter;
+
+    fn pre(pre: InstancePre<StoreState>) -> wasmtime::Result<Self::Pre> {
+        bindings::TaskAdapterPre::new(pre)
+    }
+
+    fn instantiate(
+        pre: &Self::Pre,
+        store: &mut Store<StoreState>,
+    ) -> wasmtime::Result<Self::Instance> {
+        pre.instantiate(store)
+    }
+}
+
+/// A task adapter: loads dataset rows, prepares scripts, grades outputs.
+#[derive(Clone)]
+pub struct TaskAdapter(pub(crate) Handle<AdapterWorld>);
+
+impl TaskAdapter {
+    /// Name, version and accepted settings.
+    ///
+    /// # Errors
+    ///
+    /// When the plugin traps or overruns a limit.
+    pub fn describe(&self) -> Result<AdapterInfo, CallError> {
+        let plugin = self.0.current();
+        plugin.call("describe", |instance, store| {
+            instance.sandfleet_plugin_adapter().call_describe(store)
+        })
+    }
+
+    /// Reads one dataset row (a JSON object) into a task.
+    ///
+    /// # Errors
+    ///
+    /// When the plugin declines (a malformed row: the message names the
+    /// field), traps, overruns a limit, or returns a task without an id,
+    /// image or absolute workdir.
+    pub fn load(&self, row: &str, settings: &[Setting]) -> Result<Task, CallError> {
+        self.0.call(
+            "load",
+            |instance, store| {
+                instance
+                    .sandfleet_plugin_adapter()
+                    .call_load(store, row, settings)
+            },
+            check_task,
+        )
+    }
+
+    /// Builds the script that evaluates `solution` on `task`.
+    ///
+    /// # Errors
+    ///
+    /// When the plugin declines, traps, overruns a limit, or returns a script
+    /// with a relative path or an empty command.
+    pub fn prepare(&self, task: &Task, solution: Option<&str>) -> Result<Script, CallError> {
+        self.0.call(
+            "prepare",
+            |instance, store| {
+                instance
+                    .sandfleet_plugin_adapter()
+                    .call_prepare(store, task, solution)
+            },
+            check_script,
+        )
+    }
+
+    /// Grades the outputs of the script's evaluate commands.
+    ///
+    /// # Errors
+    ///
+    /// When the plugin declines, traps, overruns a limit, or returns a reward
+    /// that is not a finite number.
+    pub fn grade(
+        &self,
+        task: &Task,
+        solution: Option<&str>,
+        outputs: &[CommandOutput],
+    ) -> Result<GradeResult, CallError> {
+        self.0.call(
+            "grade",
+            |instance, store| {
+                instance
+                    .sandfleet_plugin_adapter()
+                    .call_grade(store, task, solution, outputs)
+            },
+            |grade| {
+                if grade.reward.is_finite() {
+                    Ok(())
+                } else {
+                    Err(format!("reward {} is not a finite number", grade.reward))
+                }
+            },
+        )
+    }
+
+    /// Runs the adapter's log parser `parser` on `log`.
+    ///
+    /// # Errors
+    ///
+    /// When the plugin declines (for example an unknown parser), traps or
+    /// overruns a limit.
+    pub fn parse_log(
+        &self,
+        parser: &str,
+        log: &str,
+        settings: &[Setting],
+    ) -> Result<Vec<TestResult>, CallError> {
+        self.0.call(
+            "parse-log",
+            |instance, store| {
+                instance
+                    .sandfleet_plugin_adapter()
+                    .call_parse_log(store, parser, log, settings)
+            },
+            |_| Ok(()),
+        )
+    }
+
+    /// The run-level report in the adapter's native format (JSON).
+    ///
+    /// # Errors
+    ///
+    /// When the plugin declines, traps, overruns a limit, or returns text
+    /// that is not JSON.
+    pub fn summarize(&self, results: &[Graded], settings: &[Setting]) -> Result<String, CallError> {
+        self.0.call(
+            "summarize",
+            |instance, store| {
+                instance
+                    .sandfleet_plugin_adapter()
+                    .call_summarize(store, results, settings)
+            },
+            |_| Ok(()),
+        )
+    }
+
+    /// The version serving now.
+    pub fn version(&self) -> VersionInfo {
+        self.0.version()
+    }
+}
+
+fn check_task(task: &Task) -> Result<(), String> {
+    if task.id.is_empty() {
+        return Err("the task has an empty id".into());
+    }
+    if task.image.is_empty() {
+        return Err(format!("task `{}` names no image", task.id));
+    }
+    if !task.workdir.starts_with('/') {
+        return Err(format!(
+            "task `{}` has a relative workdir `{}`",
+            task.id, task.workdir
+        ));
+    }
+    Ok(())
+}
+
+fn check_script(script: &Script) -> Result<(), String> {
+    if let Some(file) = script.files.iter().find(|file| !file.path.starts_with('/')) {
+        return Err(format!("file path `{}` is not absolute", file.path));
+    }
+    if !script.workdir.starts_with('/') {
+        return Err(format!("workdir `{}` is not absolute", script.workdir));
+    }
+    check_commands(&script.setup, "setup")?;
+    check_commands(&script.evaluate, "evaluate")
+}

@@ -1,0 +1,92 @@
+//! Typed wrappers, one per world: the only way the rest of sandfleet calls
+//! plugins. Each call runs on the version current when it starts, under that
+//! kind's limits, and its answer is checked against the contract.
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+
+use crate::bindings::types::{Failure, FailureKind};
+use crate::error::{CallError, CallErrorKind};
+use crate::loaded::{Loaded, VersionInfo, World};
+
+pub mod adapter;
+pub mod placement;
+pub mod reset;
+pub mod sizing;
+
+/// The current version of a named plugin; swapped atomically on reload.
+pub(crate) type Slot<W> = Arc<ArcSwap<Loaded<W>>>;
+
+/// What every typed wrapper holds.
+pub(crate) struct Handle<W: World> {
+    slot: Slot<W>,
+}
+
+impl<W: World> Clone for Handle<W> {
+    fn clone(&self) -> Self {
+        Handle {
+            slot: self.slot.clone(),
+        }
+    }
+}
+
+impl<W: World> Handle<W> {
+    pub(crate) fn new(slot: Slot<W>) -> Self {
+        Handle { slot }
+    }
+
+    pub(crate) fn current(&self) -> Arc<Loaded<W>> {
+        self.slot.load_full()
+    }
+
+    pub(crate) fn version(&self) -> VersionInfo {
+        self.slot.load().info.clone()
+    }
+
+    /// Calls `function` and turns the plugin's own `failure` into
+    /// [`CallErrorKind::Declined`]; `check` then vets a successful answer.
+    pub(crate) fn call<T>(
+        &self,
+        function: &'static str,
+        call: impl FnOnce(
+            &W::Instance,
+            &mut wasmtime::Store<crate::store::StoreState>,
+        ) -> wasmtime::Result<Result<T, Failure>>,
+        check: impl FnOnce(&T) -> Result<(), String>,
+    ) -> Result<T, CallError> {
+        let plugin = self.current();
+        let answer = plugin.call(function, call)?;
+        let value = answer.map_err(|failure| plugin.error(function, declined(failure)))?;
+        check(&value).map_err(|detail| plugin.error(function, CallErrorKind::Contract(detail)))?;
+        Ok(value)
+    }
+}
+
+fn declined(failure: Failure) -> CallErrorKind {
+    CallErrorKind::Declined {
+        kind: match failure.kind {
+            FailureKind::InvalidInput => "invalid-input",
+            FailureKind::Unsatisfiable => "unsatisfiable",
+            FailureKind::Internal => "internal",
+        },
+        message: failure.message,
+    }
+}
+
+/// Every command must name a program.
+fn check_commands<'a>(
+    commands: impl IntoIterator<Item = &'a crate::bindings::types::Command>,
+    what: &str,
+) -> Result<(), String> {
+    for (index, command) in commands.into_iter().enumerate() {
+        if command
+            .argv
+            .first()
+            .is_none_or(|program| program.is_empty())
+        {
+            return Err(format!("{what} command {index} has an empty argv"));
+        }
+    }
+    Ok(())
+}

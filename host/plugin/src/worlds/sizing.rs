@@ -1,0 +1,96 @@
+//! The `sizing-policy` world.
+
+use wasmtime::Store;
+use wasmtime::component::InstancePre;
+
+use super::Handle;
+use crate::bindings::latest::sizing as bindings;
+use crate::contract::Kind;
+use crate::error::CallError;
+use crate::loaded::{VersionInfo, World};
+use crate::store::StoreState;
+
+pub use crate::bindings::latest::sizing::exports::sandfleet::plugin::sizing::{
+    DiskBudget, FleetPlan, ImageDemand, Limits, Strategy, Window,
+};
+
+pub(crate) struct SizingWorld;
+
+impl World for SizingWorld {
+    const KIND: Kind = Kind::Sizing;
+    type Pre = bindings::SizingPolicyPre<StoreState>;
+    type Instance = bindings::SizingPolicy;
+
+    fn pre(pre: InstancePre<StoreState>) -> wasmtime::Result<Self::Pre> {
+        bindings::SizingPolicyPre::new(pre)
+    }
+
+    fn instantiate(
+        pre: &Self::Pre,
+        store: &mut Store<StoreState>,
+    ) -> wasmtime::Result<Self::Instance> {
+        pre.instantiate(store)
+    }
+}
+
+/// A sizing policy: plans warm pool sizes and the order images are warmed in.
+#[derive(Clone)]
+pub struct SizingPolicy(pub(crate) Handle<SizingWorld>);
+
+impl SizingPolicy {
+    /// Plans the warm fleet for `images` under `limits`.
+    ///
+    /// # Errors
+    ///
+    /// When the plugin declines, traps, overruns a limit, or returns a plan
+    /// that does not fit `images` (see [`check_plan`]).
+    pub fn plan(&self, images: &[ImageDemand], limits: &Limits) -> Result<FleetPlan, CallError> {
+        self.0.call(
+            "plan",
+            |instance, store| {
+                instance
+                    .sandfleet_plugin_sizing()
+                    .call_plan(store, images, *limits)
+            },
+            |plan| check_plan(plan, images),
+        )
+    }
+
+    /// The version serving now.
+    pub fn version(&self) -> VersionInfo {
+        self.0.version()
+    }
+}
+
+/// A plan fits its images when it sizes every image, and every image with
+/// tasks appears in exactly one window.
+pub fn check_plan(plan: &FleetPlan, images: &[ImageDemand]) -> Result<(), String> {
+    if plan.replicas.len() != images.len() {
+        return Err(format!(
+            "{} replica counts for {} images",
+            plan.replicas.len(),
+            images.len()
+        ));
+    }
+    let mut seen = vec![0u32; images.len()];
+    for (window_index, window) in plan.windows.iter().enumerate() {
+        for &image in &window.images {
+            let Some(count) = seen.get_mut(image as usize) else {
+                return Err(format!(
+                    "window {window_index} names image {image}, but there are {} images",
+                    images.len()
+                ));
+            };
+            *count += 1;
+        }
+    }
+    for (image, (demand, count)) in images.iter().zip(&seen).enumerate() {
+        if demand.tasks > 0 && *count != 1 {
+            return Err(format!(
+                "image {image} has {} tasks but appears in {count} windows (must be 1)",
+                demand.tasks
+            ));
+        }
+    }
+    Ok(())
+}

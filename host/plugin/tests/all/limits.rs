@@ -1,0 +1,190 @@
+//! Per-call limits, proven with the `misbehave` guest.
+
+use std::time::{Duration, Instant};
+
+use sandfleet_plugin::{CallErrorKind, HostConfig, KindLimits, Limits};
+
+use crate::{cluster, demand, load, registry, registry_with, three_clusters};
+
+// The guest's behaviours, chosen by the demanded image (see the guest).
+const SPIN: u32 = 1;
+const HOG: u32 = 2;
+const TRAP: u32 = 3;
+const OUT_OF_RANGE: u32 = 4;
+const REFUSE: u32 = 5;
+const BEHAVE: u32 = 0;
+
+#[test]
+fn a_spinning_guest_is_stopped_by_the_deadline_and_the_host_keeps_serving() {
+    let registry = registry();
+    load(&registry, "misbehave", sandfleet_guests::MISBEHAVE);
+    let policy = registry.placement("misbehave").unwrap();
+    let clusters = three_clusters();
+
+    let error = policy.place(&demand(SPIN), &clusters).unwrap_err();
+    assert!(
+        matches!(error.kind, CallErrorKind::Deadline(d) if d == Duration::from_millis(100)),
+        "{error}"
+    );
+    assert_eq!(error.function, "place");
+    assert_eq!(&*error.plugin.name, "misbehave");
+    assert!(
+        error.plugin.version.starts_with("sha256:"),
+        "{}",
+        error.plugin.version
+    );
+    assert!(error.is_plugin_fault());
+
+    // The same plugin answers the next call, on a fresh instance.
+    assert_eq!(policy.place(&demand(BEHAVE), &clusters).unwrap(), 0);
+}
+
+#[test]
+fn other_plugins_keep_answering_while_one_spins() {
+    let registry = registry();
+    load(&registry, "misbehave", sandfleet_guests::MISBEHAVE);
+    load(&registry, "least-loaded", sandfleet_guests::LEAST_LOADED);
+    let spinner = registry.placement("misbehave").unwrap();
+    let good = registry.placement("least-loaded").unwrap();
+    let clusters = three_clusters();
+
+    let spinning = std::thread::spawn(move || spinner.place(&demand(SPIN), &three_clusters()));
+    let mut answered = 0;
+    let until = Instant::now() + Duration::from_millis(50);
+    while Instant::now() < until {
+        assert_eq!(good.place(&demand(0), &clusters).unwrap(), 1);
+        answered += 1;
+    }
+    assert!(answered > 0);
+    let error = spinning.join().unwrap().unwrap_err();
+    assert!(matches!(error.kind, CallErrorKind::Deadline(_)), "{error}");
+}
+
+#[test]
+fn the_deadline_is_configurable_per_kind() {
+    let mut limits = KindLimits::default();
+    limits.placement.deadline = Duration::from_millis(20);
+    let registry = registry_with(HostConfig {
+        limits,
+        ..HostConfig::default()
+    });
+    load(&registry, "misbehave", sandfleet_guests::MISBEHAVE);
+    let error = registry
+        .placement("misbehave")
+        .unwrap()
+        .place(&demand(SPIN), &three_clusters())
+        .unwrap_err();
+    assert!(
+        matches!(error.kind, CallErrorKind::Deadline(d) if d == Duration::from_millis(20)),
+        "{error}"
+    );
+}
+
+#[test]
+fn an_allocating_guest_is_stopped_by_the_memory_cap() {
+    let registry = registry();
+    load(&registry, "misbehave", sandfleet_guests::MISBEHAVE);
+    let policy = registry.placement("misbehave").unwrap();
+    let error = policy.place(&demand(HOG), &three_clusters()).unwrap_err();
+    assert!(
+        matches!(error.kind, CallErrorKind::MemoryCap(cap) if cap == 64 << 20),
+        "{error}"
+    );
+    assert!(
+        error.to_string().contains("memory cap of 64 MiB"),
+        "{error}"
+    );
+    assert_eq!(policy.place(&demand(BEHAVE), &three_clusters()).unwrap(), 0);
+}
+
+#[test]
+fn a_larger_memory_cap_lets_the_same_guest_finish() {
+    let registry = registry_with(HostConfig {
+        limits: KindLimits::uniform(Limits {
+            memory_cap: 512 << 20,
+            deadline: Duration::from_secs(10),
+            fuel: None,
+        }),
+        max_instances: 8,
+        ..HostConfig::default()
+    });
+    load(&registry, "misbehave", sandfleet_guests::MISBEHAVE);
+    // The guest returns how many 1 MiB blocks it held.
+    let held = registry
+        .placement("misbehave")
+        .unwrap()
+        .place(&demand(HOG), &three_clusters());
+    // 256 is out of range for three clusters: the contract check sees the answer.
+    assert!(
+        matches!(&held.unwrap_err().kind, CallErrorKind::Contract(detail) if detail.contains("256")),
+    );
+}
+
+#[test]
+fn a_trap_is_reported_with_plugin_version_and_function() {
+    let registry = registry();
+    load(&registry, "misbehave", sandfleet_guests::MISBEHAVE);
+    let policy = registry.placement("misbehave").unwrap();
+    let error = policy.place(&demand(TRAP), &three_clusters()).unwrap_err();
+    assert!(matches!(&error.kind, CallErrorKind::Trap(_)), "{error}");
+    let message = error.to_string();
+    assert!(
+        message.starts_with("plugin `misbehave` (sha256:"),
+        "{message}"
+    );
+    assert!(message.contains(") place: trapped"), "{message}");
+}
+
+#[test]
+fn an_out_of_range_answer_is_a_contract_error() {
+    let registry = registry();
+    load(&registry, "misbehave", sandfleet_guests::MISBEHAVE);
+    let policy = registry.placement("misbehave").unwrap();
+    let error = policy
+        .place(&demand(OUT_OF_RANGE), &[cluster(1), cluster(2)])
+        .unwrap_err();
+    match &error.kind {
+        CallErrorKind::Contract(detail) => assert_eq!(
+            detail,
+            "cluster index 2 is out of range (there are 2 clusters)"
+        ),
+        other => panic!("expected a contract error, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_declined_call_is_not_a_plugin_fault() {
+    let registry = registry();
+    load(&registry, "misbehave", sandfleet_guests::MISBEHAVE);
+    let error = registry
+        .placement("misbehave")
+        .unwrap()
+        .place(&demand(REFUSE), &three_clusters())
+        .unwrap_err();
+    assert!(
+        matches!(&error.kind, CallErrorKind::Declined { kind: "unsatisfiable", message } if message == "refused on request"),
+        "{error}"
+    );
+    assert!(!error.is_plugin_fault());
+}
+
+#[test]
+fn fuel_stops_a_spinning_guest_when_enabled() {
+    let registry = registry_with(HostConfig {
+        fuel: true,
+        limits: KindLimits::uniform(Limits {
+            fuel: Some(1_000_000),
+            deadline: Duration::from_secs(30),
+            ..Limits::default()
+        }),
+        ..HostConfig::default()
+    });
+    load(&registry, "misbehave", sandfleet_guests::MISBEHAVE);
+    let policy = registry.placement("misbehave").unwrap();
+    let error = policy.place(&demand(SPIN), &three_clusters()).unwrap_err();
+    assert!(
+        matches!(error.kind, CallErrorKind::OutOfFuel(1_000_000)),
+        "{error}"
+    );
+    assert_eq!(policy.place(&demand(BEHAVE), &three_clusters()).unwrap(), 0);
+}

@@ -1,0 +1,57 @@
+//! Integration tests of the plugin host with real components: one test binary,
+//! one module per concern.
+
+mod cache;
+mod guests;
+mod limits;
+mod loading;
+mod reload;
+
+use std::sync::Arc;
+
+use sandfleet_plugin::placement::{ClusterLoad, Demand, DemandKind};
+use sandfleet_plugin::{HostConfig, PluginHost, Registry, Source};
+
+/// A registry on a fresh host with default limits and no cache.
+pub(crate) fn registry() -> Arc<Registry> {
+    registry_with(HostConfig::default())
+}
+
+pub(crate) fn registry_with(config: HostConfig) -> Arc<Registry> {
+    Registry::new(PluginHost::new(config).expect("host"))
+}
+
+/// Loads the test guest at `path` under `name`.
+pub(crate) fn load(registry: &Registry, name: &str, path: &str) {
+    let bytes = std::fs::read(path).expect("guest built");
+    registry
+        .load_bytes(name, &bytes, Source::Memory)
+        .expect("guest loads");
+}
+
+pub(crate) fn demand(image: u32) -> Demand {
+    Demand {
+        kind: DemandKind::Claim,
+        image,
+        count: 1,
+        sequence: 0,
+    }
+}
+
+pub(crate) fn cluster(free_slots: u32) -> ClusterLoad {
+    ClusterLoad {
+        healthy: true,
+        free_slots,
+        live: 0,
+        warm_ready: 0,
+        has_image: false,
+        cpu_free_milli: 4_000,
+        memory_free_mib: 8_192,
+        weight: 1,
+    }
+}
+
+/// Three healthy clusters where `least-loaded` picks 1 and `pick-last` picks 2.
+pub(crate) fn three_clusters() -> Vec<ClusterLoad> {
+    vec![cluster(2), cluster(9), cluster(4)]
+}

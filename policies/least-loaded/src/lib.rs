@@ -1,0 +1,45 @@
+//! `least-loaded`: places each pool or claim on the healthy cluster with the
+//! most free slots, preferring clusters that already hold the image when free
+//! slots tie, then the lowest index. Falls back to all clusters when none is
+//! healthy, so a degraded fleet still gets an answer.
+
+#![allow(missing_docs, reason = "bindings generated from wit/")]
+#![allow(unsafe_code, reason = "wit-bindgen generates the canonical ABI glue")]
+
+wit_bindgen::generate!({
+    world: "placement-policy",
+    path: "../../wit/since_v0.1.0",
+});
+
+pub use exports::sandfleet::plugin::placement::{ClusterLoad, Demand, DemandKind};
+pub use sandfleet::plugin::types::{Failure, FailureKind};
+
+/// The policy's decision, callable natively for tests and benchmarks.
+pub fn place(_demand: &Demand, clusters: &[ClusterLoad]) -> Result<u32, Failure> {
+    let any_healthy = clusters.iter().any(|c| c.healthy);
+    clusters
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.healthy || !any_healthy)
+        // max_by_key keeps the last maximum; reversing makes ties go to the lowest index.
+        .rev()
+        .max_by_key(|(_, c)| (c.free_slots, c.has_image))
+        .map(|(index, _)| index as u32)
+        .ok_or_else(|| Failure {
+            kind: FailureKind::InvalidInput,
+            message: "no clusters to place on".to_string(),
+        })
+}
+
+struct LeastLoaded;
+
+impl exports::sandfleet::plugin::placement::Guest for LeastLoaded {
+    fn place(demand: Demand, clusters: Vec<ClusterLoad>) -> Result<u32, Failure> {
+        place(&demand, &clusters)
+    }
+}
+
+// Exported only in the component: natively several policies share one binary
+// and their export symbols would collide.
+#[cfg(target_arch = "wasm32")]
+export!(LeastLoaded);

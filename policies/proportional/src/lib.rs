@@ -1,0 +1,179 @@
+//! `proportional`: the default sizing policy.
+//!
+//! - Replicas per image: `clamp(round(max_concurrent × tasks_image / tasks_total),
+//!   1, min(tasks_image, max_warmpool_size))`, rounding half to even as
+//!   Python's `round` does; with `warm_per_task`,
+//!   `min(tasks_image, max_warmpool_size)`. Images without tasks get 0.
+//! - `none`: no replicas, one window holding every image.
+//! - `naive`: one window holding every image.
+//! - `sliding`: windows take images in table order until the next image's
+//!   replicas would push the window past `max_concurrent` (at least one image
+//!   per window).
+//! - `pipelined`: like sliding with half the budget (at least 1), because the
+//!   next window warms while the current one runs.
+//! - An optional disk budget caps the warm sandboxes held at once at what fits
+//!   on the nodes' ephemeral disk after headroom; the window budget shrinks
+//!   to fit, and single images are trimmed to it.
+
+#![allow(missing_docs, reason = "bindings generated from wit/")]
+#![allow(unsafe_code, reason = "wit-bindgen generates the canonical ABI glue")]
+
+wit_bindgen::generate!({
+    world: "sizing-policy",
+    path: "../../wit/since_v0.1.0",
+});
+
+pub use exports::sandfleet::plugin::sizing::{
+    DiskBudget, FleetPlan, ImageDemand, Limits, Strategy, Window,
+};
+pub use sandfleet::plugin::types::{Failure, FailureKind};
+
+/// The policy's decision, callable natively for tests and benchmarks.
+pub fn plan(images: &[ImageDemand], limits: &Limits) -> Result<FleetPlan, Failure> {
+    if limits.max_concurrent == 0 {
+        return Err(invalid("max-concurrent must be at least 1"));
+    }
+    if limits.max_warmpool_size == 0 {
+        return Err(invalid("max-warmpool-size must be at least 1"));
+    }
+    let disk_cap = limits.disk.map(disk_capacity).transpose()?;
+    let total: u64 = images.iter().map(|image| u64::from(image.tasks)).sum();
+    let mut replicas: Vec<u32> = images
+        .iter()
+        .map(|image| replicas_for(image.tasks, total, limits))
+        .collect();
+    if let Some(cap) = disk_cap {
+        for r in &mut replicas {
+            *r = (*r).min(cap);
+        }
+    }
+    let with_tasks: Vec<u32> = (0..images.len() as u32)
+        .filter(|&i| images[i as usize].tasks > 0)
+        .collect();
+
+    let (windows, replicas) = match limits.strategy {
+        Strategy::None => (vec![with_tasks], vec![0; images.len()]),
+        Strategy::Naive => {
+            let held: u32 = replicas.iter().sum();
+            if let Some(cap) = disk_cap
+                && held > cap
+            {
+                return Err(Failure {
+                    kind: FailureKind::Unsatisfiable,
+                    message: format!(
+                        "the naive strategy holds {held} warm sandboxes at once but the disk fits {cap}; use sliding or pipelined"
+                    ),
+                });
+            }
+            (vec![with_tasks], replicas)
+        }
+        Strategy::Sliding | Strategy::Pipelined => {
+            let mut budget = limits.max_concurrent;
+            if let Some(cap) = disk_cap {
+                budget = budget.min(cap);
+            }
+            if limits.strategy == Strategy::Pipelined {
+                budget = (budget / 2).max(1);
+            }
+            (windows_within(&with_tasks, &replicas, budget), replicas)
+        }
+    };
+    let windows: Vec<Window> = windows
+        .into_iter()
+        .filter(|images| !images.is_empty())
+        .map(|images| Window { images })
+        .collect();
+    let peak_warm = peak(&windows, &replicas, limits.strategy);
+    Ok(FleetPlan {
+        replicas,
+        windows,
+        peak_warm,
+    })
+}
+
+fn replicas_for(tasks: u32, total: u64, limits: &Limits) -> u32 {
+    if tasks == 0 {
+        return 0;
+    }
+    let upper = tasks.min(limits.max_warmpool_size);
+    if limits.warm_per_task {
+        return upper;
+    }
+    let share = f64::from(limits.max_concurrent) * f64::from(tasks) / total as f64;
+    (share.round_ties_even() as u32).clamp(1, upper)
+}
+
+/// Sandboxes the nodes' ephemeral disk holds after headroom.
+fn disk_capacity(disk: DiskBudget) -> Result<u32, Failure> {
+    if disk.avg_image_mib == 0 {
+        return Err(invalid("avg-image-mib must be at least 1"));
+    }
+    if disk.headroom_percent > 100 {
+        return Err(invalid("headroom-percent must be between 0 and 100"));
+    }
+    let usable = u128::from(disk.node_disk_mib)
+        * u128::from(disk.nodes)
+        * u128::from(100 - disk.headroom_percent)
+        / 100;
+    let fits = usable / u128::from(disk.avg_image_mib);
+    if fits == 0 {
+        return Err(Failure {
+            kind: FailureKind::Unsatisfiable,
+            message: "not one sandbox fits on the nodes' ephemeral disk".to_string(),
+        });
+    }
+    Ok(fits.min(u128::from(u32::MAX)) as u32)
+}
+
+fn windows_within(order: &[u32], replicas: &[u32], budget: u32) -> Vec<Vec<u32>> {
+    let mut windows = vec![Vec::new()];
+    let mut held = 0u32;
+    for &image in order {
+        let need = replicas[image as usize];
+        let current = windows.last_mut().expect("never empty");
+        if !current.is_empty() && held.saturating_add(need) > budget {
+            windows.push(vec![image]);
+            held = need;
+        } else {
+            current.push(image);
+            held = held.saturating_add(need);
+        }
+    }
+    windows
+}
+
+fn peak(windows: &[Window], replicas: &[u32], strategy: Strategy) -> u32 {
+    let held: Vec<u32> = windows
+        .iter()
+        .map(|w| w.images.iter().map(|&i| replicas[i as usize]).sum())
+        .collect();
+    match strategy {
+        Strategy::None => 0,
+        Strategy::Naive | Strategy::Sliding => held.iter().copied().max().unwrap_or(0),
+        // The next window warms while the current one runs.
+        Strategy::Pipelined => held
+            .windows(2)
+            .map(|pair| pair[0] + pair[1])
+            .chain(held.first().copied())
+            .max()
+            .unwrap_or(0),
+    }
+}
+
+fn invalid(message: &str) -> Failure {
+    Failure {
+        kind: FailureKind::InvalidInput,
+        message: message.to_string(),
+    }
+}
+
+struct Proportional;
+
+impl exports::sandfleet::plugin::sizing::Guest for Proportional {
+    fn plan(images: Vec<ImageDemand>, limits: Limits) -> Result<FleetPlan, Failure> {
+        plan(&images, &limits)
+    }
+}
+
+#[cfg(target_arch = "wasm32")]
+export!(Proportional);

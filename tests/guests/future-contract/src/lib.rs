@@ -1,0 +1,20 @@
+//! A placement policy built against a contract version (0.2.0) that the host
+//! does not serve. Loading it must fail with a clear error.
+
+#![allow(missing_docs, reason = "test guest")]
+#![allow(unsafe_code, reason = "wit-bindgen generates the canonical ABI glue")]
+
+wit_bindgen::generate!({
+    world: "placement-policy",
+    path: "wit",
+});
+
+struct Future;
+
+impl exports::sandfleet::plugin::placement::Guest for Future {
+    fn place(clusters: u32) -> u32 {
+        clusters
+    }
+}
+
+export!(Future);

@@ -1,0 +1,57 @@
+//! A placement policy that misbehaves on request, to test the host's limits.
+//! The demanded image index picks the behaviour (see the constants); any other
+//! index gets a correct answer (cluster 0), so tests can show that the host
+//! keeps serving after a failure.
+
+#![allow(missing_docs, reason = "test guest")]
+#![allow(unsafe_code, reason = "wit-bindgen generates the canonical ABI glue")]
+
+wit_bindgen::generate!({
+    world: "placement-policy",
+    path: "../../../wit/since_v0.1.0",
+});
+
+use exports::sandfleet::plugin::placement::{ClusterLoad, Demand, Guest};
+use sandfleet::plugin::types::{Failure, FailureKind};
+
+/// Spins forever: the deadline must stop it.
+pub const SPIN: u32 = 1;
+/// Allocates and touches 256 MiB: the memory cap must stop it.
+pub const HOG: u32 = 2;
+/// Panics, which traps as `unreachable`.
+pub const TRAP: u32 = 3;
+/// Answers with an index one past the last cluster.
+pub const OUT_OF_RANGE: u32 = 4;
+/// Returns the plugin's own `failure`.
+pub const REFUSE: u32 = 5;
+
+struct Misbehave;
+
+impl Guest for Misbehave {
+    fn place(demand: Demand, clusters: Vec<ClusterLoad>) -> Result<u32, Failure> {
+        match demand.image {
+            SPIN => {
+                let mut n: u64 = demand.sequence;
+                loop {
+                    n = std::hint::black_box(n.wrapping_mul(6364136223846793005).wrapping_add(1));
+                }
+            }
+            HOG => {
+                let mut hoard: Vec<Vec<u8>> = Vec::new();
+                for _ in 0..256 {
+                    hoard.push(vec![1u8; 1 << 20]);
+                }
+                Ok(std::hint::black_box(hoard).len() as u32)
+            }
+            TRAP => panic!("deliberate trap"),
+            OUT_OF_RANGE => Ok(clusters.len() as u32),
+            REFUSE => Err(Failure {
+                kind: FailureKind::Unsatisfiable,
+                message: "refused on request".to_string(),
+            }),
+            _ => Ok(0),
+        }
+    }
+}
+
+export!(Misbehave);

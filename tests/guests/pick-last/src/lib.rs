@@ -1,0 +1,29 @@
+//! A placement policy that always picks the last cluster. Tests swap it in for
+//! another policy and tell the versions apart by their answers.
+
+#![allow(missing_docs, reason = "test guest")]
+#![allow(unsafe_code, reason = "wit-bindgen generates the canonical ABI glue")]
+
+wit_bindgen::generate!({
+    world: "placement-policy",
+    path: "../../../wit/since_v0.1.0",
+});
+
+use exports::sandfleet::plugin::placement::{ClusterLoad, Demand, Guest};
+use sandfleet::plugin::types::{Failure, FailureKind};
+
+struct PickLast;
+
+impl Guest for PickLast {
+    fn place(_demand: Demand, clusters: Vec<ClusterLoad>) -> Result<u32, Failure> {
+        match clusters.len() {
+            0 => Err(Failure {
+                kind: FailureKind::InvalidInput,
+                message: "no clusters".to_string(),
+            }),
+            n => Ok(n as u32 - 1),
+        }
+    }
+}
+
+export!(PickLast);
