@@ -70,6 +70,14 @@ pub struct Contract {
     pub exports: Vec<String>,
 }
 
+impl Contract {
+    /// The component's export that implements the world, e.g.
+    /// `sandfleet:plugin/placement@0.1.0`.
+    pub fn export_name(&self) -> String {
+        format!("{PACKAGE_PREFIX}{}@{}", self.kind.interface(), self.version)
+    }
+}
+
 /// Rejects bytes that are not a component before spending time compiling them.
 pub(crate) fn check_component_header(bytes: &[u8], origin: &str) -> Result<(), LoadError> {
     const MAGIC: &[u8] = b"\0asm";

@@ -29,6 +29,10 @@ pub struct HostConfig {
     pub max_instances: u32,
     /// How often the epoch advances; deadlines are enforced to within one tick.
     pub epoch_tick: Duration,
+    /// Reuse an instance for later calls until it traps. Off, every call gets
+    /// a fresh instance (about 15 µs more per call), so a plugin cannot carry
+    /// state from one call to the next even by accident.
+    pub reuse_instances: bool,
 }
 
 impl Default for HostConfig {
@@ -39,6 +43,7 @@ impl Default for HostConfig {
             cache_dir: None,
             max_instances: 256,
             epoch_tick: Duration::from_millis(5),
+            reuse_instances: true,
         }
     }
 }

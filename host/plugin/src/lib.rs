@@ -30,6 +30,7 @@
 mod bindings;
 mod cache;
 mod contract;
+mod dynamic;
 mod error;
 mod host;
 mod limits;
@@ -42,6 +43,9 @@ mod worlds;
 pub use bindings::SUPPORTED_VERSIONS;
 pub use cache::CacheOutcome;
 pub use contract::{Contract, Kind};
+pub use dynamic::{DynamicPlugin, FunctionType};
+pub use wasmtime::component::Val;
+pub use wasmtime::component::types::Type;
 pub use error::{CallError, CallErrorKind, LoadError, LookupError, PluginRef, Source};
 pub use host::{Compiled, HostConfig, HostError, PluginHost};
 pub use limits::{DEFAULT_DEADLINE, DEFAULT_MEMORY_CAP, KindLimits, Limits};

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use wasmtime::component::InstancePre;
 use wasmtime::{Store, Trap};
 
-use crate::contract::Kind;
+use crate::contract::{Contract, Kind};
 use crate::error::{CallError, CallErrorKind, LoadError, PluginRef, Source};
 use crate::host::{Compiled, HostInner};
 use crate::limits::Limits;
@@ -15,11 +15,12 @@ use crate::store::StoreState;
 
 /// A plugin world as the host sees it: how to pre-link and instantiate it.
 pub(crate) trait World: Sized + Send + Sync + 'static {
-    const KIND: Kind;
+    /// The world this binding serves; `None` serves any (dynamic calls).
+    const KIND: Option<Kind>;
     type Pre: Send + Sync;
     type Instance: Send;
 
-    fn pre(pre: InstancePre<StoreState>) -> wasmtime::Result<Self::Pre>;
+    fn pre(pre: InstancePre<StoreState>, contract: &Contract) -> wasmtime::Result<Self::Pre>;
     fn instantiate(
         pre: &Self::Pre,
         store: &mut Store<StoreState>,
@@ -63,12 +64,14 @@ struct Live<W: World> {
 impl<W: World> Loaded<W> {
     pub(crate) fn new(host: Arc<HostInner>, compiled: Compiled) -> Result<Self, LoadError> {
         let origin = compiled.source.to_string();
-        if compiled.contract.kind != W::KIND {
+        if let Some(expected) = W::KIND
+            && compiled.contract.kind != expected
+        {
             return Err(LoadError::WrongWorld {
                 origin,
                 name: compiled.plugin.name.to_string(),
                 found: compiled.contract.kind,
-                expected: W::KIND,
+                expected,
             });
         }
         let invalid = |e: wasmtime::Error| LoadError::Invalid {
@@ -79,12 +82,12 @@ impl<W: World> Loaded<W> {
             .linker
             .instantiate_pre(&compiled.component)
             .map_err(invalid)?;
-        let pre = W::pre(pre).map_err(invalid)?;
-        let limits = host.config.limits.of(W::KIND);
+        let pre = W::pre(pre, &compiled.contract).map_err(invalid)?;
+        let limits = host.config.limits.of(compiled.contract.kind);
         Ok(Loaded {
             info: VersionInfo {
                 plugin: compiled.plugin,
-                kind: W::KIND,
+                kind: compiled.contract.kind,
                 contract: compiled.contract.version,
                 source: compiled.source,
                 loaded_at: SystemTime::now(),
@@ -127,7 +130,7 @@ impl<W: World> Loaded<W> {
         match call(&live.instance, &mut live.store) {
             Ok(result) => {
                 let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-                if idle.len() < MAX_IDLE {
+                if self.host.config.reuse_instances && idle.len() < MAX_IDLE {
                     idle.push(live);
                 }
                 Ok(result)

@@ -84,6 +84,7 @@ impl AnySlot {
 
 /// Moves a world's slot in and out of [`AnySlot`].
 trait Slotted: World {
+    const SLOT_KIND: Kind;
     fn wrap(slot: Slot<Self>) -> AnySlot;
     fn unwrap(any: &AnySlot) -> Option<&Slot<Self>>;
 }
@@ -91,6 +92,7 @@ trait Slotted: World {
 macro_rules! slotted {
     ($world:ty, $variant:ident) => {
         impl Slotted for $world {
+            const SLOT_KIND: Kind = Kind::$variant;
             fn wrap(slot: Slot<Self>) -> AnySlot {
                 AnySlot::$variant(slot)
             }
@@ -352,7 +354,7 @@ impl Registry {
                 None => Err(LookupError::WrongKind {
                     name: name.to_string(),
                     found: any.info().kind,
-                    expected: W::KIND,
+                    expected: W::SLOT_KIND,
                 }),
             },
         }
@@ -378,11 +380,11 @@ impl Registry {
         let name = compiled.plugin.name.to_string();
         if let Some(current) = self.read().entries.get(&name).and_then(|e| e.slot.as_ref()) {
             let found = current.info().kind;
-            if found != W::KIND {
+            if found != W::SLOT_KIND {
                 return Err(LoadError::WrongWorld {
                     origin: compiled.source.to_string(),
                     name,
-                    found: W::KIND,
+                    found: W::SLOT_KIND,
                     expected: found,
                 });
             }

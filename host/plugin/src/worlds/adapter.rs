@@ -5,7 +5,7 @@ use wasmtime::component::InstancePre;
 
 use super::{Handle, check_commands};
 use crate::bindings::latest::adapter as bindings;
-use crate::contract::Kind;
+use crate::contract::{Contract, Kind};
 use crate::error::CallError;
 use crate::loaded::{VersionInfo, World};
 use crate::store::StoreState;
@@ -19,11 +19,11 @@ pub use crate::bindings::types::{Command, CommandOutput, Setting, Task};
 pub(crate) struct AdapterWorld;
 
 impl World for AdapterWorld {
-    const KIND: Kind = Kind::Adapter;
+    const KIND: Option<Kind> = Some(Kind::Adapter);
     type Pre = bindings::TaskAdapterPre<StoreState>;
     type Instance = bindings::TaskAdapter;
 
-    fn pre(pre: InstancePre<StoreState>) -> wasmtime::Result<Self::Pre> {
+    fn pre(pre: InstancePre<StoreState>, _: &Contract) -> wasmtime::Result<Self::Pre> {
         bindings::TaskAdapterPre::new(pre)
     }
 
@@ -67,7 +67,7 @@ impl TaskAdapter {
                     .sandfleet_plugin_adapter()
                     .call_load(store, row, settings)
             },
-            check_task,
+            |task| check_task(&task.id, &task.image, &task.workdir),
         )
     }
 
@@ -85,7 +85,14 @@ impl TaskAdapter {
                     .sandfleet_plugin_adapter()
                     .call_prepare(store, task, solution)
             },
-            check_script,
+            |script| {
+                check_script(
+                    script.files.iter().map(|file| file.path.as_str()),
+                    &script.workdir,
+                    script.setup.iter().map(|c| c.argv.as_slice()),
+                    script.evaluate.iter().map(|c| c.argv.as_slice()),
+                )
+            },
         )
     }
 
@@ -108,13 +115,7 @@ impl TaskAdapter {
                     .sandfleet_plugin_adapter()
                     .call_grade(store, task, solution, outputs)
             },
-            |grade| {
-                if grade.reward.is_finite() {
-                    Ok(())
-                } else {
-                    Err(format!("reward {} is not a finite number", grade.reward))
-                }
-            },
+            |grade| check_reward(grade.reward),
         )
     }
 
@@ -165,29 +166,39 @@ impl TaskAdapter {
     }
 }
 
-fn check_task(task: &Task) -> Result<(), String> {
-    if task.id.is_empty() {
+pub(crate) fn check_task(id: &str, image: &str, workdir: &str) -> Result<(), String> {
+    if id.is_empty() {
         return Err("the task has an empty id".into());
     }
-    if task.image.is_empty() {
-        return Err(format!("task `{}` names no image", task.id));
+    if image.is_empty() {
+        return Err(format!("task `{id}` names no image"));
     }
-    if !task.workdir.starts_with('/') {
-        return Err(format!(
-            "task `{}` has a relative workdir `{}`",
-            task.id, task.workdir
-        ));
+    if !workdir.starts_with('/') {
+        return Err(format!("task `{id}` has a relative workdir `{workdir}`"));
     }
     Ok(())
 }
 
-fn check_script(script: &Script) -> Result<(), String> {
-    if let Some(file) = script.files.iter().find(|file| !file.path.starts_with('/')) {
-        return Err(format!("file path `{}` is not absolute", file.path));
+pub(crate) fn check_script<'a>(
+    mut file_paths: impl Iterator<Item = &'a str>,
+    workdir: &str,
+    setup: impl Iterator<Item = &'a [String]>,
+    evaluate: impl Iterator<Item = &'a [String]>,
+) -> Result<(), String> {
+    if let Some(path) = file_paths.find(|path| !path.starts_with('/')) {
+        return Err(format!("file path `{path}` is not absolute"));
     }
-    if !script.workdir.starts_with('/') {
-        return Err(format!("workdir `{}` is not absolute", script.workdir));
+    if !workdir.starts_with('/') {
+        return Err(format!("workdir `{workdir}` is not absolute"));
     }
-    check_commands(&script.setup, "setup")?;
-    check_commands(&script.evaluate, "evaluate")
+    check_commands(setup, "setup")?;
+    check_commands(evaluate, "evaluate")
+}
+
+pub(crate) fn check_reward(reward: f64) -> Result<(), String> {
+    if reward.is_finite() {
+        Ok(())
+    } else {
+        Err(format!("reward {reward} is not a finite number"))
+    }
 }

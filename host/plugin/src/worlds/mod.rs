@@ -75,16 +75,12 @@ fn declined(failure: Failure) -> CallErrorKind {
 }
 
 /// Every command must name a program.
-fn check_commands<'a>(
-    commands: impl IntoIterator<Item = &'a crate::bindings::types::Command>,
+pub(crate) fn check_commands<'a>(
+    argvs: impl IntoIterator<Item = &'a [String]>,
     what: &str,
 ) -> Result<(), String> {
-    for (index, command) in commands.into_iter().enumerate() {
-        if command
-            .argv
-            .first()
-            .is_none_or(|program| program.is_empty())
-        {
+    for (index, argv) in argvs.into_iter().enumerate() {
+        if argv.first().is_none_or(|program| program.is_empty()) {
             return Err(format!("{what} command {index} has an empty argv"));
         }
     }

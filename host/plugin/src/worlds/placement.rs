@@ -5,7 +5,7 @@ use wasmtime::component::InstancePre;
 
 use super::Handle;
 use crate::bindings::latest::placement as bindings;
-use crate::contract::Kind;
+use crate::contract::{Contract, Kind};
 use crate::error::CallError;
 use crate::loaded::{VersionInfo, World};
 use crate::store::StoreState;
@@ -17,11 +17,11 @@ pub use crate::bindings::latest::placement::exports::sandfleet::plugin::placemen
 pub(crate) struct PlacementWorld;
 
 impl World for PlacementWorld {
-    const KIND: Kind = Kind::Placement;
+    const KIND: Option<Kind> = Some(Kind::Placement);
     type Pre = bindings::PlacementPolicyPre<StoreState>;
     type Instance = bindings::PlacementPolicy;
 
-    fn pre(pre: InstancePre<StoreState>) -> wasmtime::Result<Self::Pre> {
+    fn pre(pre: InstancePre<StoreState>, _: &Contract) -> wasmtime::Result<Self::Pre> {
         bindings::PlacementPolicyPre::new(pre)
     }
 

@@ -5,7 +5,7 @@ use wasmtime::component::InstancePre;
 
 use super::{Handle, check_commands};
 use crate::bindings::latest::reset as bindings;
-use crate::contract::Kind;
+use crate::contract::{Contract, Kind};
 use crate::error::CallError;
 use crate::loaded::{VersionInfo, World};
 use crate::store::StoreState;
@@ -16,11 +16,11 @@ pub use crate::bindings::types::{Command, CommandOutput, Task};
 pub(crate) struct ResetWorld;
 
 impl World for ResetWorld {
-    const KIND: Kind = Kind::Reset;
+    const KIND: Option<Kind> = Some(Kind::Reset);
     type Pre = bindings::ResetCheckPre<StoreState>;
     type Instance = bindings::ResetCheck;
 
-    fn pre(pre: InstancePre<StoreState>) -> wasmtime::Result<Self::Pre> {
+    fn pre(pre: InstancePre<StoreState>, _: &Contract) -> wasmtime::Result<Self::Pre> {
         bindings::ResetCheckPre::new(pre)
     }
 
@@ -47,7 +47,7 @@ impl ResetCheck {
         self.0.call(
             "baseline",
             |instance, store| instance.sandfleet_plugin_reset().call_baseline(store, task),
-            |commands| check_commands(commands, "baseline"),
+            |commands| check_commands(commands.iter().map(|c| c.argv.as_slice()), "baseline"),
         )
     }
 
@@ -68,7 +68,7 @@ impl ResetCheck {
                     .sandfleet_plugin_reset()
                     .call_reset(store, task, baseline)
             },
-            |commands| check_commands(commands, "reset"),
+            |commands| check_commands(commands.iter().map(|c| c.argv.as_slice()), "reset"),
         )
     }
 

@@ -5,7 +5,7 @@ use wasmtime::component::InstancePre;
 
 use super::Handle;
 use crate::bindings::latest::sizing as bindings;
-use crate::contract::Kind;
+use crate::contract::{Contract, Kind};
 use crate::error::CallError;
 use crate::loaded::{VersionInfo, World};
 use crate::store::StoreState;
@@ -17,11 +17,11 @@ pub use crate::bindings::latest::sizing::exports::sandfleet::plugin::sizing::{
 pub(crate) struct SizingWorld;
 
 impl World for SizingWorld {
-    const KIND: Kind = Kind::Sizing;
+    const KIND: Option<Kind> = Some(Kind::Sizing);
     type Pre = bindings::SizingPolicyPre<StoreState>;
     type Instance = bindings::SizingPolicy;
 
-    fn pre(pre: InstancePre<StoreState>) -> wasmtime::Result<Self::Pre> {
+    fn pre(pre: InstancePre<StoreState>, _: &Contract) -> wasmtime::Result<Self::Pre> {
         bindings::SizingPolicyPre::new(pre)
     }
 

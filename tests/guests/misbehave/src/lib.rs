@@ -16,7 +16,7 @@ use sandfleet::plugin::types::{Failure, FailureKind};
 
 /// Spins forever: the deadline must stop it.
 pub const SPIN: u32 = 1;
-/// Allocates and touches 256 MiB: the memory cap must stop it.
+/// Allocates 256 MiB, 1 MiB at a time: the memory cap must stop it.
 pub const HOG: u32 = 2;
 /// Panics, which traps as `unreachable`.
 pub const TRAP: u32 = 3;
@@ -39,7 +39,11 @@ impl Guest for Misbehave {
             HOG => {
                 let mut hoard: Vec<Vec<u8>> = Vec::new();
                 for _ in 0..256 {
-                    hoard.push(vec![1u8; 1 << 20]);
+                    // Reserving grows linear memory without writing every
+                    // page, so the cap is reached well within the deadline.
+                    let mut block = Vec::<u8>::with_capacity(1 << 20);
+                    block.push(1);
+                    hoard.push(block);
                 }
                 Ok(std::hint::black_box(hoard).len() as u32)
             }
