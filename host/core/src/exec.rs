@@ -1,0 +1,58 @@
+//! Running commands in sandboxes.
+
+use std::time::Duration;
+
+/// One command to run in a sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ExecRequest {
+    /// Program and arguments; the program is looked up on the sandbox's PATH.
+    pub argv: Vec<String>,
+    /// Working directory inside the sandbox; `None` uses the sandbox default.
+    pub workdir: Option<String>,
+    /// Extra environment.
+    pub env: Vec<(String, String)>,
+    /// Killed, with everything it started, after this long.
+    pub timeout: Duration,
+    /// Write stderr into stdout as it happens (like `2>&1`).
+    pub merge_stderr: bool,
+    /// Bytes written to the command's stdin, which is then closed.
+    pub stdin: Option<Vec<u8>>,
+}
+
+/// What a command produced.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ExecResult {
+    /// The exit status; -1 when the command was killed or could not start.
+    pub exit_code: i32,
+    /// Everything it wrote to stdout (and stderr, when merged).
+    pub stdout: Vec<u8>,
+    /// Everything it wrote to stderr.
+    pub stderr: Vec<u8>,
+    /// True when it was killed at its timeout.
+    pub timed_out: bool,
+    /// Wall-clock time it ran.
+    pub duration: Duration,
+}
+
+/// Which stream a chunk of output came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputStream {
+    /// Standard output (with stderr when merged).
+    Stdout,
+    /// Standard error.
+    Stderr,
+}
+
+/// A piece of output, as it is produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputChunk {
+    /// Its stream.
+    pub stream: OutputStream,
+    /// The bytes.
+    pub bytes: Vec<u8>,
+}
+
+/// Where streaming exec sends output while the command runs. Sending never
+/// blocks the command: a full or closed channel drops chunks (the complete
+/// output is still in the [`ExecResult`]).
+pub type OutputSink = tokio::sync::mpsc::Sender<OutputChunk>;
