@@ -83,9 +83,21 @@ fn check(file: &Path, json: bool) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         println!("file       {}", file.display());
-        println!("world      {} (sandfleet:plugin@{})", contract.kind.world(), contract.version);
-        println!("exports    {} {{ {} }}", contract.export_name(), functions.join(", "));
-        for other in contract.exports.iter().filter(|e| **e != contract.export_name()) {
+        println!(
+            "world      {} (sandfleet:plugin@{})",
+            contract.kind.world(),
+            contract.version
+        );
+        println!(
+            "exports    {} {{ {} }}",
+            contract.export_name(),
+            functions.join(", ")
+        );
+        for other in contract
+            .exports
+            .iter()
+            .filter(|e| **e != contract.export_name())
+        {
             println!("           {other}");
         }
         println!("size       {:.1} KiB ({size} bytes)", size as f64 / 1024.0);
@@ -119,7 +131,10 @@ fn list(dir: Option<&Path>) -> anyhow::Result<ExitCode> {
     {
         problems += errors.len();
     }
-    println!("{:<20} {:<17} {:<20} {:<21} SOURCE", "NAME", "WORLD", "VERSION", "LOADED");
+    println!(
+        "{:<20} {:<17} {:<20} {:<21} SOURCE",
+        "NAME", "WORLD", "VERSION", "LOADED"
+    );
     for status in registry.statuses() {
         match &status.serving {
             Some(info) => {

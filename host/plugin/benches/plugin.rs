@@ -19,24 +19,25 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use sandfleet_plugin::placement::{ClusterLoad, Demand, DemandKind};
+use sandfleet_plugin::placement::{ClusterState, Clusters, Demand, DemandKind};
 use sandfleet_plugin::{HostConfig, PluginHost, Registry, Source};
 
 const SIZES: [usize; 4] = [1, 16, 64, 256];
 
-fn clusters(n: usize) -> Vec<ClusterLoad> {
-    (0..n)
-        .map(|i| ClusterLoad {
+fn clusters(n: usize) -> Clusters {
+    let states: Vec<ClusterState> = (0..n)
+        .map(|i| ClusterState {
             healthy: i % 7 != 3,
+            has_image: i % 2 == 0,
             free_slots: (i as u32 * 37) % 101,
             live: i as u32 % 13,
             warm_ready: i as u32 % 3,
-            has_image: i % 2 == 0,
+            weight: 1,
             cpu_free_milli: 4_000,
             memory_free_mib: 16_384,
-            weight: 1,
         })
-        .collect()
+        .collect();
+    Clusters::from_states(&states)
 }
 
 const DEMAND: Demand = Demand {
@@ -46,24 +47,62 @@ const DEMAND: Demand = Demand {
     sequence: 42,
 };
 
+/// The native build of the policy has its own (wit-bindgen) types; these are
+/// the same values in them.
+mod native {
+    use policy_least_loaded::{Clusters, Demand, DemandKind};
+
+    pub(super) const DEMAND: Demand = Demand {
+        kind: DemandKind::Claim,
+        image: super::DEMAND.image,
+        count: super::DEMAND.count,
+        sequence: super::DEMAND.sequence,
+    };
+
+    pub(super) fn clusters(host: &super::Clusters) -> Clusters {
+        Clusters {
+            free_slots: host.free_slots.clone(),
+            live: host.live.clone(),
+            warm_ready: host.warm_ready.clone(),
+            weight: host.weight.clone(),
+            cpu_free_milli: host.cpu_free_milli.clone(),
+            memory_free_mib: host.memory_free_mib.clone(),
+            unhealthy: host.unhealthy.clone(),
+            with_image: host.with_image.clone(),
+        }
+    }
+}
+
 fn registry(config: HostConfig) -> Arc<Registry> {
     let registry = Registry::new(PluginHost::new(config).expect("host"));
-    registry.add_builtins(sandfleet_guests::BUILTINS).expect("built-ins load");
+    registry
+        .add_builtins(sandfleet_guests::BUILTINS)
+        .expect("built-ins load");
     registry
 }
 
 fn plugin_call(c: &mut Criterion) {
     let mut group = c.benchmark_group("plugin_call");
-    let reused = registry(HostConfig::default()).placement("least-loaded").unwrap();
+    let reused = registry(HostConfig::default())
+        .placement("least-loaded")
+        .unwrap();
     for n in SIZES {
         let clusters = clusters(n);
-        let expected = policy_least_loaded::place(&DEMAND, &clusters).unwrap();
+        let native_clusters = native::clusters(&clusters);
+        let expected = policy_least_loaded::place(&native::DEMAND, &native_clusters).unwrap();
         assert_eq!(reused.place(&DEMAND, &clusters).unwrap(), expected);
         group.bench_function(format!("wasm/{n}"), |b| {
-            b.iter(|| reused.place(black_box(&DEMAND), black_box(&clusters)).unwrap())
+            b.iter(|| {
+                reused
+                    .place(black_box(&DEMAND), black_box(&clusters))
+                    .unwrap()
+            })
         });
         group.bench_function(format!("native/{n}"), |b| {
-            b.iter(|| policy_least_loaded::place(black_box(&DEMAND), black_box(&clusters)).unwrap())
+            b.iter(|| {
+                policy_least_loaded::place(black_box(&native::DEMAND), black_box(&native_clusters))
+                    .unwrap()
+            })
         });
     }
     let fresh = registry(HostConfig {
@@ -74,7 +113,11 @@ fn plugin_call(c: &mut Criterion) {
     .unwrap();
     let clusters = clusters(64);
     group.bench_function("instantiate/64", |b| {
-        b.iter(|| fresh.place(black_box(&DEMAND), black_box(&clusters)).unwrap())
+        b.iter(|| {
+            fresh
+                .place(black_box(&DEMAND), black_box(&clusters))
+                .unwrap()
+        })
     });
     group.finish();
 }
@@ -129,7 +172,9 @@ fn swap_in(registry: &Registry, dir: &Path, bytes: &[u8], previous: &str) -> (St
 
 fn hot_reload(c: &mut Criterion) {
     let mut group = c.benchmark_group("hot_reload");
-    group.sample_size(20).measurement_time(Duration::from_secs(20));
+    group
+        .sample_size(20)
+        .measurement_time(Duration::from_secs(20));
     let base = sandfleet_guests::BUILTINS
         .iter()
         .find(|b| b.name == "least-loaded")
@@ -145,7 +190,14 @@ fn hot_reload(c: &mut Criterion) {
         .load_bytes("bench", base, Source::Memory)
         .expect("seed version");
     let _watcher = registry.watch(dir.path()).unwrap();
-    let mut serving = registry.status("bench").unwrap().serving.unwrap().plugin.version.to_string();
+    let mut serving = registry
+        .status("bench")
+        .unwrap()
+        .serving
+        .unwrap()
+        .plugin
+        .version
+        .to_string();
 
     let mut salt = 0u64;
     group.bench_function("cold", |b| {
@@ -153,7 +205,12 @@ fn hot_reload(c: &mut Criterion) {
             let mut total = Duration::ZERO;
             for _ in 0..iterations {
                 salt += 1;
-                let (version, took) = swap_in(&registry, dir.path(), &padded_component(base, salt), &serving);
+                let (version, took) = swap_in(
+                    &registry,
+                    dir.path(),
+                    &padded_component(base, salt),
+                    &serving,
+                );
                 serving = version;
                 total += took;
             }
@@ -162,11 +219,15 @@ fn hot_reload(c: &mut Criterion) {
     });
 
     // Two components compiled once; alternating them always changes the version.
-    let pair = [padded_component(base, u64::MAX), padded_component(base, u64::MAX - 1)];
+    let pair = [
+        padded_component(base, u64::MAX),
+        padded_component(base, u64::MAX - 1),
+    ];
     for bytes in &pair {
         serving = swap_in(&registry, dir.path(), bytes, &serving).0;
     }
-    let mut turn = 0usize;
+    // pair[1] serves now, so the first swap brings pair[0].
+    let mut turn = 1usize;
     group.bench_function("cached", |b| {
         b.iter_custom(|iterations| {
             let mut total = Duration::ZERO;

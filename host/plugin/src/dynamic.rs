@@ -14,8 +14,8 @@ use crate::loaded::{Loaded, VersionInfo, World};
 use crate::store::StoreState;
 use crate::worlds::adapter::{check_reward, check_script, check_task};
 use crate::worlds::check_commands;
-use crate::worlds::placement::check_index;
-use crate::worlds::sizing::{FleetPlan, ImageDemand, Window, check_plan};
+use crate::worlds::placement::{check_columns, check_index};
+use crate::worlds::sizing::{FleetPlan, Window, check_plan};
 
 /// One exported function's signature.
 #[derive(Debug, Clone)]
@@ -52,7 +52,10 @@ impl World for DynamicWorld {
         })
     }
 
-    fn instantiate(pre: &DynamicPre, store: &mut Store<StoreState>) -> wasmtime::Result<DynamicInstance> {
+    fn instantiate(
+        pre: &DynamicPre,
+        store: &mut Store<StoreState>,
+    ) -> wasmtime::Result<DynamicInstance> {
         let instance = pre.pre.instantiate(&mut *store)?;
         let interface = instance
             .get_export_index(&mut *store, None, &pre.interface)
@@ -123,6 +126,10 @@ impl DynamicPlugin {
     /// limit, or breaks the contract.
     pub fn call(&self, signature: &FunctionType, args: &[Val]) -> Result<Option<Val>, CallError> {
         let name = signature.name;
+        check_arguments(name, args).map_err(|detail| {
+            self.loaded
+                .error(name, CallErrorKind::InvalidArguments(detail))
+        })?;
         let mut results = vec![Val::Bool(false); usize::from(signature.result.is_some())];
         self.loaded.call(name, |live, store| {
             let index = live
@@ -151,8 +158,45 @@ impl Kind {
             Kind::Placement => &["place"],
             Kind::Sizing => &["plan"],
             Kind::Reset => &["baseline", "reset", "verify"],
-            Kind::Adapter => &["describe", "load", "prepare", "grade", "parse-log", "summarize"],
+            Kind::Adapter => &[
+                "describe",
+                "load",
+                "prepare",
+                "grade",
+                "parse-log",
+                "summarize",
+            ],
         }
+    }
+}
+
+/// The typed wrappers' checks of their arguments, applied to dynamic values.
+fn check_arguments(function: &str, args: &[Val]) -> Result<(), String> {
+    match (function, args.get(1)) {
+        ("place", Some(clusters)) => {
+            const COLUMNS: [&str; 6] = [
+                "free-slots",
+                "live",
+                "warm-ready",
+                "weight",
+                "cpu-free-milli",
+                "memory-free-mib",
+            ];
+            let indices: Vec<(&'static str, Vec<u32>)> = ["unhealthy", "with-image"]
+                .into_iter()
+                .map(|name| {
+                    (
+                        name,
+                        list(field(clusters, name)).iter().map(u32_of).collect(),
+                    )
+                })
+                .collect();
+            check_columns(
+                COLUMNS.map(|name| (name, list(field(clusters, name)).len())),
+                indices.iter().map(|(name, list)| (*name, list.as_slice())),
+            )
+        }
+        _ => Ok(()),
     }
 }
 
@@ -160,13 +204,15 @@ impl Kind {
 fn check(function: &str, args: &[Val], ok: &Val) -> Result<(), String> {
     match function {
         "place" => {
-            let clusters = args.get(1).map_or(0, |v| list(v).len());
+            let clusters = args
+                .get(1)
+                .map_or(0, |v| list(field(v, "free-slots")).len());
             check_index(u32_of(ok), clusters)
         }
         "plan" => {
-            let images: Vec<ImageDemand> = args
+            let tasks: Vec<u32> = args
                 .first()
-                .map(|v| list(v).iter().map(|i| ImageDemand { tasks: u32_of(field(i, "tasks")) }).collect())
+                .map(|v| list(v).iter().map(u32_of).collect())
                 .unwrap_or_default();
             let plan = FleetPlan {
                 replicas: list(field(ok, "replicas")).iter().map(u32_of).collect(),
@@ -178,17 +224,26 @@ fn check(function: &str, args: &[Val], ok: &Val) -> Result<(), String> {
                     .collect(),
                 peak_warm: u32_of(field(ok, "peak-warm")),
             };
-            check_plan(&plan, &images)
+            check_plan(&plan, &tasks)
         }
         "baseline" | "reset" => {
             let argvs = commands(ok);
             check_commands(argvs.iter().map(Vec::as_slice), function)
         }
-        "load" => check_task(str_of(field(ok, "id")), str_of(field(ok, "image")), str_of(field(ok, "workdir"))),
+        "load" => check_task(
+            str_of(field(ok, "id")),
+            str_of(field(ok, "image")),
+            str_of(field(ok, "workdir")),
+        ),
         "prepare" => {
-            let (setup, evaluate) = (commands(field(ok, "setup")), commands(field(ok, "evaluate")));
+            let (setup, evaluate) = (
+                commands(field(ok, "setup")),
+                commands(field(ok, "evaluate")),
+            );
             check_script(
-                list(field(ok, "files")).iter().map(|f| str_of(field(f, "path"))),
+                list(field(ok, "files"))
+                    .iter()
+                    .map(|f| str_of(field(f, "path"))),
                 str_of(field(ok, "workdir")),
                 setup.iter().map(Vec::as_slice),
                 evaluate.iter().map(Vec::as_slice),
@@ -208,7 +263,10 @@ const NOTHING: Val = Val::Bool(false);
 
 fn field<'a>(record: &'a Val, name: &str) -> &'a Val {
     match record {
-        Val::Record(fields) => fields.iter().find(|(n, _)| n == name).map_or(&NOTHING, |(_, v)| v),
+        Val::Record(fields) => fields
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or(&NOTHING, |(_, v)| v),
         _ => &NOTHING,
     }
 }
@@ -237,6 +295,11 @@ fn str_of(value: &Val) -> &str {
 fn commands(value: &Val) -> Vec<Vec<String>> {
     list(value)
         .iter()
-        .map(|command| list(field(command, "argv")).iter().map(|a| str_of(a).to_string()).collect())
+        .map(|command| {
+            list(field(command, "argv"))
+                .iter()
+                .map(|a| str_of(a).to_string())
+                .collect()
+        })
         .collect()
 }

@@ -63,7 +63,10 @@ impl CallError {
     /// contract), as opposed to declining with its own `failure`. The engine
     /// may fall back to the built-in plugin on these.
     pub fn is_plugin_fault(&self) -> bool {
-        !matches!(self.kind, CallErrorKind::Declined { .. })
+        !matches!(
+            self.kind,
+            CallErrorKind::Declined { .. } | CallErrorKind::InvalidArguments(_)
+        )
     }
 }
 
@@ -85,6 +88,9 @@ pub enum CallErrorKind {
     /// The plugin answered, but the answer breaks the contract.
     #[error("broke the contract: {0}")]
     Contract(String),
+    /// The caller's arguments break the contract; the plugin was not called.
+    #[error("was called with arguments that break the contract: {0}")]
+    InvalidArguments(String),
     /// The plugin declined with its own `failure`.
     #[error("declined ({kind}): {message}")]
     Declined {

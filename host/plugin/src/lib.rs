@@ -9,17 +9,17 @@
 //!
 //! ```no_run
 //! use sandfleet_plugin::{HostConfig, PluginHost, Registry};
-//! use sandfleet_plugin::placement::{ClusterLoad, Demand, DemandKind};
+//! use sandfleet_plugin::placement::{ClusterState, Clusters, Demand, DemandKind};
 //!
 //! let registry = Registry::new(PluginHost::new(HostConfig::default())?);
 //! registry.add_builtins(sandfleet_guests::BUILTINS).expect("built-ins load");
 //! let policy = registry.placement("least-loaded")?;
 //! let demand = Demand { kind: DemandKind::Claim, image: 0, count: 1, sequence: 0 };
-//! let idle = ClusterLoad {
-//!     healthy: true, free_slots: 8, live: 0, warm_ready: 0, has_image: false,
-//!     cpu_free_milli: 4000, memory_free_mib: 8192, weight: 1,
+//! let idle = ClusterState {
+//!     healthy: true, has_image: false, free_slots: 8, live: 0, warm_ready: 0,
+//!     weight: 1, cpu_free_milli: 4000, memory_free_mib: 8192,
 //! };
-//! let cluster = policy.place(&demand, &[idle])?;
+//! let cluster = policy.place(&demand, &Clusters::from_states(&[idle]))?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
@@ -44,12 +44,12 @@ pub use bindings::SUPPORTED_VERSIONS;
 pub use cache::CacheOutcome;
 pub use contract::{Contract, Kind};
 pub use dynamic::{DynamicPlugin, FunctionType};
-pub use wasmtime::component::Val;
-pub use wasmtime::component::types::Type;
 pub use error::{CallError, CallErrorKind, LoadError, LookupError, PluginRef, Source};
 pub use host::{Compiled, HostConfig, HostError, PluginHost};
 pub use limits::{DEFAULT_DEADLINE, DEFAULT_MEMORY_CAP, KindLimits, Limits};
 pub use loaded::VersionInfo;
 pub use registry::{LoadCounts, PluginStatus, Registry};
+pub use wasmtime::component::Val;
+pub use wasmtime::component::types::Type;
 pub use watch::{DEBOUNCE, PluginWatcher, WatchError};
 pub use worlds::{adapter, placement, reset, sizing};

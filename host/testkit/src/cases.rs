@@ -20,7 +20,10 @@
 //! ```
 //!
 //! Arguments are named as in the WIT; record fields left out take their zero
-//! value. `expect` holds exactly one of `ok` (compared with the answer;
+//! value. `place` also takes its cluster table as one row per cluster,
+//! `args.clusters = [{ free-slots = 1 }, { free-slots = 5, healthy = false }]`,
+//! where a row's fields are those of `ClusterState` in kebab-case and default
+//! to a healthy, empty cluster of weight 1. `expect` holds exactly one of `ok` (compared with the answer;
 //! tables compare only the keys they list), `error` (the plugin's `failure`
 //! kind) or `fault` (`deadline`, `memory-cap`, `out-of-fuel`, `trap` or
 //! `contract`: the host stopped or rejected the call).
@@ -256,6 +259,9 @@ fn arguments(signature: &FunctionType, given: &toml::Table) -> Result<Vec<Val>, 
         .params
         .iter()
         .map(|(name, ty)| match given.get(name) {
+            Some(Toml::Array(rows)) if signature.name == "place" && name == "clusters" => {
+                crate::values::cluster_rows(ty, rows, "args.clusters")
+            }
             Some(value) => to_val(ty, value, &format!("args.{name}")),
             None if matches!(ty, Type::Option(_)) => Ok(zero(ty)),
             None => Err(format!("missing argument `args.{name}`")),
@@ -269,7 +275,14 @@ enum Expectation {
     Fault(String, Option<String>),
 }
 
-const FAULTS: [&str; 5] = ["deadline", "memory-cap", "out-of-fuel", "trap", "contract"];
+const FAULTS: [&str; 6] = [
+    "deadline",
+    "memory-cap",
+    "out-of-fuel",
+    "trap",
+    "contract",
+    "invalid-arguments",
+];
 
 impl Expectation {
     fn of(expect: &Expect, signature: &FunctionType) -> Result<Self, String> {
@@ -283,7 +296,10 @@ impl Expectation {
             }
             (None, Some(kind), None) => {
                 if !matches!(signature.result, Some(Type::Result(_))) {
-                    return Err(format!("`{}` cannot decline; expect `ok` or a `fault`", signature.name));
+                    return Err(format!(
+                        "`{}` cannot decline; expect `ok` or a `fault`",
+                        signature.name
+                    ));
                 }
                 Ok(Expectation::Declined(kind.clone(), message))
             }
@@ -299,7 +315,10 @@ impl Expectation {
     }
 
     /// Problems (empty when met) and the answer worth showing.
-    fn check(&self, answer: Result<Option<Val>, sandfleet_plugin::CallError>) -> (Vec<String>, Option<Json>) {
+    fn check(
+        &self,
+        answer: Result<Option<Val>, sandfleet_plugin::CallError>,
+    ) -> (Vec<String>, Option<Json>) {
         let answer = answer.map(|value| value.as_ref().map(to_json));
         match (self, answer) {
             (Expectation::Ok(want), Ok(Some(Json::Object(case))))
@@ -312,7 +331,10 @@ impl Expectation {
                         differences(want, value, "", &mut problems);
                         (problems, Some(value.clone()))
                     }
-                    None => (vec![format!("expected ok {want}, but the plugin declined")], Some(got)),
+                    None => (
+                        vec![format!("expected ok {want}, but the plugin declined")],
+                        Some(got),
+                    ),
                 }
             }
             (Expectation::Ok(want), Ok(got)) => {
@@ -324,7 +346,9 @@ impl Expectation {
             (Expectation::Declined(kind, message), Ok(Some(got))) => {
                 let failure = got.get("err");
                 let found_kind = failure.and_then(|f| f.get("kind")).and_then(Json::as_str);
-                let found_message = failure.and_then(|f| f.get("message")).and_then(Json::as_str);
+                let found_message = failure
+                    .and_then(|f| f.get("message"))
+                    .and_then(Json::as_str);
                 let mut problems = Vec::new();
                 if found_kind != Some(kind.as_str()) {
                     problems.push(match found_kind {
@@ -335,7 +359,9 @@ impl Expectation {
                 if let (Some(want), Some(found)) = (message, found_message)
                     && !found.contains(want.as_str())
                 {
-                    problems.push(format!("expected a message containing {want:?}, got {found:?}"));
+                    problems.push(format!(
+                        "expected a message containing {want:?}, got {found:?}"
+                    ));
                 }
                 (problems, Some(got))
             }
@@ -346,6 +372,7 @@ impl Expectation {
                     CallErrorKind::OutOfFuel(_) => "out-of-fuel",
                     CallErrorKind::Trap(_) | CallErrorKind::Instantiate(_) => "trap",
                     CallErrorKind::Contract(_) => "contract",
+                    CallErrorKind::InvalidArguments(_) => "invalid-arguments",
                     CallErrorKind::Declined { .. } => "declined",
                 };
                 let mut problems = Vec::new();
@@ -355,7 +382,9 @@ impl Expectation {
                 if let Some(want) = message
                     && !error.to_string().contains(want.as_str())
                 {
-                    problems.push(format!("expected a message containing {want:?}, got: {error}"));
+                    problems.push(format!(
+                        "expected a message containing {want:?}, got: {error}"
+                    ));
                 }
                 (problems, None)
             }
@@ -364,9 +393,12 @@ impl Expectation {
                 got,
             ),
             (_, Err(error)) => (vec![format!("the call failed: {error}")], None),
-            (Expectation::Declined(kind, _), Ok(None)) => {
-                (vec![format!("expected the plugin to decline with `{kind}`, it returned nothing")], None)
-            }
+            (Expectation::Declined(kind, _), Ok(None)) => (
+                vec![format!(
+                    "expected the plugin to decline with `{kind}`, it returned nothing"
+                )],
+                None,
+            ),
         }
     }
 }

@@ -2,22 +2,27 @@
 //! tests override field by field.
 
 use sandfleet_plugin::adapter::CommandOutput;
-use sandfleet_plugin::placement::{ClusterLoad, Demand, DemandKind};
+use sandfleet_plugin::placement::{ClusterState, Clusters, Demand, DemandKind};
 use sandfleet_plugin::reset::Task;
-use sandfleet_plugin::sizing::{ImageDemand, Limits, Strategy};
+use sandfleet_plugin::sizing::{Limits, Strategy};
 
 /// A healthy cluster with `free_slots` free slots, nothing running, weight 1.
-pub fn cluster(free_slots: u32) -> ClusterLoad {
-    ClusterLoad {
+pub fn cluster(free_slots: u32) -> ClusterState {
+    ClusterState {
         healthy: true,
+        has_image: false,
         free_slots,
         live: 0,
         warm_ready: 0,
-        has_image: false,
+        weight: 1,
         cpu_free_milli: 4_000,
         memory_free_mib: 8_192,
-        weight: 1,
     }
+}
+
+/// The table `place` takes, from rows.
+pub fn clusters(states: &[ClusterState]) -> Clusters {
+    Clusters::from_states(states)
 }
 
 /// A claim of one sandbox of `image`, as the first decision of a run.
@@ -28,11 +33,6 @@ pub fn claim(image: u32) -> Demand {
         count: 1,
         sequence: 0,
     }
-}
-
-/// Images with these task counts.
-pub fn images(tasks: &[u32]) -> Vec<ImageDemand> {
-    tasks.iter().map(|&tasks| ImageDemand { tasks }).collect()
 }
 
 /// Sizing limits for `strategy` with no disk budget.

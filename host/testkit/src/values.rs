@@ -7,18 +7,14 @@
 //! `"case"` without a payload. A `list<u8>` also takes a string (its UTF-8
 //! bytes).
 
+use sandfleet_plugin::placement::{ClusterState, Clusters};
 use sandfleet_plugin::{Type, Val};
 use serde_json::{Map, Value as Json};
 use toml::Value as Toml;
 
 /// Builds a value of type `ty` from `toml`; errors name the path within the case.
 pub(crate) fn to_val(ty: &Type, toml: &Toml, path: &str) -> Result<Val, String> {
-    let mismatch = |want: &str| {
-        Err(format!(
-            "{path}: expected {want}, found {}",
-            describe(toml)
-        ))
-    };
+    let mismatch = |want: &str| Err(format!("{path}: expected {want}, found {}", describe(toml)));
     macro_rules! int {
         ($variant:ident, $rust:ty) => {
             match toml.as_integer().and_then(|n| <$rust>::try_from(n).ok()) {
@@ -28,7 +24,10 @@ pub(crate) fn to_val(ty: &Type, toml: &Toml, path: &str) -> Result<Val, String> 
         };
     }
     match ty {
-        Type::Bool => toml.as_bool().map(Val::Bool).map_or_else(|| mismatch("true or false"), Ok),
+        Type::Bool => toml
+            .as_bool()
+            .map(Val::Bool)
+            .map_or_else(|| mismatch("true or false"), Ok),
         Type::U8 => int!(U8, u8),
         Type::U16 => int!(U16, u16),
         Type::U32 => int!(U32, u32),
@@ -38,7 +37,9 @@ pub(crate) fn to_val(ty: &Type, toml: &Toml, path: &str) -> Result<Val, String> 
         Type::S32 => int!(S32, i32),
         Type::S64 => int!(S64, i64),
         Type::Float32 | Type::Float64 => {
-            let number = toml.as_float().or_else(|| toml.as_integer().map(|n| n as f64));
+            let number = toml
+                .as_float()
+                .or_else(|| toml.as_integer().map(|n| n as f64));
             match (number, ty) {
                 (Some(x), Type::Float32) => Ok(Val::Float32(x as f32)),
                 (Some(x), _) => Ok(Val::Float64(x)),
@@ -73,7 +74,10 @@ pub(crate) fn to_val(ty: &Type, toml: &Toml, path: &str) -> Result<Val, String> 
                 return mismatch("a table");
             };
             let fields: Vec<_> = record.fields().collect();
-            if let Some(unknown) = table.keys().find(|k| fields.iter().all(|f| f.name != k.as_str())) {
+            if let Some(unknown) = table
+                .keys()
+                .find(|k| fields.iter().all(|f| f.name != k.as_str()))
+            {
                 return Err(format!(
                     "{path}: unknown field `{unknown}` (fields: {})",
                     fields.iter().map(|f| f.name).collect::<Vec<_>>().join(", ")
@@ -123,7 +127,11 @@ pub(crate) fn to_val(ty: &Type, toml: &Toml, path: &str) -> Result<Val, String> 
             let Some((_, payload_ty)) = cases.iter().find(|(n, _)| *n == name) else {
                 return mismatch(&format!(
                     "one of {}",
-                    cases.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
+                    cases
+                        .iter()
+                        .map(|(n, _)| n.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ));
             };
             let payload = payload_of(payload_ty.as_ref(), payload, &format!("{path}.{name}"))?;
@@ -137,8 +145,16 @@ pub(crate) fn to_val(ty: &Type, toml: &Toml, path: &str) -> Result<Val, String> 
         Type::Result(result) => {
             let (name, payload) = case_of(toml, path)?;
             match name.as_str() {
-                "ok" => Ok(Val::Result(Ok(payload_of(result.ok().as_ref(), payload, &format!("{path}.ok"))?))),
-                "err" => Ok(Val::Result(Err(payload_of(result.err().as_ref(), payload, &format!("{path}.err"))?))),
+                "ok" => Ok(Val::Result(Ok(payload_of(
+                    result.ok().as_ref(),
+                    payload,
+                    &format!("{path}.ok"),
+                )?))),
+                "err" => Ok(Val::Result(Err(payload_of(
+                    result.err().as_ref(),
+                    payload,
+                    &format!("{path}.err"),
+                )?))),
                 _ => mismatch("`ok` or `err`"),
             }
         }
@@ -151,13 +167,101 @@ pub(crate) fn to_val(ty: &Type, toml: &Toml, path: &str) -> Result<Val, String> 
                 .iter()
                 .map(|item| match item.as_str() {
                     Some(flag) if names.contains(&flag) => Ok(flag.to_string()),
-                    _ => Err(format!("{path}: `{item}` is not one of {}", names.join(", "))),
+                    _ => Err(format!(
+                        "{path}: `{item}` is not one of {}",
+                        names.join(", ")
+                    )),
                 })
                 .collect::<Result<_, _>>()
                 .map(Val::Flags)
         }
-        other => Err(format!("{path}: values of type {other:?} cannot be written in a case")),
+        other => Err(format!(
+            "{path}: values of type {other:?} cannot be written in a case"
+        )),
     }
+}
+
+/// The placement table from one row per cluster.
+pub(crate) fn cluster_rows(ty: &Type, rows: &[Toml], path: &str) -> Result<Val, String> {
+    let states = rows
+        .iter()
+        .enumerate()
+        .map(|(i, row)| cluster_state(row, &format!("{path}[{i}]")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let table = Clusters::from_states(&states);
+    let Type::Record(record) = ty else {
+        return Err(format!("{path}: the clusters argument is not a record"));
+    };
+    let numbers = |values: &[u32]| Val::List(values.iter().copied().map(Val::U32).collect());
+    record
+        .fields()
+        .map(|field| {
+            let column = match field.name {
+                "free-slots" => &table.free_slots,
+                "live" => &table.live,
+                "warm-ready" => &table.warm_ready,
+                "weight" => &table.weight,
+                "cpu-free-milli" => &table.cpu_free_milli,
+                "memory-free-mib" => &table.memory_free_mib,
+                "unhealthy" => &table.unhealthy,
+                "with-image" => &table.with_image,
+                other => return Err(format!("{path}: unexpected clusters column `{other}`")),
+            };
+            Ok((field.name.to_string(), numbers(column)))
+        })
+        .collect::<Result<_, _>>()
+        .map(Val::Record)
+}
+
+fn cluster_state(row: &Toml, path: &str) -> Result<ClusterState, String> {
+    let Some(table) = row.as_table() else {
+        return Err(format!("{path}: expected a table, found {}", describe(row)));
+    };
+    let mut state = ClusterState {
+        healthy: true,
+        has_image: false,
+        free_slots: 0,
+        live: 0,
+        warm_ready: 0,
+        weight: 1,
+        cpu_free_milli: 0,
+        memory_free_mib: 0,
+    };
+    for (key, value) in table {
+        let at = format!("{path}.{key}");
+        let number = || {
+            value
+                .as_integer()
+                .and_then(|n| u32::try_from(n).ok())
+                .ok_or_else(|| {
+                    format!(
+                        "{at}: expected an integer that fits u32, found {}",
+                        describe(value)
+                    )
+                })
+        };
+        let flag = || {
+            value
+                .as_bool()
+                .ok_or_else(|| format!("{at}: expected true or false, found {}", describe(value)))
+        };
+        match key.as_str() {
+            "healthy" => state.healthy = flag()?,
+            "has-image" => state.has_image = flag()?,
+            "free-slots" => state.free_slots = number()?,
+            "live" => state.live = number()?,
+            "warm-ready" => state.warm_ready = number()?,
+            "weight" => state.weight = number()?,
+            "cpu-free-milli" => state.cpu_free_milli = number()?,
+            "memory-free-mib" => state.memory_free_mib = number()?,
+            other => {
+                return Err(format!(
+                    "{path}: unknown field `{other}` (fields: healthy, has-image, free-slots, live, warm-ready, weight, cpu-free-milli, memory-free-mib)"
+                ));
+            }
+        }
+    }
+    Ok(state)
 }
 
 /// `"name"` or `{ name = payload }`.
@@ -177,7 +281,11 @@ fn case_of<'a>(toml: &'a Toml, path: &str) -> Result<(String, Option<&'a Toml>),
     }
 }
 
-fn payload_of(ty: Option<&Type>, payload: Option<&Toml>, path: &str) -> Result<Option<Box<Val>>, String> {
+fn payload_of(
+    ty: Option<&Type>,
+    payload: Option<&Toml>,
+    path: &str,
+) -> Result<Option<Box<Val>>, String> {
     match (ty, payload) {
         (None, None) => Ok(None),
         (Some(ty), Some(value)) => Ok(Some(Box::new(to_val(ty, value, path)?))),
@@ -210,10 +318,15 @@ pub(crate) fn zero(ty: &Type) -> Val {
                 .collect(),
         ),
         Type::Tuple(tuple) => Val::Tuple(tuple.types().map(|ty| zero(&ty)).collect()),
-        Type::Enum(enumeration) => Val::Enum(enumeration.names().next().unwrap_or_default().to_string()),
+        Type::Enum(enumeration) => {
+            Val::Enum(enumeration.names().next().unwrap_or_default().to_string())
+        }
         Type::Variant(variant) => {
             let first = variant.cases().next().expect("variants have cases");
-            Val::Variant(first.name.to_string(), first.ty.map(|ty| Box::new(zero(&ty))))
+            Val::Variant(
+                first.name.to_string(),
+                first.ty.map(|ty| Box::new(zero(&ty))),
+            )
         }
         Type::Option(_) => Val::Option(None),
         Type::Result(result) => Val::Result(Ok(result.ok().map(|ty| Box::new(zero(&ty))))),
@@ -303,7 +416,10 @@ pub(crate) fn differences(expected: &Json, actual: &Json, path: &str, out: &mut 
             }
         }
         (Json::Number(want), Json::Number(got))
-            if want.as_f64().zip(got.as_f64()).is_some_and(|(a, b)| (a - b).abs() <= 1e-9 * a.abs().max(1.0)) => {}
+            if want
+                .as_f64()
+                .zip(got.as_f64())
+                .is_some_and(|(a, b)| (a - b).abs() <= 1e-9 * a.abs().max(1.0)) => {}
         (want, got) if want == got => {}
         (want, got) => out.push(format!(
             "{}: expected {want}, got {got}",
@@ -347,6 +463,9 @@ mod tests {
             vec![".c: expected 1, but there is no such field"]
         );
         assert!(diff(json!(1), json!(1.0)).is_empty());
-        assert_eq!(diff(json!("x"), json!("y")), vec!["value: expected \"x\", got \"y\""]);
+        assert_eq!(
+            diff(json!("x"), json!("y")),
+            vec!["value: expected \"x\", got \"y\""]
+        );
     }
 }

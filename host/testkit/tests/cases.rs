@@ -16,7 +16,7 @@ fn run(path: &str, text: &str) -> cases::Report {
 
 const CLUSTERS: &str = r#"
 args.demand = { kind = "claim", image = 0, count = 1 }
-args.clusters = [{ healthy = true, free-slots = 1 }, { healthy = true, free-slots = 5 }, { healthy = false, free-slots = 9 }]
+args.clusters = [{ free-slots = 1 }, { free-slots = 5 }, { free-slots = 9, healthy = false }]
 "#;
 
 #[test]
@@ -43,9 +43,24 @@ expect.ok = 2
 name = "no clusters"
 call = "place"
 args.demand = {{ kind = "claim" }}
-args.clusters = []
+args.clusters = {{}}
 expect.error = "invalid-input"
 expect.message = "no clusters"
+
+[[case]]
+name = "columns as a table"
+call = "place"
+args.demand = {{ kind = "claim" }}
+args.clusters = {{ free-slots = [3, 4], live = [0, 0], warm-ready = [0, 0], weight = [1, 1], cpu-free-milli = [0, 0], memory-free-mib = [0, 0], unhealthy = [1] }}
+expect.ok = 0
+
+[[case]]
+name = "ragged columns are refused before the call"
+call = "place"
+args.demand = {{ kind = "claim" }}
+args.clusters = {{ free-slots = [3, 4], live = [0] }}
+expect.fault = "invalid-arguments"
+expect.message = "column `live` has 1 entries but `free-slots` has 2"
 "#
         ),
     );
@@ -60,13 +75,21 @@ expect.message = "no clusters"
             ("emptiest healthy cluster", true),
             ("wrongly expects the unhealthy one", false),
             ("no clusters", true),
+            ("columns as a table", true),
+            ("ragged columns are refused before the call", true),
         ]
     );
     assert_eq!(report.failed(), 1);
     let rendered = report.render();
-    assert!(rendered.contains("FAIL  wrongly expects the unhealthy one\n"), "{rendered}");
+    assert!(
+        rendered.contains("FAIL  wrongly expects the unhealthy one\n"),
+        "{rendered}"
+    );
     assert!(rendered.contains("value: expected 2, got 1"), "{rendered}");
-    assert!(rendered.ends_with("3 cases: 2 passed, 1 failed\n"), "{rendered}");
+    assert!(
+        rendered.ends_with("5 cases: 4 passed, 1 failed\n"),
+        "{rendered}"
+    );
 }
 
 #[test]
@@ -106,7 +129,12 @@ expect.fault = "trap"
 "#,
     );
     let passed: Vec<bool> = report.outcomes.iter().map(|o| o.passed).collect();
-    assert_eq!(passed, vec![true, true, true, true, false], "{}", report.render());
+    assert_eq!(
+        passed,
+        vec![true, true, true, true, false],
+        "{}",
+        report.render()
+    );
     assert!(report.outcomes[4].problems[0].contains("expected a `trap` fault"));
 }
 
@@ -118,14 +146,14 @@ fn records_compare_partially_and_name_the_differing_field() {
 [[case]]
 name = "sliding windows"
 call = "plan"
-args.images = [{ tasks = 6 }, { tasks = 3 }, { tasks = 1 }]
+args.tasks = [6, 3, 1]
 args.limits = { strategy = "sliding", max-concurrent = 4, max-warmpool-size = 8 }
 expect.ok = { replicas = [2, 1, 1], windows = [{ images = [0, 1, 2] }] }
 
 [[case]]
 name = "wrong window"
 call = "plan"
-args.images = [{ tasks = 6 }, { tasks = 3 }, { tasks = 1 }]
+args.tasks = [6, 3, 1]
 args.limits = { strategy = "sliding", max-concurrent = 4, max-warmpool-size = 8 }
 expect.ok = { windows = [{ images = [0, 2] }] }
 "#,
@@ -151,13 +179,13 @@ expect.ok = 1
 [[case]]
 name = "unknown field"
 call = "place"
-args = { demand = { colour = "red" }, clusters = [] }
+args = { demand = { colour = "red" }, clusters = {} }
 expect.ok = 1
 
 [[case]]
 name = "bad enum"
 call = "place"
-args = { demand = { kind = "grab" }, clusters = [] }
+args = { demand = { kind = "grab" }, clusters = {} }
 expect.ok = 1
 
 [[case]]
@@ -182,7 +210,8 @@ expect.ok = 0
         problems,
         vec![
             "no function `plan` (the plugin has: place)".to_string(),
-            "args.demand: unknown field `colour` (fields: kind, image, count, sequence)".to_string(),
+            "args.demand: unknown field `colour` (fields: kind, image, count, sequence)"
+                .to_string(),
             "args.demand.kind: expected one of pool, claim, found `\"grab\"`".to_string(),
             "missing argument `args.clusters`".to_string(),
             String::new(),
@@ -193,7 +222,8 @@ expect.ok = 0
 #[test]
 fn a_file_for_another_world_or_with_bad_toml_is_refused() {
     let plugin = plugin(sandfleet_guests::LEAST_LOADED);
-    let error = cases::run_text(&plugin, "world = \"sizing-policy\"", Path::new("c.toml")).unwrap_err();
+    let error =
+        cases::run_text(&plugin, "world = \"sizing-policy\"", Path::new("c.toml")).unwrap_err();
     assert!(matches!(error, CasesError::WrongWorld { .. }));
     assert_eq!(
         error.to_string(),

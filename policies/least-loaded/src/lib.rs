@@ -11,19 +11,24 @@ wit_bindgen::generate!({
     path: "../../wit/since_v0.1.0",
 });
 
-pub use exports::sandfleet::plugin::placement::{ClusterLoad, Demand, DemandKind};
+pub use exports::sandfleet::plugin::placement::{Clusters, Demand, DemandKind};
 pub use sandfleet::plugin::types::{Failure, FailureKind};
 
+use std::cmp::Reverse;
+
+use policy_columns::membership;
+
 /// The policy's decision, callable natively for tests and benchmarks.
-pub fn place(_demand: &Demand, clusters: &[ClusterLoad]) -> Result<u32, Failure> {
-    let any_healthy = clusters.iter().any(|c| c.healthy);
-    clusters
-        .iter()
+pub fn place(_demand: &Demand, clusters: &Clusters) -> Result<u32, Failure> {
+    let count = clusters.free_slots.len();
+    let all_unhealthy = clusters.unhealthy.len() >= count;
+    membership(count, &clusters.unhealthy)
+        .zip(membership(count, &clusters.with_image))
         .enumerate()
-        .filter(|(_, c)| c.healthy || !any_healthy)
-        // max_by_key keeps the last maximum; reversing makes ties go to the lowest index.
-        .rev()
-        .max_by_key(|(_, c)| (c.free_slots, c.has_image))
+        .filter(|&(_, (unhealthy, _))| all_unhealthy || !unhealthy)
+        .max_by_key(|&(index, (_, has_image))| {
+            (clusters.free_slots[index], has_image, Reverse(index))
+        })
         .map(|(index, _)| index as u32)
         .ok_or_else(|| Failure {
             kind: FailureKind::InvalidInput,
@@ -34,7 +39,7 @@ pub fn place(_demand: &Demand, clusters: &[ClusterLoad]) -> Result<u32, Failure>
 struct LeastLoaded;
 
 impl exports::sandfleet::plugin::placement::Guest for LeastLoaded {
-    fn place(demand: Demand, clusters: Vec<ClusterLoad>) -> Result<u32, Failure> {
+    fn place(demand: Demand, clusters: Clusters) -> Result<u32, Failure> {
         place(&demand, &clusters)
     }
 }

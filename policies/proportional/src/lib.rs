@@ -23,13 +23,12 @@ wit_bindgen::generate!({
     path: "../../wit/since_v0.1.0",
 });
 
-pub use exports::sandfleet::plugin::sizing::{
-    DiskBudget, FleetPlan, ImageDemand, Limits, Strategy, Window,
-};
+pub use exports::sandfleet::plugin::sizing::{DiskBudget, FleetPlan, Limits, Strategy, Window};
 pub use sandfleet::plugin::types::{Failure, FailureKind};
 
 /// The policy's decision, callable natively for tests and benchmarks.
-pub fn plan(images: &[ImageDemand], limits: &Limits) -> Result<FleetPlan, Failure> {
+/// `tasks` holds the number of tasks per image.
+pub fn plan(tasks: &[u32], limits: &Limits) -> Result<FleetPlan, Failure> {
     if limits.max_concurrent == 0 {
         return Err(invalid("max-concurrent must be at least 1"));
     }
@@ -37,22 +36,22 @@ pub fn plan(images: &[ImageDemand], limits: &Limits) -> Result<FleetPlan, Failur
         return Err(invalid("max-warmpool-size must be at least 1"));
     }
     let disk_cap = limits.disk.map(disk_capacity).transpose()?;
-    let total: u64 = images.iter().map(|image| u64::from(image.tasks)).sum();
-    let mut replicas: Vec<u32> = images
+    let total: u64 = tasks.iter().map(|&n| u64::from(n)).sum();
+    let mut replicas: Vec<u32> = tasks
         .iter()
-        .map(|image| replicas_for(image.tasks, total, limits))
+        .map(|&n| replicas_for(n, total, limits))
         .collect();
     if let Some(cap) = disk_cap {
         for r in &mut replicas {
             *r = (*r).min(cap);
         }
     }
-    let with_tasks: Vec<u32> = (0..images.len() as u32)
-        .filter(|&i| images[i as usize].tasks > 0)
+    let with_tasks: Vec<u32> = (0..tasks.len() as u32)
+        .filter(|&i| tasks[i as usize] > 0)
         .collect();
 
     let (windows, replicas) = match limits.strategy {
-        Strategy::None => (vec![with_tasks], vec![0; images.len()]),
+        Strategy::None => (vec![with_tasks], vec![0; tasks.len()]),
         Strategy::Naive => {
             let held: u32 = replicas.iter().sum();
             if let Some(cap) = disk_cap
@@ -170,8 +169,8 @@ fn invalid(message: &str) -> Failure {
 struct Proportional;
 
 impl exports::sandfleet::plugin::sizing::Guest for Proportional {
-    fn plan(images: Vec<ImageDemand>, limits: Limits) -> Result<FleetPlan, Failure> {
-        plan(&images, &limits)
+    fn plan(tasks: Vec<u32>, limits: Limits) -> Result<FleetPlan, Failure> {
+        plan(&tasks, &limits)
     }
 }
 

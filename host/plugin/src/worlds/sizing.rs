@@ -11,7 +11,7 @@ use crate::loaded::{VersionInfo, World};
 use crate::store::StoreState;
 
 pub use crate::bindings::latest::sizing::exports::sandfleet::plugin::sizing::{
-    DiskBudget, FleetPlan, ImageDemand, Limits, Strategy, Window,
+    DiskBudget, FleetPlan, Limits, Strategy, Window,
 };
 
 pub(crate) struct SizingWorld;
@@ -38,21 +38,22 @@ impl World for SizingWorld {
 pub struct SizingPolicy(pub(crate) Handle<SizingWorld>);
 
 impl SizingPolicy {
-    /// Plans the warm fleet for `images` under `limits`.
+    /// Plans the warm fleet under `limits`; `tasks` holds the number of
+    /// tasks per image.
     ///
     /// # Errors
     ///
     /// When the plugin declines, traps, overruns a limit, or returns a plan
-    /// that does not fit `images` (see [`check_plan`]).
-    pub fn plan(&self, images: &[ImageDemand], limits: &Limits) -> Result<FleetPlan, CallError> {
+    /// that does not fit the images (see [`check_plan`]).
+    pub fn plan(&self, tasks: &[u32], limits: &Limits) -> Result<FleetPlan, CallError> {
         self.0.call(
             "plan",
             |instance, store| {
                 instance
                     .sandfleet_plugin_sizing()
-                    .call_plan(store, images, *limits)
+                    .call_plan(store, tasks, *limits)
             },
-            |plan| check_plan(plan, images),
+            |plan| check_plan(plan, tasks),
         )
     }
 
@@ -64,31 +65,30 @@ impl SizingPolicy {
 
 /// A plan fits its images when it sizes every image, and every image with
 /// tasks appears in exactly one window.
-pub fn check_plan(plan: &FleetPlan, images: &[ImageDemand]) -> Result<(), String> {
-    if plan.replicas.len() != images.len() {
+pub fn check_plan(plan: &FleetPlan, tasks: &[u32]) -> Result<(), String> {
+    if plan.replicas.len() != tasks.len() {
         return Err(format!(
             "{} replica counts for {} images",
             plan.replicas.len(),
-            images.len()
+            tasks.len()
         ));
     }
-    let mut seen = vec![0u32; images.len()];
+    let mut seen = vec![0u32; tasks.len()];
     for (window_index, window) in plan.windows.iter().enumerate() {
         for &image in &window.images {
             let Some(count) = seen.get_mut(image as usize) else {
                 return Err(format!(
                     "window {window_index} names image {image}, but there are {} images",
-                    images.len()
+                    tasks.len()
                 ));
             };
             *count += 1;
         }
     }
-    for (image, (demand, count)) in images.iter().zip(&seen).enumerate() {
-        if demand.tasks > 0 && *count != 1 {
+    for (image, (&tasks, count)) in tasks.iter().zip(&seen).enumerate() {
+        if tasks > 0 && *count != 1 {
             return Err(format!(
-                "image {image} has {} tasks but appears in {count} windows (must be 1)",
-                demand.tasks
+                "image {image} has {tasks} tasks but appears in {count} windows (must be 1)"
             ));
         }
     }

@@ -2,6 +2,7 @@
 
 use std::time::{Duration, Instant};
 
+use sandfleet_plugin::placement::Clusters;
 use sandfleet_plugin::{CallErrorKind, HostConfig, KindLimits, Limits};
 
 use crate::{cluster, demand, load, registry, registry_with, three_clusters};
@@ -141,7 +142,10 @@ fn an_out_of_range_answer_is_a_contract_error() {
     load(&registry, "misbehave", sandfleet_guests::MISBEHAVE);
     let policy = registry.placement("misbehave").unwrap();
     let error = policy
-        .place(&demand(OUT_OF_RANGE), &[cluster(1), cluster(2)])
+        .place(
+            &demand(OUT_OF_RANGE),
+            &Clusters::from_states(&[cluster(1), cluster(2)]),
+        )
         .unwrap_err();
     match &error.kind {
         CallErrorKind::Contract(detail) => assert_eq!(

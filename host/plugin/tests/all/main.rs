@@ -9,7 +9,7 @@ mod reload;
 
 use std::sync::Arc;
 
-use sandfleet_plugin::placement::{ClusterLoad, Demand, DemandKind};
+use sandfleet_plugin::placement::{ClusterState, Clusters, Demand, DemandKind};
 use sandfleet_plugin::{HostConfig, PluginHost, Registry, Source};
 
 /// A registry on a fresh host with default limits and no cache.
@@ -38,20 +38,20 @@ pub(crate) fn demand(image: u32) -> Demand {
     }
 }
 
-pub(crate) fn cluster(free_slots: u32) -> ClusterLoad {
-    ClusterLoad {
+pub(crate) fn cluster(free_slots: u32) -> ClusterState {
+    ClusterState {
         healthy: true,
+        has_image: false,
         free_slots,
         live: 0,
         warm_ready: 0,
-        has_image: false,
+        weight: 1,
         cpu_free_milli: 4_000,
         memory_free_mib: 8_192,
-        weight: 1,
     }
 }
 
 /// Three healthy clusters where `least-loaded` picks 1 and `pick-last` picks 2.
-pub(crate) fn three_clusters() -> Vec<ClusterLoad> {
-    vec![cluster(2), cluster(9), cluster(4)]
+pub(crate) fn three_clusters() -> Clusters {
+    Clusters::from_states(&[cluster(2), cluster(9), cluster(4)])
 }

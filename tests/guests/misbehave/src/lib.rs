@@ -11,7 +11,7 @@ wit_bindgen::generate!({
     path: "../../../wit/since_v0.1.0",
 });
 
-use exports::sandfleet::plugin::placement::{ClusterLoad, Demand, Guest};
+use exports::sandfleet::plugin::placement::{Clusters, Demand, Guest};
 use sandfleet::plugin::types::{Failure, FailureKind};
 
 /// Spins forever: the deadline must stop it.
@@ -28,7 +28,7 @@ pub const REFUSE: u32 = 5;
 struct Misbehave;
 
 impl Guest for Misbehave {
-    fn place(demand: Demand, clusters: Vec<ClusterLoad>) -> Result<u32, Failure> {
+    fn place(demand: Demand, clusters: Clusters) -> Result<u32, Failure> {
         match demand.image {
             SPIN => {
                 let mut n: u64 = demand.sequence;
@@ -48,7 +48,7 @@ impl Guest for Misbehave {
                 Ok(std::hint::black_box(hoard).len() as u32)
             }
             TRAP => panic!("deliberate trap"),
-            OUT_OF_RANGE => Ok(clusters.len() as u32),
+            OUT_OF_RANGE => Ok(clusters.free_slots.len() as u32),
             REFUSE => Err(Failure {
                 kind: FailureKind::Unsatisfiable,
                 message: "refused on request".to_string(),

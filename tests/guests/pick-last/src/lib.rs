@@ -9,14 +9,14 @@ wit_bindgen::generate!({
     path: "../../../wit/since_v0.1.0",
 });
 
-use exports::sandfleet::plugin::placement::{ClusterLoad, Demand, Guest};
+use exports::sandfleet::plugin::placement::{Clusters, Demand, Guest};
 use sandfleet::plugin::types::{Failure, FailureKind};
 
 struct PickLast;
 
 impl Guest for PickLast {
-    fn place(_demand: Demand, clusters: Vec<ClusterLoad>) -> Result<u32, Failure> {
-        match clusters.len() {
+    fn place(_demand: Demand, clusters: Clusters) -> Result<u32, Failure> {
+        match clusters.free_slots.len() {
             0 => Err(Failure {
                 kind: FailureKind::InvalidInput,
                 message: "no clusters".to_string(),
