@@ -14,7 +14,9 @@ pub type Labels = BTreeMap<String, String>;
 
 /// Identifies one run. Lowercase letters, digits and `-`, at most 40
 /// characters, so it is a valid Kubernetes label value and directory name.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 #[serde(try_from = "String", into = "String")]
 pub struct RunId(String);
 
@@ -29,7 +31,9 @@ impl RunId {
         let id = id.into();
         let valid = !id.is_empty()
             && id.len() <= 40
-            && id.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && id
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
             && !id.starts_with('-')
             && !id.ends_with('-');
         if valid {
@@ -59,7 +63,11 @@ impl RunId {
             .collect();
         let clean = clean.trim_matches('-');
         let prefix = if clean.is_empty() { "run" } else { clean };
-        RunId(format!("{prefix}-{}-{:06x}", now.as_secs(), hasher.finish() & 0xff_ffff))
+        RunId(format!(
+            "{prefix}-{}-{:06x}",
+            now.as_secs(),
+            hasher.finish() & 0xff_ffff
+        ))
     }
 
     /// The id as text.
