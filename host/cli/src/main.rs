@@ -1,6 +1,12 @@
 //! The `sandfleet` command.
 
+mod config;
+mod inspect_cmd;
 mod plugin_cmd;
+mod progress_ui;
+mod reap_cmd;
+mod run_cmd;
+mod setup;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -17,6 +23,41 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run every task of a fleet file's dataset and grade it.
+    Run {
+        /// The fleet file.
+        config: PathBuf,
+        /// Output directory for results.jsonl, report.json and logs/ (default:
+        /// `[run] out`). Rerunning into the same directory resumes.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Use this run id instead of a generated one.
+        #[arg(long)]
+        run_id: Option<String>,
+    },
+    /// Print the warm pool plan (replicas per image, windows, peak) without
+    /// creating anything.
+    Plan {
+        /// The fleet file.
+        config: PathBuf,
+    },
+    /// Check the configured backends and show their capacity.
+    Preflight {
+        /// The fleet file.
+        config: PathBuf,
+    },
+    /// Remove everything a run left behind (sandboxes, pools, processes).
+    Reap {
+        /// The run to clean up.
+        #[arg(long)]
+        run_id: String,
+        /// The fleet file the run used (default: the local backend's default
+        /// state directory).
+        config: Option<PathBuf>,
+        /// The local backend's state directory, when not using a fleet file.
+        #[arg(long, conflicts_with = "config")]
+        state_dir: Option<PathBuf>,
+    },
     /// Inspect, test and list plugins.
     #[command(subcommand)]
     Plugin(plugin_cmd::PluginCommand),
@@ -32,6 +73,18 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Run {
+            config,
+            out,
+            run_id,
+        } => run_cmd::run(&config, out, run_id),
+        Command::Plan { config } => inspect_cmd::plan(&config),
+        Command::Preflight { config } => inspect_cmd::preflight(&config),
+        Command::Reap {
+            run_id,
+            config,
+            state_dir,
+        } => reap_cmd::reap(&run_id, config.as_deref(), state_dir),
         Command::Plugin(command) => plugin_cmd::run(command),
     };
     match result {

@@ -1,0 +1,1 @@
+"""A tiny calculator library used by sandfleet's quickstart dataset."""

@@ -1,0 +1,1 @@
+"""Small text utilities used by sandfleet's quickstart dataset."""

@@ -1,0 +1,73 @@
+//! Errors of the local backend, before they are given the cluster's name and
+//! become [`BackendError`]s at the trait boundary.
+
+use std::io;
+use std::time::Duration;
+
+use sandfleet_core::BackendError;
+
+/// Why a local operation failed. Messages name the sandbox, image or path
+/// involved.
+#[derive(Debug, thiserror::Error)]
+pub enum LocalError {
+    /// The object does not exist.
+    #[error("{0} not found")]
+    NotFound(String),
+    /// The request cannot be satisfied as asked.
+    #[error("{0}")]
+    Rejected(String),
+    /// A bounded wait ran out.
+    #[error("timed out after {after:?} waiting for {what}")]
+    Timeout {
+        /// What was awaited.
+        what: String,
+        /// How long it waited.
+        after: Duration,
+    },
+    /// A system call or file operation failed.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done, naming its path or sandbox.
+        context: String,
+        /// The underlying error.
+        source: io::Error,
+    },
+    /// Anything else.
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl LocalError {
+    /// The error as the engine sees it, attributed to cluster `backend`.
+    pub fn into_backend(self, backend: &str) -> BackendError {
+        let backend = backend.to_string();
+        match self {
+            LocalError::NotFound(what) => BackendError::NotFound { backend, what },
+            LocalError::Rejected(detail) => BackendError::Rejected { backend, detail },
+            LocalError::Timeout { what, after } => BackendError::Timeout {
+                backend,
+                what,
+                after,
+            },
+            error @ (LocalError::Io { .. } | LocalError::Failed(_)) => BackendError::Failed {
+                backend,
+                detail: error.to_string(),
+            },
+        }
+    }
+}
+
+/// Adds what was being done to an [`io::Error`].
+pub(crate) trait IoContext<T> {
+    /// Wraps the error with `context()`, computed only on failure.
+    fn context(self, context: impl FnOnce() -> String) -> Result<T, LocalError>;
+}
+
+impl<T> IoContext<T> for io::Result<T> {
+    fn context(self, context: impl FnOnce() -> String) -> Result<T, LocalError> {
+        self.map_err(|source| LocalError::Io {
+            context: context(),
+            source,
+        })
+    }
+}

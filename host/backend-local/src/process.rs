@@ -1,0 +1,340 @@
+//! Host processes: reading `/proc`, recognising a run's processes by their
+//! marker, and killing them through pidfds so a recycled pid is never hit.
+//!
+//! Every sandbox process carries a marker `sandfleet-sandbox:<run-id>:<id>`
+//! in the environment variable [`MARKER_ENV`]: a namespaced sandbox's init
+//! from its start (and as `argv[0]` once it is ready, for `ps`), the
+//! commands of a plain (unisolated) sandbox by inheritance. With that, whatever a run left behind can be found from
+//! `/proc` alone, even when its owner was killed before writing any record.
+//!
+//! Also here: running a helper tool (`cp`, `git`) with a bound.
+
+use std::fs;
+use std::os::fd::OwnedFd;
+use std::process::Stdio;
+use std::time::Duration;
+
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::io::Errno;
+use rustix::process::{Pid, PidfdFlags, Signal};
+use sandfleet_core::RunId;
+use tokio::process::Command;
+
+use crate::error::{IoContext, LocalError};
+
+/// What every sandbox marker starts with.
+const MARKER_PREFIX: &str = "sandfleet-sandbox:";
+
+/// The environment variable carrying the marker of a plain sandbox's
+/// commands.
+pub(crate) const MARKER_ENV: &str = "SANDFLEET_SANDBOX";
+
+/// The marker of sandbox `sandbox_id` of run `run_id`.
+pub(crate) fn sandbox_marker(run_id: &RunId, sandbox_id: &str) -> String {
+    format!("{MARKER_PREFIX}{run_id}:{sandbox_id}")
+}
+
+/// Splits a marker into run id and sandbox id.
+fn parse_marker(marker: &str) -> Option<(&str, &str)> {
+    marker.strip_prefix(MARKER_PREFIX)?.split_once(':')
+}
+
+/// A process as it was when seen: its pid and its start time in clock ticks
+/// after boot (field 22 of `/proc/<pid>/stat`). A recycled pid has another
+/// start time, so the pair names one process for as long as the machine runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct ProcessIdentity {
+    /// The pid in the host's pid namespace.
+    pub(crate) pid: i32,
+    /// Clock ticks after boot when it started.
+    pub(crate) start_time: u64,
+}
+
+impl ProcessIdentity {
+    /// The process now running as `pid`, if any.
+    pub(crate) fn of(pid: i32) -> Option<Self> {
+        read_stat(pid).map(|stat| ProcessIdentity {
+            pid,
+            start_time: stat.start_time,
+        })
+    }
+}
+
+/// The fields of `/proc/<pid>/stat` this crate uses.
+struct Stat {
+    parent: i32,
+    start_time: u64,
+}
+
+fn read_stat(pid: i32) -> Option<Stat> {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may itself contain
+    // spaces and parentheses; the fields after the last `)` start at field 3.
+    let fields: Vec<&str> = text.rsplit_once(')')?.1.split_whitespace().collect();
+    Some(Stat {
+        parent: fields.get(1)?.parse().ok()?,
+        start_time: fields.get(19)?.parse().ok()?,
+    })
+}
+
+/// Pids of every process visible in `/proc`.
+fn all_pids() -> Vec<i32> {
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
+/// The children of process `parent`.
+pub(crate) fn children_of(parent: i32) -> Vec<i32> {
+    all_pids()
+        .into_iter()
+        .filter(|&pid| read_stat(pid).is_some_and(|stat| stat.parent == parent))
+        .collect()
+}
+
+/// The sandbox marker process `pid` carries, if any: its `argv[0]`, or the
+/// value of [`MARKER_ENV`] in its environment.
+fn marker_of(pid: i32) -> Option<String> {
+    let cmdline = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let argv0 = cmdline.split(|&b| b == 0).next().unwrap_or_default();
+    if argv0.starts_with(MARKER_PREFIX.as_bytes()) {
+        return String::from_utf8(argv0.to_vec()).ok();
+    }
+    let environ = fs::read(format!("/proc/{pid}/environ")).ok()?;
+    let wanted = format!("{MARKER_ENV}=");
+    environ
+        .split(|&b| b == 0)
+        .find_map(|entry| entry.strip_prefix(wanted.as_bytes()))
+        .and_then(|value| String::from_utf8(value.to_vec()).ok())
+}
+
+/// Which marked processes to look for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum MarkerScope<'a> {
+    /// Every sandbox of a run.
+    Run(&'a RunId),
+    /// One sandbox.
+    Sandbox(&'a RunId, &'a str),
+}
+
+impl MarkerScope<'_> {
+    fn matches(&self, marker: &str) -> bool {
+        match (parse_marker(marker), self) {
+            (Some((run, _)), MarkerScope::Run(wanted)) => run == wanted.as_str(),
+            (Some((run, id)), MarkerScope::Sandbox(wanted_run, wanted_id)) => {
+                run == wanted_run.as_str() && id == *wanted_id
+            }
+            (None, _) => false,
+        }
+    }
+}
+
+/// A process found by its marker.
+#[derive(Debug)]
+pub(crate) struct MarkedProcess {
+    /// The process.
+    pub(crate) process: Process,
+    /// The sandbox whose marker it carries.
+    pub(crate) sandbox_id: String,
+}
+
+/// Every live process carrying a marker in `scope`, held by pidfd.
+pub(crate) fn find_marked(scope: MarkerScope<'_>) -> Vec<MarkedProcess> {
+    let own_pid = std::process::id() as i32;
+    all_pids()
+        .into_iter()
+        .filter(|&pid| pid != own_pid)
+        .filter_map(|pid| {
+            let marker = marker_of(pid).filter(|marker| scope.matches(marker))?;
+            let process = Process::open(ProcessIdentity::of(pid)?)?;
+            // The pidfd pins what we kill; the marker must still be on it.
+            if marker_of(pid).as_deref() != Some(marker.as_str()) {
+                return None;
+            }
+            let (_, sandbox_id) = parse_marker(&marker)?;
+            Some(MarkedProcess {
+                sandbox_id: sandbox_id.to_string(),
+                process,
+            })
+        })
+        .collect()
+}
+
+/// A process held by a pidfd: signals reach it or nothing, never a process
+/// that later got the same pid.
+#[derive(Debug)]
+pub(crate) struct Process {
+    identity: ProcessIdentity,
+    pidfd: OwnedFd,
+}
+
+impl Process {
+    /// Opens the process `identity` names; `None` when it is gone or its pid
+    /// now belongs to another process.
+    pub(crate) fn open(identity: ProcessIdentity) -> Option<Self> {
+        let pidfd =
+            rustix::process::pidfd_open(Pid::from_raw(identity.pid)?, PidfdFlags::empty()).ok()?;
+        // Checked after opening: the pidfd now holds whatever process had the
+        // pid, and only the start time tells whether it is the one we mean.
+        (ProcessIdentity::of(identity.pid) == Some(identity)).then_some(Process { identity, pidfd })
+    }
+
+    /// Its pid and start time.
+    pub(crate) fn identity(&self) -> ProcessIdentity {
+        self.identity
+    }
+
+    /// Sends SIGKILL. True when the signal was delivered, false when the
+    /// process had already exited.
+    pub(crate) fn kill(&self) -> bool {
+        match rustix::process::pidfd_send_signal(&self.pidfd, Signal::KILL) {
+            Ok(()) => true,
+            Err(Errno::SRCH) => false,
+            Err(error) => {
+                tracing::warn!(pid = self.identity.pid, %error, "cannot signal process");
+                false
+            }
+        }
+    }
+
+    /// Whether it has exited.
+    pub(crate) fn has_exited(&self) -> bool {
+        self.poll_exit(Duration::ZERO)
+    }
+
+    /// Waits up to `timeout` for it to exit; true when it did.
+    pub(crate) async fn exited_within(self, timeout: Duration) -> bool {
+        // A blocking poll on a worker thread: registering the pidfd with
+        // tokio's reactor needs `unsafe` in this tokio.
+        tokio::task::spawn_blocking(move || self.poll_exit(timeout))
+            .await
+            .unwrap_or(false)
+    }
+
+    /// Polls the pidfd, which turns readable once the process has exited.
+    fn poll_exit(&self, timeout: Duration) -> bool {
+        let timeout = Timespec::try_from(timeout).unwrap_or(Timespec {
+            tv_sec: i64::MAX,
+            tv_nsec: 0,
+        });
+        let mut fds = [PollFd::new(&self.pidfd, PollFlags::IN)];
+        loop {
+            match rustix::event::poll(&mut fds, Some(&timeout)) {
+                Ok(ready) => return ready > 0,
+                Err(Errno::INTR) => continue,
+                // A pidfd that cannot be polled belongs to no live process.
+                Err(_) => return true,
+            }
+        }
+    }
+}
+
+/// Kills `processes` and waits up to `timeout` for all of them to exit.
+/// Returns how many were killed (alive when signalled).
+pub(crate) async fn kill_all(processes: Vec<Process>, timeout: Duration) -> usize {
+    let killed = processes.iter().filter(|process| process.kill()).count();
+    let mut waits = tokio::task::JoinSet::new();
+    for process in processes {
+        waits.spawn(async move {
+            let pid = process.identity.pid;
+            if !process.exited_within(timeout).await {
+                tracing::warn!(pid, ?timeout, "process still running after SIGKILL");
+            }
+        });
+    }
+    waits.join_all().await;
+    killed
+}
+
+/// Sends SIGKILL to process group `group`; a group that is already gone is
+/// not an error.
+pub(crate) fn kill_group(group: u32) {
+    let Some(pid) = i32::try_from(group).ok().and_then(Pid::from_raw) else {
+        return;
+    };
+    match rustix::process::kill_process_group(pid, Signal::KILL) {
+        Ok(()) | Err(Errno::SRCH) => {}
+        Err(error) => tracing::warn!(group, %error, "cannot kill process group"),
+    }
+}
+
+/// Runs a helper tool (`cp`, `git`) to completion within `timeout`; a
+/// failure carries `what` and the tool's stderr.
+pub(crate) async fn run_tool(
+    mut command: Command,
+    what: &str,
+    timeout: Duration,
+) -> Result<(), LocalError> {
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let child = command.spawn().context(|| format!("{what}: starting"))?;
+    let output = tokio::time::timeout(timeout, child.wait_with_output())
+        .await
+        .map_err(|_| LocalError::Timeout {
+            what: what.to_string(),
+            after: timeout,
+        })?
+        .context(|| what.to_string())?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(LocalError::Failed(format!(
+            "{what}: {}: {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn markers_match_their_run_and_sandbox_only() {
+        let run = RunId::new("run-1").unwrap();
+        let marker = sandbox_marker(&run, "py-3");
+        assert_eq!(parse_marker(&marker), Some(("run-1", "py-3")));
+        assert!(MarkerScope::Run(&run).matches(&marker));
+        assert!(MarkerScope::Sandbox(&run, "py-3").matches(&marker));
+        assert!(!MarkerScope::Sandbox(&run, "py-30").matches(&marker));
+        let other = RunId::new("run-10").unwrap();
+        assert!(!MarkerScope::Run(&other).matches(&marker));
+        assert!(!MarkerScope::Run(&run).matches("sandfleet-sandboxrun-1:x"));
+    }
+
+    #[test]
+    fn identity_tells_a_live_process_from_a_recycled_pid() {
+        let me = ProcessIdentity::of(std::process::id() as i32).unwrap();
+        let process = Process::open(me).unwrap();
+        assert!(!process.has_exited());
+        let recycled = ProcessIdentity {
+            start_time: me.start_time + 1,
+            ..me
+        };
+        assert!(Process::open(recycled).is_none());
+    }
+
+    #[tokio::test]
+    async fn killed_processes_are_waited_for() {
+        let mut child = tokio::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        let pid = child.id().unwrap() as i32;
+        let identity = ProcessIdentity::of(pid).unwrap();
+        let process = Process::open(identity).unwrap();
+        // Our own child stays a zombie until reaped, which the pidfd still
+        // reports as exited.
+        let reaper = tokio::spawn(async move { child.wait().await });
+        assert_eq!(kill_all(vec![process], Duration::from_secs(5)).await, 1);
+        assert!(!reaper.await.unwrap().unwrap().success());
+        assert!(Process::open(identity).is_none());
+    }
+}

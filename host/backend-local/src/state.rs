@@ -1,0 +1,409 @@
+//! The state directory: its layout, the records kept in it, and finding and
+//! removing what a run owns from the directory and `/proc` alone.
+//!
+//! ```text
+//! <state>/
+//!   images/<name>-<content-hash>/       git snapshots of images (a cache shared by runs)
+//!   runs/<run-id>/
+//!     run.json                          run id, owner pid and start time, start time of the run
+//!     templates/<template>.json         templates made ready by the run
+//!     pools/<template>.json             warm pools and their size
+//!     sandboxes/<sandbox-id>/
+//!       meta.json                       template, isolation, init pid and start time
+//!       init.log                        stderr of the sandbox's init
+//!       upper/ work/ rootfs/            the overlay's upper and work dirs; the root mount point
+//! ```
+//!
+//! Records are small JSON files written whole (temporary file, then rename),
+//! so a crash never leaves half a record. They are written with blocking
+//! calls from async code on purpose: each is a few hundred bytes, and
+//! whole-tree work (hashing, copying, removing) goes to blocking threads.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::io;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use sandfleet_core::{Labels, Owned, Reaped, RunId};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use sha2::{Digest, Sha256};
+
+use crate::blocking;
+use crate::error::{IoContext, LocalError};
+use crate::process::{self, MarkerScope, Process, ProcessIdentity};
+use crate::sandbox::{Isolation, WorkdirCopy};
+
+/// How long reaping waits for killed processes to exit.
+const REAP_WAIT: Duration = Duration::from_secs(5);
+
+/// A state directory.
+#[derive(Debug, Clone)]
+pub(crate) struct StateDir {
+    root: PathBuf,
+}
+
+impl StateDir {
+    pub(crate) fn new(root: PathBuf) -> Self {
+        StateDir { root }
+    }
+
+    /// The directory itself.
+    pub(crate) fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The image cache.
+    pub(crate) fn images(&self) -> PathBuf {
+        self.root.join("images")
+    }
+
+    /// The directory of run `run_id`.
+    pub(crate) fn run(&self, run_id: &RunId) -> RunDir {
+        RunDir {
+            root: self.root.join("runs").join(run_id.as_str()),
+        }
+    }
+}
+
+/// The directory of one run.
+#[derive(Debug, Clone)]
+pub(crate) struct RunDir {
+    root: PathBuf,
+}
+
+impl RunDir {
+    pub(crate) fn record(&self) -> PathBuf {
+        self.root.join("run.json")
+    }
+
+    fn templates(&self) -> PathBuf {
+        self.root.join("templates")
+    }
+
+    fn pools(&self) -> PathBuf {
+        self.root.join("pools")
+    }
+
+    /// Where sandboxes of the run live.
+    pub(crate) fn sandboxes(&self) -> PathBuf {
+        self.root.join("sandboxes")
+    }
+
+    /// The record of template `name`.
+    pub(crate) fn template(&self, name: &str) -> PathBuf {
+        self.templates().join(format!("{}.json", file_stem(name)))
+    }
+
+    /// The record of the warm pool of template `name`.
+    pub(crate) fn pool(&self, template: &str) -> PathBuf {
+        self.pools().join(format!("{}.json", file_stem(template)))
+    }
+}
+
+/// `run.json`: who owns the run.
+#[derive(Debug, Serialize, serde::Deserialize)]
+pub(crate) struct RunRecord {
+    pub(crate) run_id: RunId,
+    /// The process that created the run's objects.
+    pub(crate) owner: ProcessIdentity,
+    /// Seconds since the Unix epoch.
+    pub(crate) started_at: u64,
+}
+
+/// `templates/<name>.json`.
+#[derive(Debug, Serialize, serde::Deserialize)]
+pub(crate) struct TemplateRecord {
+    pub(crate) name: String,
+    pub(crate) image: String,
+    /// The directory sandboxes of this template are copies of.
+    pub(crate) image_dir: PathBuf,
+    pub(crate) network: bool,
+    pub(crate) labels: Labels,
+}
+
+/// `pools/<template>.json`.
+#[derive(Debug, Serialize, serde::Deserialize)]
+pub(crate) struct PoolRecord {
+    pub(crate) template: String,
+    pub(crate) desired: u32,
+}
+
+/// `sandboxes/<id>/meta.json`, written once the sandbox is ready.
+#[derive(Debug, Serialize, serde::Deserialize)]
+pub(crate) struct SandboxMeta {
+    pub(crate) id: String,
+    pub(crate) run_id: RunId,
+    pub(crate) template: String,
+    pub(crate) isolation: Isolation,
+    pub(crate) workdir_copy: WorkdirCopy,
+    /// The sandbox's init (namespaced sandboxes only): killing it ends every
+    /// process of the sandbox.
+    pub(crate) init: Option<ProcessIdentity>,
+    /// Seconds since the Unix epoch.
+    pub(crate) created_at: u64,
+}
+
+/// The file name of `meta.json` inside a sandbox directory.
+pub(crate) const SANDBOX_META: &str = "meta.json";
+
+/// Seconds since the Unix epoch.
+pub(crate) fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs())
+}
+
+/// A file name for an arbitrary name: safe characters are kept, and a name
+/// that needed changes gets a hash of the original so two names never share
+/// a file.
+pub(crate) fn file_stem(name: &str) -> String {
+    let safe: String = name
+        .chars()
+        .take(64)
+        .enumerate()
+        .map(|(i, c)| {
+            // No leading dot: no hidden files, no `.` or `..`.
+            let allowed = c.is_ascii_alphanumeric() || c == '-' || c == '_' || (c == '.' && i > 0);
+            if allowed { c } else { '_' }
+        })
+        .collect();
+    if safe == name {
+        safe
+    } else {
+        let digest = format!("{:x}", Sha256::digest(name.as_bytes()));
+        format!("{safe}-{}", &digest[..8])
+    }
+}
+
+/// Writes `value` as JSON to `path` atomically, creating parent directories.
+pub(crate) fn write_record(path: &Path, value: &impl Serialize) -> Result<(), LocalError> {
+    let parent = path.parent().unwrap_or(Path::new("."));
+    fs::create_dir_all(parent).context(|| format!("creating {}", parent.display()))?;
+    let json = serde_json::to_vec_pretty(value)
+        .map_err(|e| LocalError::Failed(format!("encoding {}: {e}", path.display())))?;
+    let partial = path.with_extension("json.partial");
+    fs::write(&partial, json).context(|| format!("writing {}", partial.display()))?;
+    fs::rename(&partial, path).context(|| format!("renaming {} into place", partial.display()))
+}
+
+/// Reads a JSON record.
+pub(crate) fn read_record<T: DeserializeOwned>(path: &Path) -> Result<T, LocalError> {
+    let bytes = fs::read(path).context(|| format!("reading {}", path.display()))?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| LocalError::Failed(format!("{} is not a valid record: {e}", path.display())))
+}
+
+/// Removes a record; one that is already gone is fine.
+pub(crate) fn remove_record(path: &Path) -> Result<(), LocalError> {
+    match fs::remove_file(path) {
+        Err(error) if error.kind() != io::ErrorKind::NotFound => {
+            Err(error).context(|| format!("removing {}", path.display()))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Removes a directory tree; true when it existed. Overlayfs leaves its work
+/// directory with mode 000, which stops a non-root owner from emptying it,
+/// so on a permission error the directories are made writable and the
+/// removal tried again.
+pub(crate) fn remove_tree(path: &Path) -> Result<bool, LocalError> {
+    let context = || format!("removing {}", path.display());
+    match fs::remove_dir_all(path) {
+        Ok(()) => Ok(true),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(error) if error.kind() == io::ErrorKind::PermissionDenied => {
+            for entry in walkdir::WalkDir::new(path).into_iter().flatten() {
+                if entry.file_type().is_dir() {
+                    // Best effort: whatever stays unwritable fails the retry.
+                    let _ = fs::set_permissions(entry.path(), fs::Permissions::from_mode(0o700));
+                }
+            }
+            fs::remove_dir_all(path).context(context).map(|()| true)
+        }
+        Err(error) => Err(error).context(context),
+    }
+}
+
+/// Names of the directories or record files (without `.json`) in `dir`.
+fn entry_names(dir: &Path, records: bool) -> Result<Vec<String>, LocalError> {
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(error) => return Err(error).context(|| format!("listing {}", dir.display())),
+    };
+    let mut names = Vec::new();
+    for entry in entries {
+        let entry = entry.context(|| format!("listing {}", dir.display()))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let name = if records {
+            match name.strip_suffix(".json") {
+                Some(stem) => stem.to_string(),
+                None => continue,
+            }
+        } else if entry.path().is_dir() {
+            name
+        } else {
+            continue;
+        };
+        names.push(name);
+    }
+    names.sort();
+    Ok(names)
+}
+
+/// Names in the records of one kind: the `name` or `template` they hold.
+fn record_names<T: DeserializeOwned>(
+    dir: &Path,
+    name_of: fn(T) -> String,
+) -> Result<Vec<String>, LocalError> {
+    let mut names = Vec::new();
+    for stem in entry_names(dir, true)? {
+        let path = dir.join(format!("{stem}.json"));
+        match read_record::<T>(&path) {
+            Ok(record) => names.push(name_of(record)),
+            // A record that cannot be read still names something the run owns.
+            Err(error) => {
+                tracing::warn!(%error, "unreadable record");
+                names.push(stem);
+            }
+        }
+    }
+    Ok(names)
+}
+
+/// What run `run_id` owns in `state_dir`: its templates, warm pools and
+/// sandboxes, including sandboxes whose processes are alive but whose
+/// directory is gone. Works for any run, live or crashed.
+pub async fn list_run(state_dir: &Path, run_id: &RunId) -> Result<Owned, LocalError> {
+    let run = StateDir::new(state_dir.to_path_buf()).run(run_id);
+    let run_id = run_id.clone();
+    blocking(move || {
+        let mut sandboxes: BTreeSet<String> =
+            entry_names(&run.sandboxes(), false)?.into_iter().collect();
+        sandboxes.extend(
+            process::find_marked(MarkerScope::Run(&run_id))
+                .into_iter()
+                .map(|marked| marked.sandbox_id),
+        );
+        Ok(Owned {
+            templates: record_names(&run.templates(), |r: TemplateRecord| r.name)?,
+            pools: record_names(&run.pools(), |r: PoolRecord| r.template)?,
+            sandboxes: sandboxes.into_iter().collect(),
+        })
+    })
+    .await
+}
+
+/// Removes everything run `run_id` owns in `state_dir`: kills its processes
+/// (the inits recorded in sandbox metas, and every process carrying the run's
+/// marker), removes its sandbox directories and its records, and returns the
+/// counts. Idempotent: a second call finds nothing. Images are a cache shared
+/// by runs and stay.
+pub async fn reap_run(state_dir: &Path, run_id: &RunId) -> Result<Reaped, LocalError> {
+    let run = StateDir::new(state_dir.to_path_buf()).run(run_id);
+    let scan_run = run.clone();
+    let scan_id = run_id.clone();
+    let (targets, sandboxes) = blocking(move || find_run_processes(&scan_run, &scan_id)).await?;
+    let processes = process::kill_all(targets, REAP_WAIT).await;
+    blocking(move || {
+        let templates = entry_names(&run.templates(), true)?.len();
+        let pools = entry_names(&run.pools(), true)?.len();
+        for id in &sandboxes {
+            remove_tree(&run.sandboxes().join(id))?;
+        }
+        remove_tree(&run.root)?;
+        Ok(Reaped {
+            templates,
+            pools,
+            sandboxes: sandboxes.len(),
+            processes,
+        })
+    })
+    .await
+}
+
+/// The live processes of a run, deduplicated, and the ids of its sandboxes
+/// (directories and marked processes).
+fn find_run_processes(
+    run: &RunDir,
+    run_id: &RunId,
+) -> Result<(Vec<Process>, BTreeSet<String>), LocalError> {
+    if let Ok(record) = read_record::<RunRecord>(&run.record())
+        && Process::open(record.owner).is_some()
+        && record.owner.pid != std::process::id() as i32
+    {
+        tracing::warn!(
+            run = %run_id,
+            owner = record.owner.pid,
+            "reaping a run whose owner is still running"
+        );
+    }
+    let mut sandboxes = BTreeSet::new();
+    let mut targets: Vec<Process> = Vec::new();
+    for id in entry_names(&run.sandboxes(), false)? {
+        let meta_path = run.sandboxes().join(&id).join(SANDBOX_META);
+        // A sandbox without a readable meta died (or its owner did) before
+        // it was ready; the marker scan below finds its processes.
+        if let Ok(meta) = read_record::<SandboxMeta>(&meta_path)
+            && let Some(init) = meta.init.and_then(Process::open)
+        {
+            targets.push(init);
+        }
+        sandboxes.insert(id);
+    }
+    for marked in process::find_marked(MarkerScope::Run(run_id)) {
+        if !targets
+            .iter()
+            .any(|known| known.identity() == marked.process.identity())
+        {
+            targets.push(marked.process);
+        }
+        sandboxes.insert(marked.sandbox_id);
+    }
+    Ok((targets, sandboxes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_stems_keep_safe_names_and_separate_the_rest() {
+        assert_eq!(file_stem("django-4.2_x"), "django-4.2_x");
+        let slash = file_stem("swe/django");
+        let underscore = file_stem("swe_django");
+        assert!(slash.starts_with("swe_django-"), "{slash}");
+        assert_ne!(slash, underscore);
+        assert!(file_stem("..").starts_with("_.-"), "{}", file_stem(".."));
+        assert!(file_stem(&"x".repeat(200)).len() < 80);
+    }
+
+    #[test]
+    fn records_round_trip_and_removal_is_idempotent() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a/b/pool.json");
+        let record = PoolRecord {
+            template: "t".into(),
+            desired: 3,
+        };
+        write_record(&path, &record).unwrap();
+        let read: PoolRecord = read_record(&path).unwrap();
+        assert_eq!((read.template.as_str(), read.desired), ("t", 3));
+        remove_record(&path).unwrap();
+        remove_record(&path).unwrap();
+        let error = read_record::<PoolRecord>(&path).unwrap_err().to_string();
+        assert!(error.contains("a/b/pool.json"), "{error}");
+    }
+
+    #[tokio::test]
+    async fn reaping_an_unknown_run_finds_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = RunId::new("never-ran").unwrap();
+        assert_eq!(reap_run(dir.path(), &run).await.unwrap(), Reaped::default());
+        assert_eq!(list_run(dir.path(), &run).await.unwrap(), Owned::default());
+    }
+}

@@ -1,0 +1,252 @@
+//! Fixtures: a state directory and an image in temporary directories, a
+//! backend over them, and host-side views of sandbox processes.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use sandfleet_backend_local::{ImageSource, IsolationMode, LocalBackend, LocalConfig};
+use sandfleet_core::{
+    Backend, BackendError, ExecRequest, ExecResult, RunId, SandboxHandle, TemplateRef, TemplateSpec,
+};
+
+/// The image every test uses: a small source tree.
+pub(crate) const IMAGE: &str = "app";
+
+/// Generous bound for claims and pool fills; never reached when things work.
+pub(crate) const PATIENCE: Duration = Duration::from_secs(30);
+
+/// A state directory, an image, and the config naming them.
+pub(crate) struct Fixture {
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) run_id: RunId,
+    pub(crate) config: LocalConfig,
+}
+
+impl Fixture {
+    pub(crate) fn new(isolation: IsolationMode) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let image = dir.path().join("image");
+        fs::create_dir_all(image.join("src")).unwrap();
+        fs::write(image.join("src/app.py"), "print('hello')\n").unwrap();
+        fs::write(image.join("README.md"), "# app\n").unwrap();
+        let config = LocalConfig {
+            state_dir: Some(dir.path().join("state")),
+            isolation,
+            images: BTreeMap::from([(
+                IMAGE.to_string(),
+                ImageSource {
+                    path: image,
+                    git: false,
+                },
+            )]),
+            ..LocalConfig::default()
+        };
+        Fixture {
+            dir,
+            run_id: RunId::generate("test"),
+            config,
+        }
+    }
+
+    pub(crate) fn image_dir(&self) -> PathBuf {
+        self.dir.path().join("image")
+    }
+
+    pub(crate) fn state_dir(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+
+    pub(crate) fn backend(&self) -> LocalBackend {
+        LocalBackend::new("local", self.config.clone(), self.run_id.clone()).unwrap()
+    }
+}
+
+/// A fixture with namespaced sandboxes and its backend, or `None` (after
+/// saying why) on a machine whose probe finds no usable namespaces.
+pub(crate) fn namespaced() -> Option<(Fixture, LocalBackend)> {
+    let fixture = Fixture::new(IsolationMode::Namespaces);
+    match LocalBackend::new("local", fixture.config.clone(), fixture.run_id.clone()) {
+        Ok(backend) => Some((fixture, backend)),
+        Err(BackendError::Unavailable { detail, .. }) => {
+            eprintln!("SKIPPED: Linux namespaces are not available here: {detail}");
+            None
+        }
+        Err(error) => panic!("{error}"),
+    }
+}
+
+/// A template of [`IMAGE`].
+pub(crate) fn spec(name: &str) -> TemplateSpec {
+    TemplateSpec {
+        name: name.to_string(),
+        image: IMAGE.to_string(),
+        cpu_milli: 1000,
+        memory_mib: 512,
+        disk_mib: 1024,
+        network: false,
+        env: BTreeMap::new(),
+        labels: BTreeMap::new(),
+    }
+}
+
+pub(crate) async fn template(backend: &LocalBackend, name: &str) -> TemplateRef {
+    backend.ensure_template(&spec(name)).await.unwrap()
+}
+
+pub(crate) async fn claim(backend: &LocalBackend, template: &TemplateRef) -> SandboxHandle {
+    backend
+        .claim(template, &BTreeMap::new(), Instant::now() + PATIENCE)
+        .await
+        .unwrap()
+}
+
+/// Runs `script` with `sh -c` in the sandbox.
+pub(crate) async fn sh(
+    backend: &LocalBackend,
+    sandbox: &SandboxHandle,
+    script: &str,
+) -> ExecResult {
+    backend
+        .exec(sandbox, &request(["sh", "-c", script]), None)
+        .await
+        .unwrap()
+}
+
+/// Like [`sh`], returning stdout as text and failing on a non-zero exit.
+pub(crate) async fn sh_ok(backend: &LocalBackend, sandbox: &SandboxHandle, script: &str) -> String {
+    let result = sh(backend, sandbox, script).await;
+    assert_eq!(
+        result.exit_code,
+        0,
+        "`{script}` failed: {}",
+        String::from_utf8_lossy(&result.stderr)
+    );
+    String::from_utf8(result.stdout).unwrap()
+}
+
+pub(crate) fn request<const N: usize>(argv: [&str; N]) -> ExecRequest {
+    ExecRequest {
+        argv: argv.map(String::from).to_vec(),
+        timeout: PATIENCE,
+        ..ExecRequest::default()
+    }
+}
+
+/// Waits until the pool of `template` has `ready` sandboxes.
+pub(crate) async fn wait_ready(backend: &LocalBackend, template: &TemplateRef, ready: u32) {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let status = backend.pool_status(template).await.unwrap();
+        if status.ready == ready {
+            return;
+        }
+        assert!(Instant::now() < deadline, "pool stuck at {status:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Host pids of processes whose argv[0] is the marker of a sandbox of
+/// `run_id` (namespaced sandboxes' inits).
+pub(crate) fn marked_inits(run_id: &RunId) -> Vec<i32> {
+    let prefix = format!("sandfleet-sandbox:{run_id}:");
+    pids()
+        .filter(|pid| {
+            fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|cmdline| cmdline.starts_with(prefix.as_bytes()))
+        })
+        .collect()
+}
+
+/// The host pid of the init of sandbox `id`.
+pub(crate) fn init_of(run_id: &RunId, id: &str) -> i32 {
+    let marker = format!("sandfleet-sandbox:{run_id}:{id}\0");
+    pids()
+        .find(|pid| {
+            fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|cmdline| cmdline.starts_with(marker.as_bytes()))
+        })
+        .unwrap_or_else(|| panic!("no init for sandbox {id}"))
+}
+
+/// Host pids of every process (zombies included) in the pid namespace of
+/// process `pid`.
+pub(crate) fn pid_namespace_members(pid: i32) -> Vec<i32> {
+    let namespace = fs::read_link(format!("/proc/{pid}/ns/pid")).unwrap();
+    pids()
+        .filter(|other| {
+            fs::read_link(format!("/proc/{other}/ns/pid")).is_ok_and(|ns| ns == namespace)
+        })
+        .collect()
+}
+
+/// `/proc/<pid>/stat` of each of `pids`, for failure messages.
+pub(crate) fn describe(pids: &[i32]) -> Vec<String> {
+    pids.iter()
+        .map(|pid| fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default())
+        .collect()
+}
+
+/// Whether process `pid` is running (not gone, not a zombie).
+pub(crate) fn is_running(pid: i32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z'))
+    })
+}
+
+/// Processes carrying `SANDFLEET_SANDBOX=sandfleet-sandbox:<run_id>:…` in
+/// their environment (plain sandboxes' commands).
+pub(crate) fn marked_by_env(run_id: &RunId) -> Vec<i32> {
+    let wanted = format!("SANDFLEET_SANDBOX=sandfleet-sandbox:{run_id}:");
+    pids()
+        .filter(|&pid| is_running(pid))
+        .filter(|pid| {
+            fs::read(format!("/proc/{pid}/environ")).is_ok_and(|environ| {
+                environ
+                    .split(|&b| b == 0)
+                    .any(|entry| entry.starts_with(wanted.as_bytes()))
+            })
+        })
+        .collect()
+}
+
+fn pids() -> impl Iterator<Item = i32> {
+    fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+}
+
+/// Sandbox directories of the run.
+pub(crate) fn sandbox_dirs(state: &Path, run_id: &RunId) -> Vec<String> {
+    let dir = state.join("runs").join(run_id.as_str()).join("sandboxes");
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|entry| Some(entry.ok()?.file_name().to_str()?.to_string()))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// Every file under `dir` with its contents, for before/after comparisons.
+pub(crate) fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    fn walk(dir: &Path, root: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
+        for entry in fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let relative = path.strip_prefix(root).unwrap().to_path_buf();
+            if path.is_dir() {
+                out.insert(relative, Vec::new());
+                walk(&path, root, out);
+            } else {
+                out.insert(relative, fs::read(&path).unwrap());
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(dir, dir, &mut out);
+    out
+}

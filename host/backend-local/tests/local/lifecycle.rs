@@ -1,0 +1,254 @@
+//! Templates, warm pools, claims and releases.
+
+use std::time::{Duration, Instant};
+
+use sandfleet_core::{Backend, BackendError, PoolStatus, TemplateSpec};
+
+use crate::common::{self, claim, sandbox_dirs, sh_ok, template, wait_ready};
+
+#[tokio::test]
+async fn warm_claim_exec_release_round_trip() {
+    let Some((fixture, backend)) = common::namespaced() else {
+        return;
+    };
+    let template = template(&backend, "py").await;
+    backend.warm(&template, 2).await.unwrap();
+    wait_ready(&backend, &template, 2).await;
+
+    let sandbox = claim(&backend, &template).await;
+    assert_eq!(sandbox.cluster, "local");
+    assert_eq!(sandbox.template, "py");
+    assert!(sandbox.id.starts_with("py-"), "{}", sandbox.id);
+    // The pool refills behind the claim.
+    wait_ready(&backend, &template, 2).await;
+    assert_eq!(sandbox_dirs(&fixture.state_dir(), &fixture.run_id).len(), 3);
+
+    assert_eq!(
+        sh_ok(&backend, &sandbox, "pwd; hostname; cat README.md").await,
+        format!("/workspace\n{}\n# app\n", sandbox.id)
+    );
+    backend
+        .renew(&sandbox, Duration::from_secs(60))
+        .await
+        .unwrap();
+
+    backend.release(&sandbox).await.unwrap();
+    backend.release(&sandbox).await.unwrap();
+    assert_eq!(sandbox_dirs(&fixture.state_dir(), &fixture.run_id).len(), 2);
+    let error = backend
+        .exec(&sandbox, &common::request(["true"]), None)
+        .await
+        .unwrap_err();
+    assert!(matches!(error, BackendError::NotFound { .. }), "{error}");
+    let error = backend
+        .renew(&sandbox, Duration::from_secs(60))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, BackendError::NotFound { .. }), "{error}");
+
+    backend.unwarm(&template).await.unwrap();
+    backend.unwarm(&template).await.unwrap();
+    assert_eq!(
+        backend.pool_status(&template).await.unwrap(),
+        PoolStatus {
+            desired: 0,
+            ready: 0
+        }
+    );
+    assert!(sandbox_dirs(&fixture.state_dir(), &fixture.run_id).is_empty());
+
+    // No pool: the claim makes a sandbox (cold).
+    let cold = claim(&backend, &template).await;
+    assert_eq!(
+        sh_ok(&backend, &cold, "cat src/app.py").await,
+        "print('hello')\n"
+    );
+    assert_eq!(
+        backend.pool_status(&template).await.unwrap(),
+        PoolStatus {
+            desired: 0,
+            ready: 0
+        }
+    );
+    let owned = backend.list_owned(&fixture.run_id).await.unwrap();
+    assert_eq!(owned.templates, ["py"]);
+    assert!(owned.pools.is_empty());
+    assert_eq!(owned.sandboxes, std::slice::from_ref(&cold.id));
+    backend.release(&cold).await.unwrap();
+}
+
+#[tokio::test]
+async fn pools_shrink_and_respect_max_sandboxes() {
+    let Some((mut fixture, _)) = common::namespaced() else {
+        return;
+    };
+    fixture.config.max_sandboxes = Some(2);
+    let backend = fixture.backend();
+    let template = template(&backend, "small").await;
+    let error = backend.warm(&template, 3).await.unwrap_err();
+    assert!(error.to_string().contains("max_sandboxes = 2"), "{error}");
+
+    backend.warm(&template, 2).await.unwrap();
+    wait_ready(&backend, &template, 2).await;
+    backend.warm(&template, 1).await.unwrap();
+    assert_eq!(
+        backend.pool_status(&template).await.unwrap(),
+        PoolStatus {
+            desired: 1,
+            ready: 1
+        }
+    );
+
+    // Two claimed from the pool: every slot is taken, so the pool stays
+    // empty and a cold claim times out, naming the limit.
+    let first = claim(&backend, &template).await;
+    wait_ready(&backend, &template, 1).await;
+    let second = claim(&backend, &template).await;
+    assert_eq!(
+        backend.pool_status(&template).await.unwrap(),
+        PoolStatus {
+            desired: 1,
+            ready: 0
+        }
+    );
+    let error = backend
+        .claim(
+            &template,
+            &Default::default(),
+            Instant::now() + Duration::from_millis(200),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, BackendError::Timeout { .. })
+            && error.to_string().contains("max_sandboxes"),
+        "{error}"
+    );
+    // A release frees a slot, and the pool takes it.
+    backend.release(&first).await.unwrap();
+    wait_ready(&backend, &template, 1).await;
+    backend.release(&second).await.unwrap();
+    backend.unwarm(&template).await.unwrap();
+}
+
+#[tokio::test]
+async fn templates_are_checked_against_the_config() {
+    let Some((fixture, backend)) = common::namespaced() else {
+        return;
+    };
+    let unknown = TemplateSpec {
+        image: "nope".into(),
+        ..common::spec("t")
+    };
+    let error = backend.ensure_template(&unknown).await.unwrap_err();
+    assert!(matches!(error, BackendError::NotFound { .. }), "{error}");
+    assert!(
+        error.to_string().contains("image `nope`") && error.to_string().contains("app"),
+        "{error}"
+    );
+
+    let networked = TemplateSpec {
+        network: true,
+        ..common::spec("t")
+    };
+    let error = backend.ensure_template(&networked).await.unwrap_err();
+    assert!(error.to_string().contains("network = true"), "{error}");
+
+    let first = template(&backend, "t").await;
+    assert_eq!(template(&backend, "t").await, first);
+    let changed = TemplateSpec {
+        env: [("A".into(), "1".into())].into(),
+        ..common::spec("t")
+    };
+    assert!(matches!(
+        backend.ensure_template(&changed).await,
+        Err(BackendError::Rejected { .. })
+    ));
+
+    let missing = sandfleet_core::TemplateRef {
+        name: "never".into(),
+        image: "app".into(),
+    };
+    assert!(matches!(
+        backend.pool_status(&missing).await,
+        Err(BackendError::NotFound { .. })
+    ));
+    assert!(matches!(
+        backend.warm(&missing, 1).await,
+        Err(BackendError::NotFound { .. })
+    ));
+    backend.unwarm(&missing).await.unwrap();
+    assert_eq!(
+        backend.list_owned(&fixture.run_id).await.unwrap().templates,
+        ["t"]
+    );
+}
+
+#[tokio::test]
+async fn preflight_and_capacity_describe_this_machine() {
+    let Some((_fixture, backend)) = common::namespaced() else {
+        return;
+    };
+    let preflight = backend.preflight().await;
+    assert!(preflight.failures.is_empty(), "{preflight:?}");
+    assert!(preflight.warnings.is_empty(), "{preflight:?}");
+    let capacity = backend.capacity().await.unwrap();
+    let cores = std::thread::available_parallelism().unwrap().get() as u64;
+    assert_eq!(capacity.nodes, 1);
+    assert_eq!(capacity.cpu_milli, cores * 1000);
+    assert_eq!(u64::from(capacity.sandbox_slots), 4 * cores);
+    assert!(capacity.memory_mib > 0 && capacity.disk_mib_per_node > 0);
+}
+
+#[tokio::test]
+async fn a_sandbox_that_cannot_start_fails_cleanly() {
+    let Some((fixture, backend)) = common::namespaced() else {
+        return;
+    };
+    let template = template(&backend, "t").await;
+    std::fs::remove_dir_all(fixture.image_dir()).unwrap();
+    let error = backend
+        .claim(
+            &template,
+            &Default::default(),
+            Instant::now() + common::PATIENCE,
+        )
+        .await
+        .unwrap_err();
+    let message = error.to_string();
+    assert!(matches!(error, BackendError::Failed { .. }), "{message}");
+    // The init's own words: the image it could not copy.
+    assert!(
+        message.contains("init failed") && message.contains("image"),
+        "{message}"
+    );
+    assert!(sandbox_dirs(&fixture.state_dir(), &fixture.run_id).is_empty());
+    assert!(common::marked_inits(&fixture.run_id).is_empty());
+}
+
+#[tokio::test]
+async fn a_cancelled_claim_leaves_no_process_running() {
+    let Some((fixture, backend)) = common::namespaced() else {
+        return;
+    };
+    let template = template(&backend, "t").await;
+    let labels = Default::default();
+    let claim = backend.claim(&template, &labels, Instant::now() + common::PATIENCE);
+    // Well before a sandbox can be ready.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(20), claim)
+            .await
+            .is_err()
+    );
+    let deadline = Instant::now() + common::PATIENCE;
+    while !common::marked_by_env(&fixture.run_id).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the cancelled sandbox's init survived"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Its directory is left for reap.
+    let reaped = backend.reap(&fixture.run_id).await.unwrap();
+    assert_eq!((reaped.sandboxes, reaped.processes), (1, 0));
+}

@@ -1,0 +1,9 @@
+//! The local backend against real processes and namespaces on this machine.
+
+mod common;
+mod exec;
+mod images;
+mod isolation;
+mod lifecycle;
+mod plain;
+mod reap;

@@ -1,0 +1,538 @@
+//! The fleet file (`fleet.toml`): parsing, defaults and validation.
+//!
+//! Every table rejects unknown keys. Errors name the file, line and column
+//! and the key. Relative paths are resolved against the file's directory.
+//! Secrets never appear inline: a setting that needs one names the
+//! environment variable holding it.
+
+use std::collections::BTreeMap;
+use std::num::NonZeroU32;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use sandfleet_backend_local::LocalConfig;
+use sandfleet_engine::{DiskCap, FleetSettings, Strategy};
+use sandfleet_plugin::{Kind, KindLimits, Limits};
+use serde::{Deserialize, Deserializer};
+
+/// A parsed, validated fleet file.
+#[derive(Debug, Clone)]
+pub(crate) struct FleetConfig {
+    /// The file it came from.
+    pub(crate) path: PathBuf,
+    pub(crate) run: RunConfig,
+    pub(crate) adapter: AdapterConfig,
+    pub(crate) fleet: FleetSettings,
+    pub(crate) plugins: PluginsConfig,
+    pub(crate) clusters: Vec<ClusterConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RunConfig {
+    /// Prefix of generated run ids.
+    #[serde(default = "default_run_name")]
+    pub(crate) name: String,
+    /// The dataset: JSONL, one row per task.
+    pub(crate) dataset: PathBuf,
+    /// Solutions to evaluate: JSONL rows with an id (`id`, `task_id` or
+    /// `instance_id`) and a solution (`solution`, `model_patch` or `patch`).
+    #[serde(default)]
+    pub(crate) solutions: Option<PathBuf>,
+    /// Output directory, unless `--out` says otherwise.
+    #[serde(default)]
+    pub(crate) out: Option<PathBuf>,
+    /// Passes over the dataset.
+    #[serde(default = "one", deserialize_with = "positive")]
+    pub(crate) epochs: u32,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AdapterConfig {
+    /// The task adapter plugin.
+    pub(crate) name: String,
+    /// Settings handed to the adapter (see `sandfleet plugin check`).
+    #[serde(default)]
+    pub(crate) settings: BTreeMap<String, SettingValue>,
+}
+
+/// An adapter setting: written as a string, number or boolean, handed over as text.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct SettingValue(pub(crate) String);
+
+impl<'de> Deserialize<'de> for SettingValue {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        match toml::Value::deserialize(deserializer)? {
+            toml::Value::String(s) => Ok(SettingValue(s)),
+            toml::Value::Integer(n) => Ok(SettingValue(n.to_string())),
+            toml::Value::Float(x) => Ok(SettingValue(x.to_string())),
+            toml::Value::Boolean(b) => Ok(SettingValue(b.to_string())),
+            other => Err(serde::de::Error::custom(format!(
+                "a setting must be a string, number or boolean, not {}",
+                other.type_str()
+            ))),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PluginsConfig {
+    /// A directory of `<name>.wasm` plugins overriding the built-ins; the
+    /// daemon reloads them when they change.
+    #[serde(default)]
+    pub(crate) dir: Option<PathBuf>,
+    #[serde(default = "default_placement")]
+    pub(crate) placement: String,
+    #[serde(default = "default_sizing")]
+    pub(crate) sizing: String,
+    /// The reset check for recycling.
+    #[serde(default)]
+    pub(crate) reset: Option<String>,
+    /// Where compiled plugins are cached (default: the user's cache dir).
+    #[serde(default)]
+    pub(crate) cache_dir: Option<PathBuf>,
+    /// Meter fuel (then `fuel` limits apply).
+    #[serde(default)]
+    pub(crate) fuel: bool,
+    /// Limits per plugin kind.
+    #[serde(default)]
+    pub(crate) limits: LimitsConfig,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct LimitsConfig {
+    #[serde(default)]
+    placement: KindLimitConfig,
+    #[serde(default)]
+    sizing: KindLimitConfig,
+    #[serde(default)]
+    reset: KindLimitConfig,
+    #[serde(default)]
+    adapter: KindLimitConfig,
+}
+
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KindLimitConfig {
+    #[serde(default, deserialize_with = "opt_duration")]
+    deadline: Option<Duration>,
+    #[serde(default)]
+    memory_mib: Option<NonZeroU32>,
+    #[serde(default)]
+    fuel: Option<u64>,
+}
+
+/// Adapters grade whole test logs, which can take far longer than a
+/// placement decision.
+const DEFAULT_ADAPTER_DEADLINE: Duration = Duration::from_secs(5);
+
+impl LimitsConfig {
+    pub(crate) fn resolve(&self) -> KindLimits {
+        let mut limits = KindLimits::default();
+        limits.adapter.deadline = DEFAULT_ADAPTER_DEADLINE;
+        for (kind, config) in [
+            (Kind::Placement, self.placement),
+            (Kind::Sizing, self.sizing),
+            (Kind::Reset, self.reset),
+            (Kind::Adapter, self.adapter),
+        ] {
+            let base = limits.of(kind);
+            limits.set(
+                kind,
+                Limits {
+                    deadline: config.deadline.unwrap_or(base.deadline),
+                    memory_cap: config
+                        .memory_mib
+                        .map_or(base.memory_cap, |mib| u64::from(mib.get()) << 20),
+                    fuel: config.fuel.or(base.fuel),
+                },
+            );
+        }
+        limits
+    }
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct ClusterConfig {
+    pub(crate) name: String,
+    pub(crate) weight: u32,
+    pub(crate) backend: BackendConfig,
+}
+
+/// A cluster's backend and its own table.
+#[derive(Debug, Clone)]
+pub(crate) enum BackendConfig {
+    Local(LocalConfig),
+}
+
+impl BackendConfig {
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            BackendConfig::Local(_) => "local",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum BackendKind {
+    Local,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCluster {
+    name: String,
+    backend: BackendKind,
+    #[serde(default = "one", deserialize_with = "positive")]
+    weight: u32,
+    #[serde(default)]
+    local: Option<LocalConfig>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    run: RunConfig,
+    adapter: AdapterConfig,
+    #[serde(default)]
+    fleet: RawFleet,
+    #[serde(default)]
+    plugins: Option<PluginsConfig>,
+    #[serde(default)]
+    clusters: Vec<toml::Spanned<RawCluster>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawFleet {
+    #[serde(default)]
+    strategy: Option<Strategy>,
+    #[serde(default)]
+    max_concurrent: Option<NonZeroU32>,
+    #[serde(default)]
+    max_warmpool_size: Option<NonZeroU32>,
+    #[serde(default)]
+    warm_per_task: Option<bool>,
+    #[serde(default)]
+    warm_create_budget: Option<NonZeroU32>,
+    #[serde(default, deserialize_with = "opt_rate")]
+    create_rate: Option<f64>,
+    #[serde(default, deserialize_with = "opt_factor")]
+    overcommit_factor: Option<f64>,
+    #[serde(default)]
+    max_live_sandboxes: Option<NonZeroU32>,
+    #[serde(default)]
+    keep_warm: Option<bool>,
+    #[serde(default)]
+    recycle: Option<bool>,
+    #[serde(default)]
+    max_reuses: Option<u32>,
+    #[serde(default, deserialize_with = "opt_duration")]
+    claim_timeout: Option<Duration>,
+    #[serde(default, deserialize_with = "opt_duration")]
+    pool_ready_timeout: Option<Duration>,
+    #[serde(default, deserialize_with = "opt_duration")]
+    breaker_interval: Option<Duration>,
+    #[serde(default)]
+    avg_image_mib: Option<u64>,
+    #[serde(default)]
+    disk_headroom_percent: Option<u32>,
+    #[serde(default)]
+    cpu_milli: Option<NonZeroU32>,
+    #[serde(default)]
+    memory_mib: Option<NonZeroU32>,
+    #[serde(default)]
+    disk_mib: Option<NonZeroU32>,
+    #[serde(default)]
+    network: Option<bool>,
+}
+
+/// A fleet file that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ConfigError {
+    #[error("{path}: cannot read: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{location}: {message}")]
+    Invalid { location: String, message: String },
+}
+
+impl FleetConfig {
+    /// Reads and validates the fleet file at `path`.
+    pub(crate) fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse(&text, path)
+    }
+
+    pub(crate) fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        let raw: RawFile = toml::from_str(text).map_err(|e| ConfigError::Invalid {
+            location: location(path, text, e.span()),
+            message: e.message().trim_end().to_string(),
+        })?;
+        let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+        let base = absolute.parent().unwrap_or(Path::new("/")).to_path_buf();
+        let resolve = |p: &Path| {
+            if p.is_absolute() {
+                p.to_path_buf()
+            } else {
+                base.join(p)
+            }
+        };
+
+        let mut run = raw.run;
+        run.dataset = resolve(&run.dataset);
+        run.solutions = run.solutions.as_deref().map(resolve);
+        run.out = run.out.as_deref().map(resolve);
+
+        let mut plugins = raw.plugins.unwrap_or_else(|| PluginsConfig {
+            dir: None,
+            placement: default_placement(),
+            sizing: default_sizing(),
+            reset: None,
+            cache_dir: None,
+            fuel: false,
+            limits: LimitsConfig::default(),
+        });
+        plugins.dir = plugins.dir.as_deref().map(resolve);
+        plugins.cache_dir = plugins.cache_dir.as_deref().map(resolve);
+
+        if raw.clusters.is_empty() {
+            return Err(ConfigError::Invalid {
+                location: path.display().to_string(),
+                message: "no [[clusters]]: add at least one (for example `backend = \"local\"`)"
+                    .into(),
+            });
+        }
+        let mut clusters: Vec<ClusterConfig> = Vec::new();
+        for spanned in raw.clusters {
+            let span = spanned.span();
+            let cluster = spanned.into_inner();
+            let invalid = |message: String| ConfigError::Invalid {
+                location: location(path, text, Some(span.clone())),
+                message,
+            };
+            if clusters.iter().any(|c| c.name == cluster.name) {
+                return Err(invalid(format!(
+                    "a cluster named `{}` is already defined",
+                    cluster.name
+                )));
+            }
+            let backend = match cluster.backend {
+                BackendKind::Local => {
+                    let mut local = cluster.local.unwrap_or_default();
+                    local.resolve_paths(&base);
+                    BackendConfig::Local(local)
+                }
+            };
+            clusters.push(ClusterConfig {
+                name: cluster.name,
+                weight: cluster.weight,
+                backend,
+            });
+        }
+
+        let f = raw.fleet;
+        let defaults = FleetSettings::default();
+        let fleet = FleetSettings {
+            strategy: f.strategy.unwrap_or(defaults.strategy),
+            max_concurrent: f
+                .max_concurrent
+                .map_or(defaults.max_concurrent, NonZeroU32::get),
+            max_warmpool_size: f
+                .max_warmpool_size
+                .map_or(defaults.max_warmpool_size, NonZeroU32::get),
+            warm_per_task: f.warm_per_task.unwrap_or(defaults.warm_per_task),
+            warm_create_budget: f
+                .warm_create_budget
+                .map_or(defaults.warm_create_budget, NonZeroU32::get),
+            create_rate: f.create_rate.or(defaults.create_rate),
+            overcommit_factor: f.overcommit_factor.unwrap_or(defaults.overcommit_factor),
+            max_live_sandboxes: f
+                .max_live_sandboxes
+                .map_or(defaults.max_live_sandboxes, NonZeroU32::get),
+            epochs: run.epochs,
+            keep_warm: f.keep_warm.unwrap_or(defaults.keep_warm),
+            recycle: f.recycle.unwrap_or(defaults.recycle),
+            max_reuses: f.max_reuses.unwrap_or(defaults.max_reuses),
+            claim_timeout: f.claim_timeout.unwrap_or(defaults.claim_timeout),
+            pool_ready_timeout: f.pool_ready_timeout.unwrap_or(defaults.pool_ready_timeout),
+            breaker_interval: f.breaker_interval.unwrap_or(defaults.breaker_interval),
+            disk: f.avg_image_mib.map(|avg_image_mib| DiskCap {
+                avg_image_mib,
+                headroom_percent: f.disk_headroom_percent.unwrap_or(10),
+            }),
+            cpu_milli: f.cpu_milli.map_or(defaults.cpu_milli, NonZeroU32::get),
+            memory_mib: f.memory_mib.map_or(defaults.memory_mib, NonZeroU32::get),
+            disk_mib: f.disk_mib.map_or(defaults.disk_mib, NonZeroU32::get),
+            network: f.network.unwrap_or(defaults.network),
+        };
+        if fleet.recycle && plugins.reset.is_none() {
+            return Err(ConfigError::Invalid {
+                location: path.display().to_string(),
+                message: "[fleet] recycle = true needs a reset check: set [plugins] reset (for example \"git-restore\")".into(),
+            });
+        }
+        Ok(FleetConfig {
+            path: path.to_path_buf(),
+            run,
+            adapter: raw.adapter,
+            fleet,
+            plugins,
+            clusters,
+        })
+    }
+}
+
+/// `file:line:column` of a byte span.
+fn location(path: &Path, text: &str, span: Option<std::ops::Range<usize>>) -> String {
+    let Some(span) = span else {
+        return path.display().to_string();
+    };
+    let before = &text[..span.start.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before
+        .rfind('\n')
+        .map_or(before.len(), |nl| before.len() - nl - 1)
+        + 1;
+    format!("{}:{line}:{column}", path.display())
+}
+
+fn default_run_name() -> String {
+    "run".to_string()
+}
+
+fn default_placement() -> String {
+    "least-loaded".to_string()
+}
+
+fn default_sizing() -> String {
+    "proportional".to_string()
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn positive<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u32, D::Error> {
+    NonZeroU32::deserialize(deserializer).map(NonZeroU32::get)
+}
+
+/// Durations as `"90s"`, `"2m"`, `"1h 30m"` (humantime).
+fn opt_duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Duration>, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    humantime::parse_duration(&text).map(Some).map_err(|e| {
+        serde::de::Error::custom(format!(
+            "`{text}` is not a duration like \"90s\" or \"2m\": {e}"
+        ))
+    })
+}
+
+fn opt_rate<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<f64>, D::Error> {
+    let rate = f64::deserialize(deserializer)?;
+    if rate > 0.0 && rate.is_finite() {
+        Ok(Some(rate))
+    } else {
+        Err(serde::de::Error::custom(format!(
+            "create_rate must be a positive number of creations per second, not {rate}"
+        )))
+    }
+}
+
+fn opt_factor<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<f64>, D::Error> {
+    let factor = f64::deserialize(deserializer)?;
+    if factor >= 1.0 && factor.is_finite() {
+        Ok(Some(factor))
+    } else {
+        Err(serde::de::Error::custom(format!(
+            "overcommit_factor must be at least 1.0, not {factor}"
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+[run]
+dataset = "tasks.jsonl"
+
+[adapter]
+name = "generic"
+
+[[clusters]]
+name = "here"
+backend = "local"
+"#;
+
+    fn parse(text: &str) -> Result<FleetConfig, String> {
+        FleetConfig::parse(text, Path::new("/cfg/fleet.toml")).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_minimal_file_gets_defaults_and_resolved_paths() {
+        let config = parse(MINIMAL).unwrap();
+        assert_eq!(config.run.dataset, PathBuf::from("/cfg/tasks.jsonl"));
+        assert_eq!(config.fleet, FleetSettings::default());
+        assert_eq!(config.plugins.placement, "least-loaded");
+        assert_eq!(
+            config.plugins.limits.resolve().adapter.deadline,
+            DEFAULT_ADAPTER_DEADLINE
+        );
+        assert_eq!(config.clusters[0].backend.kind(), "local");
+    }
+
+    #[test]
+    fn an_unknown_key_names_file_line_column_and_key() {
+        let text = MINIMAL.replace("[adapter]\n", "[adapter]\ncolour = \"red\"\n");
+        let error = parse(&text).unwrap_err();
+        assert!(
+            error.starts_with("/cfg/fleet.toml:6:1: unknown field `colour`"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn malformed_toml_and_bad_values_are_located() {
+        let error = parse("[run\n").unwrap_err();
+        assert!(error.starts_with("/cfg/fleet.toml:1:"), "{error}");
+        let text = format!("{MINIMAL}\n[fleet]\nmax_concurrent = 0\n");
+        let error = parse(&text).unwrap_err();
+        assert!(error.starts_with("/cfg/fleet.toml:13:18:"), "{error}");
+        let text = format!("{MINIMAL}\n[fleet]\nclaim_timeout = \"soon\"\n");
+        let error = parse(&text).unwrap_err();
+        assert!(error.contains("`soon` is not a duration"), "{error}");
+        let text = MINIMAL.replace("backend = \"local\"", "backend = \"cloud\"");
+        let error = parse(&text).unwrap_err();
+        assert!(
+            error.contains("unknown variant `cloud`, expected `local`"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn recycling_needs_a_reset_check_and_clusters_need_unique_names() {
+        let text = format!("{MINIMAL}\n[fleet]\nrecycle = true\n");
+        assert!(parse(&text).unwrap_err().contains("needs a reset check"));
+        let text = format!("{MINIMAL}\n[[clusters]]\nname = \"here\"\nbackend = \"local\"\n");
+        let error = parse(&text).unwrap_err();
+        assert!(
+            error.contains("a cluster named `here` is already defined"),
+            "{error}"
+        );
+        assert!(
+            parse("[run]\ndataset = \"x\"\n[adapter]\nname = \"g\"\n")
+                .unwrap_err()
+                .contains("no [[clusters]]")
+        );
+    }
+}

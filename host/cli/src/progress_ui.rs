@@ -1,0 +1,95 @@
+//! Run progress on the terminal: a bar when stderr is a terminal, plain
+//! lines otherwise (CI logs, pipes).
+
+use std::io::IsTerminal;
+use std::sync::Arc;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use sandfleet_engine::{Progress, TaskRecord, TaskStatus};
+
+/// The progress display for this process's stderr.
+pub(crate) fn for_stderr() -> Arc<dyn Progress> {
+    if std::io::stderr().is_terminal() {
+        Arc::new(Bar::new())
+    } else {
+        Arc::new(Lines)
+    }
+}
+
+struct Bar {
+    bar: ProgressBar,
+}
+
+impl Bar {
+    fn new() -> Self {
+        let bar = ProgressBar::new(0);
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}",
+            )
+            .expect("a valid template"),
+        );
+        Bar { bar }
+    }
+}
+
+impl Progress for Bar {
+    fn started(&self, total: usize, skipped: usize) {
+        self.bar.set_length(total as u64);
+        if skipped > 0 {
+            self.bar.println(format!(
+                "{skipped} task(s) already finished in this output directory; skipping them"
+            ));
+        }
+    }
+
+    fn step(&self, message: &str) {
+        self.bar.set_message(message.to_string());
+    }
+
+    fn finished(&self, record: &TaskRecord, done: usize, _total: usize) {
+        self.bar.set_position(done as u64);
+        if record.status != TaskStatus::Ok {
+            self.bar.println(line(record));
+        }
+    }
+
+    fn done(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+struct Lines;
+
+impl Progress for Lines {
+    fn started(&self, total: usize, skipped: usize) {
+        eprintln!("running {total} task(s); {skipped} already finished");
+    }
+
+    fn step(&self, message: &str) {
+        eprintln!("{message}");
+    }
+
+    fn finished(&self, record: &TaskRecord, done: usize, total: usize) {
+        eprintln!("[{done}/{total}] {}", line(record));
+    }
+
+    fn done(&self) {}
+}
+
+fn line(record: &TaskRecord) -> String {
+    let status = match record.status {
+        TaskStatus::Ok => "ok",
+        TaskStatus::Failed => "failed",
+        TaskStatus::InfraError => "infra_error",
+    };
+    let detail = record
+        .error
+        .as_deref()
+        .or(record.grade.as_ref().map(|g| g.detail.as_str()))
+        .unwrap_or("");
+    format!(
+        "{} {status} ({:.1}s) {detail}",
+        record.task_id, record.timings.total_s
+    )
+}

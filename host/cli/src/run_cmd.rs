@@ -1,0 +1,105 @@
+//! `sandfleet run CONFIG`: a batch run on the configured fleet.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use sandfleet_core::RunId;
+use sandfleet_engine::{CancellationToken, RunError, RunSpec};
+
+use crate::config::FleetConfig;
+use crate::{progress_ui, setup};
+
+/// Exit code when a signal stopped the run.
+const INTERRUPTED: u8 = 130;
+
+pub(crate) fn run(
+    config_path: &Path,
+    out: Option<PathBuf>,
+    run_id: Option<String>,
+) -> anyhow::Result<ExitCode> {
+    let config = FleetConfig::load(config_path)?;
+    let plugins = setup::plugins(&config)?;
+    let tasks = setup::tasks(&config, &plugins.adapter)?;
+    setup::check_images(&config, &tasks)?;
+    let solutions = setup::solutions(config.run.solutions.as_deref())?;
+    let items = setup::work_items(&config, tasks, &solutions);
+    let out_dir = out
+        .or_else(|| config.run.out.clone())
+        .context("no output directory: pass --out DIR or set [run] out")?;
+    let run_id = match run_id {
+        Some(id) => RunId::new(id).map_err(anyhow::Error::msg)?,
+        None => RunId::generate(&config.run.name),
+    };
+    let clusters = setup::clusters(&config, &run_id)?;
+    eprintln!(
+        "run {run_id}: {} task(s) → {}",
+        items.len(),
+        out_dir.display()
+    );
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let cancel = CancellationToken::new();
+    let spec = RunSpec {
+        run_id,
+        settings: config.fleet,
+        clusters,
+        adapter: plugins.adapter,
+        placement: plugins.placement,
+        sizing: plugins.sizing,
+        reset: plugins.reset,
+        out_dir: out_dir.clone(),
+        cancel: cancel.clone(),
+        progress: progress_ui::for_stderr(),
+    };
+    let outcome = runtime.block_on(async {
+        tokio::spawn(stop_on_signals(cancel));
+        sandfleet_engine::run(spec, items).await
+    });
+    match outcome {
+        Ok(report) => {
+            print!("{}", report.render());
+            println!(
+                "results: {}",
+                out_dir.join(sandfleet_engine::RESULTS_FILE).display()
+            );
+            println!(
+                "report:  {}",
+                out_dir.join(sandfleet_engine::REPORT_FILE).display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(RunError::Interrupted) => {
+            eprintln!("error: {}", RunError::Interrupted);
+            Ok(ExitCode::from(INTERRUPTED))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The first SIGINT or SIGTERM cancels the run, which then tears down; a
+/// second exits at once, leaving state `sandfleet reap` can find.
+async fn stop_on_signals(cancel: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut interrupt), Ok(mut terminate)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        tracing::warn!("cannot listen for signals; Ctrl-C will not tear down");
+        return;
+    };
+    tokio::select! {
+        _ = interrupt.recv() => {}
+        _ = terminate.recv() => {}
+    }
+    eprintln!("stopping: tearing everything down (signal again to exit at once)");
+    cancel.cancel();
+    tokio::select! {
+        _ = interrupt.recv() => {}
+        _ = terminate.recv() => {}
+    }
+    eprintln!("exiting without teardown; clean up with `sandfleet reap --run-id <id>`");
+    std::process::exit(i32::from(INTERRUPTED));
+}

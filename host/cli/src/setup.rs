@@ -1,0 +1,267 @@
+//! What `run`, `plan` and `preflight` share: plugins, the dataset, the
+//! solutions and the clusters, each checked before anything is created.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{Context as _, bail};
+use sandfleet_backend_local::LocalBackend;
+use sandfleet_core::RunId;
+use sandfleet_engine::{Cluster, WorkItem};
+use sandfleet_plugin::adapter::{Setting, TaskAdapter};
+use sandfleet_plugin::placement::PlacementPolicy;
+use sandfleet_plugin::reset::ResetCheck;
+use sandfleet_plugin::sizing::SizingPolicy;
+use sandfleet_plugin::{CallErrorKind, HostConfig, PluginHost, Registry};
+
+use crate::config::{BackendConfig, FleetConfig};
+
+/// The plugins a run uses, looked up and checked.
+pub(crate) struct Plugins {
+    pub(crate) adapter: TaskAdapter,
+    pub(crate) placement: PlacementPolicy,
+    pub(crate) sizing: SizingPolicy,
+    pub(crate) reset: Option<ResetCheck>,
+}
+
+/// Loads the built-in plugins and the plugin directory, and looks up the
+/// ones the configuration names.
+pub(crate) fn plugins(config: &FleetConfig) -> anyhow::Result<Plugins> {
+    let host = PluginHost::new(HostConfig {
+        limits: config.plugins.limits.resolve(),
+        fuel: config.plugins.fuel,
+        cache_dir: config
+            .plugins
+            .cache_dir
+            .clone()
+            .or_else(crate::default_cache_dir),
+        ..HostConfig::default()
+    })?;
+    let registry = Registry::new(host);
+    if let Err(errors) = registry.add_builtins(sandfleet_guests::BUILTINS) {
+        bail!("built-in plugins failed to load:\n{}", lines(&errors));
+    }
+    if let Some(dir) = &config.plugins.dir
+        && let Err(errors) = registry.load_dir(dir)
+    {
+        bail!(
+            "plugins in {} failed to load:\n{}",
+            dir.display(),
+            lines(&errors)
+        );
+    }
+    let named = |role: &str, name: &str| {
+        format!("{}: [plugins] {role} = \"{name}\"", config.path.display())
+    };
+    Ok(Plugins {
+        adapter: registry.adapter(&config.adapter.name).with_context(|| {
+            format!(
+                "{}: [adapter] name = \"{}\"",
+                config.path.display(),
+                config.adapter.name
+            )
+        })?,
+        placement: registry
+            .placement(&config.plugins.placement)
+            .with_context(|| named("placement", &config.plugins.placement))?,
+        sizing: registry
+            .sizing(&config.plugins.sizing)
+            .with_context(|| named("sizing", &config.plugins.sizing))?,
+        reset: match &config.plugins.reset {
+            Some(name) => Some(
+                registry
+                    .reset_check(name)
+                    .with_context(|| named("reset", name))?,
+            ),
+            None => None,
+        },
+    })
+}
+
+fn lines(errors: &[impl std::fmt::Display]) -> String {
+    errors
+        .iter()
+        .map(|e| format!("  {e}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The adapter settings from the configuration.
+pub(crate) fn adapter_settings(config: &FleetConfig) -> Vec<Setting> {
+    config
+        .adapter
+        .settings
+        .iter()
+        .map(|(key, value)| Setting {
+            key: key.clone(),
+            value: value.0.clone(),
+        })
+        .collect()
+}
+
+/// Loads every dataset row through the adapter. All bad rows are reported
+/// together, each as `file:line: message`.
+pub(crate) fn tasks(
+    config: &FleetConfig,
+    adapter: &TaskAdapter,
+) -> anyhow::Result<Vec<sandfleet_plugin::adapter::Task>> {
+    let path = &config.run.dataset;
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("{}: cannot read the dataset", path.display()))?;
+    let settings = adapter_settings(config);
+    let mut tasks = Vec::new();
+    let mut errors = Vec::new();
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for (index, row) in text.lines().enumerate() {
+        let line = index + 1;
+        if row.trim().is_empty() {
+            continue;
+        }
+        match adapter.load(row, &settings) {
+            Ok(task) => {
+                if let Some(first) = seen.insert(task.id.clone(), line) {
+                    errors.push(format!(
+                        "{}:{line}: task id `{}` is already used on line {first}",
+                        path.display(),
+                        task.id
+                    ));
+                }
+                tasks.push(task);
+            }
+            Err(e) => {
+                // The adapter's own message names the field; faults say more.
+                let message = match &e.kind {
+                    CallErrorKind::Declined { message, .. } => message.clone(),
+                    _ => e.to_string(),
+                };
+                errors.push(format!("{}:{line}: {message}", path.display()));
+            }
+        }
+    }
+    if !errors.is_empty() {
+        const SHOWN: usize = 20;
+        let more = errors.len().saturating_sub(SHOWN);
+        errors.truncate(SHOWN);
+        if more > 0 {
+            errors.push(format!("... and {more} more"));
+        }
+        bail!(
+            "the dataset has bad rows; nothing was started:\n  {}",
+            errors.join("\n  ")
+        );
+    }
+    if tasks.is_empty() {
+        bail!("{}: the dataset has no rows", path.display());
+    }
+    Ok(tasks)
+}
+
+/// Solutions by task id, from JSONL rows with an id field (`id`, `task_id`
+/// or `instance_id`) and a solution field (`solution`, `model_patch` or
+/// `patch`; `null` means no solution).
+pub(crate) fn solutions(path: Option<&Path>) -> anyhow::Result<HashMap<String, Option<String>>> {
+    let Some(path) = path else {
+        return Ok(HashMap::new());
+    };
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("{}: cannot read the solutions", path.display()))?;
+    let mut solutions = HashMap::new();
+    for (index, row) in text.lines().enumerate() {
+        if row.trim().is_empty() {
+            continue;
+        }
+        let at = || format!("{}:{}", path.display(), index + 1);
+        let value: serde_json::Value =
+            serde_json::from_str(row).with_context(|| format!("{}: not valid JSON", at()))?;
+        let id = ["id", "task_id", "instance_id"]
+            .iter()
+            .find_map(|key| value.get(key).and_then(|v| v.as_str()))
+            .with_context(|| format!("{}: no `id`, `task_id` or `instance_id` string", at()))?;
+        let solution = ["solution", "model_patch", "patch"]
+            .iter()
+            .find_map(|key| value.get(key))
+            .with_context(|| format!("{}: no `solution`, `model_patch` or `patch` field", at()))?;
+        let solution = match solution {
+            serde_json::Value::Null => None,
+            serde_json::Value::String(s) => Some(s.clone()),
+            _ => bail!("{}: the solution must be a string or null", at()),
+        };
+        solutions.insert(id.to_string(), solution);
+    }
+    Ok(solutions)
+}
+
+/// The work of a run: every task in every epoch, with its solution.
+pub(crate) fn work_items(
+    config: &FleetConfig,
+    tasks: Vec<sandfleet_plugin::adapter::Task>,
+    solutions: &HashMap<String, Option<String>>,
+) -> Vec<WorkItem> {
+    (0..config.run.epochs)
+        .flat_map(|epoch| {
+            tasks.iter().map(move |task| WorkItem {
+                task: task.clone(),
+                solution: solutions.get(&task.id).cloned().flatten(),
+                epoch,
+            })
+        })
+        .collect()
+}
+
+/// Checks that a cluster can make every image the tasks need.
+pub(crate) fn check_images(
+    config: &FleetConfig,
+    tasks: &[sandfleet_plugin::adapter::Task],
+) -> anyhow::Result<()> {
+    let mut missing: Vec<String> = Vec::new();
+    for task in tasks {
+        let known = config
+            .clusters
+            .iter()
+            .any(|cluster| match &cluster.backend {
+                BackendConfig::Local(local) => local.images.contains_key(&task.image),
+            });
+        if !known
+            && !missing
+                .iter()
+                .any(|m| m.starts_with(&format!("`{}`", task.image)))
+        {
+            missing.push(format!(
+                "`{}` (first needed by task `{}`)",
+                task.image, task.id
+            ));
+        }
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    bail!(
+        "{}: no cluster maps these images; add them under [clusters.local.images]:\n  {}",
+        config.path.display(),
+        missing.join("\n  ")
+    )
+}
+
+/// The configured clusters' drivers, owned by `run_id`.
+pub(crate) fn clusters(config: &FleetConfig, run_id: &RunId) -> anyhow::Result<Vec<Cluster>> {
+    config
+        .clusters
+        .iter()
+        .map(|cluster| {
+            let backend: Arc<dyn sandfleet_core::Backend> = match &cluster.backend {
+                BackendConfig::Local(local) => Arc::new(LocalBackend::new(
+                    &cluster.name,
+                    local.clone(),
+                    run_id.clone(),
+                )?),
+            };
+            Ok(Cluster {
+                name: cluster.name.clone(),
+                kind: cluster.backend.kind().to_string(),
+                weight: cluster.weight,
+                backend,
+            })
+        })
+        .collect()
+}

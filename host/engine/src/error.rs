@@ -1,0 +1,30 @@
+//! Why a run failed as a whole (as opposed to a task failing).
+
+use sandfleet_core::BackendError;
+use sandfleet_plugin::CallError;
+
+/// A run that could not complete.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// A backend failed its preflight checks; nothing was created.
+    #[error("preflight failed:\n{}", .0.join("\n"))]
+    Preflight(Vec<String>),
+    /// A plugin call the run depends on (sizing, placement) failed.
+    #[error("{0}")]
+    Plugin(#[from] CallError),
+    /// A backend operation the run depends on failed.
+    #[error("{0}")]
+    Backend(#[from] BackendError),
+    /// The circuit breaker tripped; everything was torn down.
+    #[error("circuit breaker: {0}")]
+    Breaker(String),
+    /// Stopped by a signal; everything was torn down.
+    #[error("interrupted; finished tasks are in the results, rerun to resume")]
+    Interrupted,
+    /// The results file could not be written.
+    #[error("cannot write results: {0}")]
+    Results(#[from] std::io::Error),
+    /// A bug.
+    #[error("internal error: {0}")]
+    Internal(String),
+}

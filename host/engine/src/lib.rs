@@ -1,0 +1,42 @@
+//! sandfleet's fleet engine.
+//!
+//! A run takes tasks through plan → preflight → warm → claim → process →
+//! grade → release (or recycle through a verified reset) → teardown. Sizing
+//! and placement are decided by plugins; the clusters are [`Backend`]s the
+//! engine drives without knowing their kind.
+//!
+//! Results are appended to `results.jsonl` as each task finishes and a rerun
+//! into the same directory skips what is finished; `report.json` holds the
+//! [`RunReport`]. A circuit breaker tears everything down when the run owns
+//! more sandboxes than its plan explains, and cancelling the run's token
+//! (SIGINT/SIGTERM in the CLI) tears down too.
+//!
+//! [`Backend`]: sandfleet_core::Backend
+
+mod blocking;
+mod error;
+mod fleet;
+mod phases;
+pub mod plan;
+mod progress;
+mod rate;
+mod report;
+mod results;
+mod run;
+mod settings;
+mod task;
+
+pub use error::RunError;
+pub use fleet::Cluster;
+pub use phases::{Phase, PhaseStats};
+pub use progress::{LogProgress, Progress};
+pub use report::{
+    ClusterInfo, Environment, Machine, RecycleCounts, RunReport, TaskCounts, WarmCounts,
+};
+pub use results::{
+    GradeRecord, RESULTS_FILE, ResultsStore, TaskRecord, TaskStatus, TestRecord, Timings,
+};
+pub use run::{REPORT_FILE, RunSpec, reap, run};
+pub use settings::{DiskCap, FleetSettings, Strategy};
+pub use task::WorkItem;
+pub use tokio_util::sync::CancellationToken;

@@ -1,0 +1,187 @@
+//! The run report: what happened, how long each phase took, and on what.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::phases::{Phase, PhaseStats};
+use crate::results::{TaskRecord, TaskStatus};
+
+/// Task outcomes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct TaskCounts {
+    /// Passed.
+    pub ok: usize,
+    /// Did not pass (or could not be graded).
+    pub failed: usize,
+    /// Hit an infrastructure error.
+    pub infra_error: usize,
+    /// Finished by an earlier run into the same directory, not run again.
+    pub resumed: usize,
+    /// Not run: the run stopped first.
+    pub not_run: usize,
+}
+
+/// Warm pool totals.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct WarmCounts {
+    /// Warm replicas asked for over the run.
+    pub total: u64,
+    /// Most warm replicas at once.
+    pub peak: u64,
+}
+
+/// Sandbox recycling totals.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct RecycleCounts {
+    /// Tasks that ran in a recycled sandbox.
+    pub reused: usize,
+    /// Sandboxes released because their reset failed or was not clean.
+    pub quarantined: usize,
+}
+
+/// One cluster in the environment section.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ClusterInfo {
+    /// Its name.
+    pub name: String,
+    /// Its backend kind.
+    pub backend: String,
+}
+
+/// Where the run ran.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Environment {
+    /// sandfleet's version.
+    pub sandfleet: String,
+    /// The clusters.
+    pub clusters: Vec<ClusterInfo>,
+    /// The machine the host ran on.
+    pub machine: Machine,
+    /// Plugin name → version serving at the start.
+    pub plugins: BTreeMap<String, String>,
+}
+
+/// The host machine.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Machine {
+    /// Host name.
+    pub hostname: String,
+    /// Operating system and architecture.
+    pub os: String,
+    /// Logical CPUs.
+    pub cpus: usize,
+}
+
+impl Machine {
+    /// This machine.
+    pub fn current() -> Self {
+        Machine {
+            hostname: std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_string())
+                .unwrap_or_default(),
+            os: format!("{}-{}", std::env::consts::OS, std::env::consts::ARCH),
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        }
+    }
+}
+
+/// The report written to `report.json` and printed at the end.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunReport {
+    /// The run.
+    pub run_id: String,
+    /// Wall-clock seconds.
+    pub wall_s: f64,
+    /// Task outcomes, counting the latest result of every task and epoch.
+    pub tasks: TaskCounts,
+    /// Sandboxes claimed.
+    pub claims: u64,
+    /// Warm pool totals.
+    pub warm: WarmCounts,
+    /// Recycling totals.
+    pub recycle: RecycleCounts,
+    /// Timing per phase.
+    pub phases: BTreeMap<&'static str, PhaseStats>,
+    /// Where it ran.
+    pub environment: Environment,
+    /// Why the run stopped early, if it did.
+    pub error: Option<String>,
+}
+
+/// Counts the latest record of each task and epoch.
+pub(crate) fn count(records: &[TaskRecord]) -> TaskCounts {
+    let mut latest: BTreeMap<(&str, u32), TaskStatus> = BTreeMap::new();
+    for record in records {
+        latest.insert((&record.task_id, record.epoch), record.status);
+    }
+    let mut counts = TaskCounts::default();
+    for status in latest.values() {
+        match status {
+            TaskStatus::Ok => counts.ok += 1,
+            TaskStatus::Failed => counts.failed += 1,
+            TaskStatus::InfraError => counts.infra_error += 1,
+        }
+    }
+    counts
+}
+
+impl RunReport {
+    /// A table for the terminal.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let t = &self.tasks;
+        writeln!(
+            out,
+            "run {}: {} ok, {} failed, {} infra_error{}{} in {:.1}s",
+            self.run_id,
+            t.ok,
+            t.failed,
+            t.infra_error,
+            if t.resumed > 0 {
+                format!(" ({} from an earlier run)", t.resumed)
+            } else {
+                String::new()
+            },
+            if t.not_run > 0 {
+                format!(", {} not run", t.not_run)
+            } else {
+                String::new()
+            },
+            self.wall_s
+        )
+        .expect("write to String");
+        writeln!(
+            out,
+            "claims {}, warm replicas {} (peak {}), recycled {}, quarantined {}",
+            self.claims,
+            self.warm.total,
+            self.warm.peak,
+            self.recycle.reused,
+            self.recycle.quarantined
+        )
+        .expect("write to String");
+        writeln!(
+            out,
+            "{:<16} {:>6} {:>10} {:>9} {:>9} {:>9}",
+            "phase", "count", "total_s", "p50_s", "p95_s", "max_s"
+        )
+        .expect("write to String");
+        for name in Phase::ALL.map(Phase::name) {
+            let Some(stats) = self.phases.get(name).filter(|s| s.count > 0) else {
+                continue;
+            };
+            writeln!(
+                out,
+                "{:<16} {:>6} {:>10.3} {:>9.3} {:>9.3} {:>9.3}",
+                name, stats.count, stats.total_s, stats.p50_s, stats.p95_s, stats.max_s
+            )
+            .expect("write to String");
+        }
+        if let Some(error) = &self.error {
+            writeln!(out, "stopped: {error}").expect("write to String");
+        }
+        out
+    }
+}

@@ -1,0 +1,241 @@
+//! `results.jsonl`: one line per finished task, appended as each finishes, so
+//! a crash loses no finished work; a rerun into the same directory skips
+//! what is already there.
+
+use std::collections::HashSet;
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
+
+/// The file name inside the output directory.
+pub const RESULTS_FILE: &str = "results.jsonl";
+
+/// How a task ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskStatus {
+    /// Graded as passed.
+    Ok,
+    /// Ran and did not pass (including a grade of `error`, such as a patch
+    /// that does not apply, and commands that overran their timeout).
+    Failed,
+    /// The infrastructure failed (claim, exec, backend); says nothing about
+    /// the task. Rerun into the same directory to retry these.
+    InfraError,
+}
+
+/// Seconds spent on each step of a task.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Timings {
+    /// Claiming the sandbox (zero when a recycled one was reused).
+    pub claim_s: f64,
+    /// Files, setup and evaluate commands.
+    pub process_s: f64,
+    /// The adapter's grade call.
+    pub grade_s: f64,
+    /// Releasing the sandbox (zero when it is kept for recycling).
+    pub release_s: f64,
+    /// From start to finish.
+    pub total_s: f64,
+}
+
+/// One test as the adapter's parser saw it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TestRecord {
+    /// The test's name.
+    pub name: String,
+    /// `passed`, `failed`, `skipped`, `error` or `xfail`.
+    pub status: String,
+}
+
+/// The adapter's grade.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GradeRecord {
+    /// `passed`, `failed` or `error`.
+    pub status: String,
+    /// The reward.
+    pub reward: f64,
+    /// One line explaining the status.
+    pub detail: String,
+    /// Per-test outcomes.
+    pub tests: Vec<TestRecord>,
+    /// The adapter's native report (JSON).
+    pub report: serde_json::Value,
+}
+
+/// One line of `results.jsonl`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskRecord {
+    /// The task.
+    pub task_id: String,
+    /// The pass over the dataset, from 0.
+    pub epoch: u32,
+    /// How it ended.
+    pub status: TaskStatus,
+    /// The image it ran in.
+    pub image: String,
+    /// The cluster that ran it.
+    pub cluster: Option<String>,
+    /// The sandbox that ran it.
+    pub sandbox: Option<String>,
+    /// Tasks the sandbox had served before this one (recycling).
+    pub reuse: u32,
+    /// True when a command overran its timeout.
+    pub timed_out: bool,
+    /// What went wrong, for `infra_error` and tasks that could not be graded.
+    pub error: Option<String>,
+    /// Where the time went.
+    pub timings: Timings,
+    /// The adapter's grade, when it graded.
+    pub grade: Option<GradeRecord>,
+    /// When it finished (RFC 3339).
+    pub finished_at: String,
+}
+
+/// The results file of an output directory.
+pub struct ResultsStore {
+    path: PathBuf,
+    file: Mutex<File>,
+    finished: HashSet<(String, u32)>,
+    previous: Vec<TaskRecord>,
+}
+
+impl ResultsStore {
+    /// Opens (or creates) `dir/results.jsonl` and reads what earlier runs
+    /// finished. A torn last line (a crash mid-write) is ignored; its task runs again.
+    ///
+    /// # Errors
+    ///
+    /// When the directory or file cannot be created, read or written.
+    pub fn open(dir: &Path) -> std::io::Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        let path = dir.join(RESULTS_FILE);
+        let mut file = OpenOptions::new()
+            .create(true)
+            .read(true)
+            .append(true)
+            .open(&path)?;
+        let mut text = String::new();
+        file.read_to_string(&mut text)?;
+        let mut previous = Vec::new();
+        for (number, line) in text.lines().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            match serde_json::from_str::<TaskRecord>(line) {
+                Ok(record) => previous.push(record),
+                Err(e) => tracing::warn!(
+                    "{}:{}: ignoring an unreadable result line ({e}); that task runs again",
+                    path.display(),
+                    number + 1
+                ),
+            }
+        }
+        if !text.is_empty() && !text.ends_with('\n') {
+            file.seek(SeekFrom::End(0))?;
+            file.write_all(b"\n")?;
+        }
+        // Infrastructure errors say nothing about the task: retry them.
+        let finished = previous
+            .iter()
+            .filter(|r| r.status != TaskStatus::InfraError)
+            .map(|r| (r.task_id.clone(), r.epoch))
+            .collect();
+        Ok(ResultsStore {
+            path,
+            file: Mutex::new(file),
+            finished,
+            previous,
+        })
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// True when an earlier run finished this task in this epoch.
+    pub fn is_finished(&self, task_id: &str, epoch: u32) -> bool {
+        self.finished.contains(&(task_id.to_string(), epoch))
+    }
+
+    /// Records found when the store was opened.
+    pub fn previous(&self) -> &[TaskRecord] {
+        &self.previous
+    }
+
+    /// Appends one record as a single line, flushed before returning.
+    ///
+    /// # Errors
+    ///
+    /// When the file cannot be written.
+    pub fn append(&self, record: &TaskRecord) -> std::io::Result<()> {
+        let mut line = serde_json::to_vec(record).map_err(std::io::Error::other)?;
+        line.push(b'\n');
+        let mut file = self.file.lock().unwrap_or_else(|e| e.into_inner());
+        file.write_all(&line)?;
+        file.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(id: &str, status: TaskStatus) -> TaskRecord {
+        TaskRecord {
+            task_id: id.to_string(),
+            epoch: 0,
+            status,
+            image: "img".to_string(),
+            cluster: None,
+            sandbox: None,
+            reuse: 0,
+            timed_out: false,
+            error: None,
+            timings: Timings::default(),
+            grade: None,
+            finished_at: "2026-01-01T00:00:00Z".to_string(),
+        }
+    }
+
+    #[test]
+    fn reopening_skips_finished_tasks_but_retries_infra_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ResultsStore::open(dir.path()).unwrap();
+        store.append(&record("a", TaskStatus::Ok)).unwrap();
+        store.append(&record("b", TaskStatus::Failed)).unwrap();
+        store.append(&record("c", TaskStatus::InfraError)).unwrap();
+        drop(store);
+
+        let store = ResultsStore::open(dir.path()).unwrap();
+        assert!(store.is_finished("a", 0));
+        assert!(store.is_finished("b", 0));
+        assert!(!store.is_finished("c", 0));
+        assert!(!store.is_finished("a", 1));
+        assert_eq!(store.previous().len(), 3);
+    }
+
+    #[test]
+    fn a_torn_last_line_is_ignored_and_later_lines_stay_readable() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ResultsStore::open(dir.path()).unwrap();
+        store.append(&record("a", TaskStatus::Ok)).unwrap();
+        drop(store);
+        let path = dir.path().join(RESULTS_FILE);
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        text.push_str(r#"{"task_id":"b","epo"#);
+        std::fs::write(&path, text).unwrap();
+
+        let store = ResultsStore::open(dir.path()).unwrap();
+        assert!(store.is_finished("a", 0));
+        assert!(!store.is_finished("b", 0));
+        store.append(&record("b", TaskStatus::Ok)).unwrap();
+        drop(store);
+        let store = ResultsStore::open(dir.path()).unwrap();
+        assert!(store.is_finished("b", 0));
+    }
+}
