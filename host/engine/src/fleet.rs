@@ -376,9 +376,10 @@ mod tests {
     fn template_names_are_clean_and_distinct() {
         let a = template_name("swebench/sweb.eval.x86_64.django_1776_django-16255:latest");
         assert!(
-            a.starts_with("swebench-sweb-eval-x86-64-django-1776-dja"),
+            a.starts_with("swebench-sweb-eval-x86-64-django-1776-dj-"),
             "{a}"
         );
+        assert_eq!(a.len(), 40 + 1 + 8);
         assert!(
             a.chars()
                 .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
