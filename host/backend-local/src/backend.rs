@@ -13,6 +13,7 @@ use sandfleet_core::{
     PoolStatus, Preflight, Reaped, RunId, SandboxHandle, TemplateRef, TemplateSpec,
 };
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::task::TaskTracker;
 
 use crate::config::{IsolationMode, LocalConfig};
 use crate::error::{IoContext, LocalError};
@@ -64,6 +65,9 @@ struct Inner {
     slots: Arc<Semaphore>,
     /// Bounds how many warm sandboxes are being made at once.
     warm_creations: Semaphore,
+    /// The tasks making warm sandboxes; a reap of this backend's own run
+    /// waits for them, so none lands in the run's directory after it.
+    warming: TaskTracker,
     /// Image directories by image name. Held across a build, so the same
     /// image is never built twice at once.
     images: tokio::sync::Mutex<HashMap<String, PathBuf>>,
@@ -141,6 +145,7 @@ impl LocalBackend {
                 max_sandboxes,
                 slots: Arc::new(Semaphore::new(max_sandboxes as usize)),
                 warm_creations: Semaphore::new(cores as usize),
+                warming: TaskTracker::new(),
                 images: tokio::sync::Mutex::new(HashMap::new()),
                 live: Mutex::new(Live::default()),
             }),
@@ -366,7 +371,8 @@ impl Inner {
             }
         }
         for slot in slots {
-            tokio::spawn(Arc::clone(self).make_warm(Arc::clone(template), slot));
+            self.warming
+                .spawn(Arc::clone(self).make_warm(Arc::clone(template), slot));
         }
     }
 
@@ -596,7 +602,18 @@ impl Inner {
         // sandboxes, but keep the sandboxes (whose drop kills them) until the
         // reap has killed and counted their processes.
         let forgotten = if *run_id == self.site.run_id {
-            Some(std::mem::take(&mut *self.live()))
+            let forgotten = std::mem::take(&mut *self.live());
+            // Sandboxes still being made find their pool gone and destroy
+            // themselves; wait for that before removing the run's directory.
+            self.warming.close();
+            if tokio::time::timeout(WARM_CREATE_TIMEOUT, self.warming.wait())
+                .await
+                .is_err()
+            {
+                tracing::warn!(cluster = %self.name, "warm sandboxes still being made at reap");
+            }
+            self.warming.reopen();
+            Some(forgotten)
         } else {
             None
         };

@@ -22,6 +22,7 @@ mod values;
 
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use sandfleet_plugin::adapter::TaskAdapter;
 use sandfleet_plugin::placement::PlacementPolicy;
@@ -40,8 +41,9 @@ pub struct TestPlugin {
 }
 
 impl TestPlugin {
-    /// Loads the component at `path` on the shared test host (default limits,
-    /// compiled artifacts cached under the system temp directory).
+    /// Loads the component at `path` on the shared test host (see
+    /// [`shared_host`] for its limits; compiled artifacts are cached under the
+    /// system temp directory).
     ///
     /// # Errors
     ///
@@ -135,11 +137,21 @@ impl TestPlugin {
     }
 }
 
+/// The deadline of adapter calls on the shared test host: the daemon's
+/// default, since grading a whole test log takes far longer than a placement
+/// decision (and a loaded test machine must not turn that into a fault).
+pub const ADAPTER_DEADLINE: Duration = Duration::from_secs(5);
+
 /// One host for all tests of a process, so every component compiles once.
+/// Its limits are the defaults, except that adapter calls have
+/// [`ADAPTER_DEADLINE`]; use [`TestPlugin::load_with`] to test under others.
 pub fn shared_host() -> &'static PluginHost {
     static HOST: OnceLock<PluginHost> = OnceLock::new();
     HOST.get_or_init(|| {
+        let mut limits = KindLimits::default();
+        limits.adapter.deadline = ADAPTER_DEADLINE;
         PluginHost::new(HostConfig {
+            limits,
             cache_dir: Some(std::env::temp_dir().join("sandfleet-testkit-cache")),
             ..HostConfig::default()
         })

@@ -1,0 +1,147 @@
+//! A small fleet in a temporary directory: images, a dataset, plugins and a
+//! local backend.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use sandfleet_backend_local::{ImageSource, LocalBackend, LocalConfig};
+use sandfleet_core::{Backend, RunId};
+use sandfleet_engine::{CancellationToken, Cluster, FleetSettings, LogProgress, RunSpec, WorkItem};
+use sandfleet_plugin::{HostConfig, PluginHost, Registry};
+
+pub(crate) struct Fixture {
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) run_id: RunId,
+    registry: Arc<Registry>,
+}
+
+impl Fixture {
+    /// `images` named `img0..`, each a directory with one file.
+    pub(crate) fn new(images: usize) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        for i in 0..images {
+            let image = dir.path().join("images").join(format!("img{i}"));
+            std::fs::create_dir_all(&image).unwrap();
+            std::fs::write(image.join("README"), format!("image {i}\n")).unwrap();
+        }
+        let registry = Registry::new(PluginHost::new(HostConfig::default()).unwrap());
+        registry.add_builtins(sandfleet_guests::BUILTINS).unwrap();
+        Fixture {
+            run_id: RunId::generate("engine-test"),
+            dir,
+            registry,
+        }
+    }
+
+    /// A new run id, as a second invocation of the CLI would have.
+    pub(crate) fn next_run(&mut self) {
+        self.run_id = RunId::generate("engine-test");
+    }
+
+    pub(crate) fn state_dir(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+
+    pub(crate) fn out_dir(&self) -> PathBuf {
+        self.dir.path().join("out")
+    }
+
+    /// The local backend with every fixture image mapped.
+    pub(crate) fn backend(&self) -> Arc<LocalBackend> {
+        let images = std::fs::read_dir(self.dir.path().join("images"))
+            .unwrap()
+            .map(|entry| {
+                let path = entry.unwrap().path();
+                let name = path.file_name().unwrap().to_string_lossy().into_owned();
+                (name, ImageSource { path, git: false })
+            })
+            .collect();
+        let config = LocalConfig {
+            state_dir: Some(self.state_dir()),
+            images,
+            ..LocalConfig::default()
+        };
+        Arc::new(LocalBackend::new("local", config, self.run_id.clone()).unwrap())
+    }
+
+    /// Work items from generic-adapter rows.
+    pub(crate) fn items(&self, rows: &[String]) -> Vec<WorkItem> {
+        let adapter = self.registry.adapter("generic").unwrap();
+        rows.iter()
+            .map(|row| WorkItem {
+                task: adapter.load(row, &[]).unwrap(),
+                solution: None,
+                epoch: 0,
+            })
+            .collect()
+    }
+
+    pub(crate) fn spec(
+        &self,
+        backend: Arc<dyn Backend>,
+        settings: FleetSettings,
+        cancel: CancellationToken,
+    ) -> RunSpec {
+        RunSpec {
+            run_id: self.run_id.clone(),
+            settings,
+            clusters: vec![Cluster {
+                name: "local".to_string(),
+                kind: "local".to_string(),
+                weight: 1,
+                backend,
+            }],
+            adapter: self.registry.adapter("generic").unwrap(),
+            placement: self.registry.placement("least-loaded").unwrap(),
+            sizing: self.registry.sizing("proportional").unwrap(),
+            reset: None,
+            out_dir: self.out_dir(),
+            cancel,
+            progress: Arc::new(LogProgress),
+        }
+    }
+}
+
+/// A generic-adapter row.
+pub(crate) fn row(id: &str, image: &str, test: &str, timeout_s: u64) -> String {
+    serde_json::json!({"id": id, "image": image, "test": test, "timeout_s": timeout_s}).to_string()
+}
+
+/// Live (not zombie) processes whose command line starts with `prefix` (so
+/// the `nsenter` and shell processes that merely mention it are not counted).
+pub(crate) fn processes_running(prefix: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let path = entry.path();
+        let Ok(cmdline) = std::fs::read(path.join("cmdline")) else {
+            continue;
+        };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        let zombie = std::fs::read_to_string(path.join("stat"))
+            .ok()
+            .and_then(|stat| {
+                stat.rsplit_once(") ")
+                    .map(|(_, rest)| rest.starts_with('Z'))
+            })
+            .unwrap_or(true);
+        if !zombie && cmdline.starts_with(prefix) {
+            found.push(format!(
+                "{}: {cmdline}",
+                entry.file_name().to_string_lossy()
+            ));
+        }
+    }
+    found
+}
+
+/// Sandbox directories the run still has in the state directory.
+pub(crate) fn sandbox_dirs(state_dir: &Path, run_id: &RunId) -> usize {
+    std::fs::read_dir(
+        state_dir
+            .join("runs")
+            .join(run_id.as_str())
+            .join("sandboxes"),
+    )
+    .map(|entries| entries.count())
+    .unwrap_or(0)
+}

@@ -1,0 +1,10 @@
+//! The engine against the real local backend and the built-in plugins:
+//! strategies, timeouts, resumes and the breaker. One test binary, one module
+//! per concern.
+
+mod breaker;
+mod fixture;
+mod recording;
+mod resume;
+mod strategies;
+mod timeouts;

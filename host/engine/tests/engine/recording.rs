@@ -1,0 +1,119 @@
+//! A backend that passes every call to the local backend and records the
+//! warm pool and claim calls, in order.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use sandfleet_core::{
+    Backend, BackendError, Capacity, ExecRequest, ExecResult, Labels, OutputSink, Owned,
+    PoolStatus, Preflight, Reaped, RunId, SandboxHandle, TemplateRef, TemplateSpec,
+};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Event {
+    Warm(String, u32),
+    Unwarm(String),
+    Claim(String),
+}
+
+pub(crate) struct Recording {
+    pub(crate) inner: Arc<dyn Backend>,
+    pub(crate) events: Mutex<Vec<Event>>,
+    /// Extra warm sandboxes started with every claim: a backend that
+    /// over-creates, for the breaker.
+    pub(crate) leak_per_claim: u32,
+}
+
+impl Recording {
+    pub(crate) fn new(inner: Arc<dyn Backend>) -> Self {
+        Recording {
+            inner,
+            events: Mutex::new(Vec::new()),
+            leak_per_claim: 0,
+        }
+    }
+
+    pub(crate) fn events(&self) -> Vec<Event> {
+        self.events.lock().unwrap().clone()
+    }
+
+    fn record(&self, event: Event) {
+        self.events.lock().unwrap().push(event);
+    }
+}
+
+#[async_trait]
+impl Backend for Recording {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    async fn preflight(&self) -> Preflight {
+        self.inner.preflight().await
+    }
+    async fn capacity(&self) -> Result<Capacity, BackendError> {
+        self.inner.capacity().await
+    }
+    async fn ensure_template(&self, spec: &TemplateSpec) -> Result<TemplateRef, BackendError> {
+        self.inner.ensure_template(spec).await
+    }
+    async fn warm(&self, template: &TemplateRef, replicas: u32) -> Result<(), BackendError> {
+        self.record(Event::Warm(template.image.clone(), replicas));
+        self.inner.warm(template, replicas).await
+    }
+    async fn unwarm(&self, template: &TemplateRef) -> Result<(), BackendError> {
+        self.record(Event::Unwarm(template.image.clone()));
+        self.inner.unwarm(template).await
+    }
+    async fn pool_status(&self, template: &TemplateRef) -> Result<PoolStatus, BackendError> {
+        self.inner.pool_status(template).await
+    }
+    async fn claim(
+        &self,
+        template: &TemplateRef,
+        labels: &Labels,
+        deadline: Instant,
+    ) -> Result<SandboxHandle, BackendError> {
+        self.record(Event::Claim(template.image.clone()));
+        let handle = self.inner.claim(template, labels, deadline).await?;
+        if self.leak_per_claim > 0 {
+            let asked = self.inner.pool_status(template).await?.desired;
+            self.inner
+                .warm(template, asked + self.leak_per_claim)
+                .await?;
+        }
+        Ok(handle)
+    }
+    async fn exec(
+        &self,
+        sandbox: &SandboxHandle,
+        request: &ExecRequest,
+        output: Option<&OutputSink>,
+    ) -> Result<ExecResult, BackendError> {
+        self.inner.exec(sandbox, request, output).await
+    }
+    async fn put_file(
+        &self,
+        sandbox: &SandboxHandle,
+        path: &str,
+        contents: &[u8],
+        mode: u32,
+    ) -> Result<(), BackendError> {
+        self.inner.put_file(sandbox, path, contents, mode).await
+    }
+    async fn get_file(&self, sandbox: &SandboxHandle, path: &str) -> Result<Vec<u8>, BackendError> {
+        self.inner.get_file(sandbox, path).await
+    }
+    async fn release(&self, sandbox: &SandboxHandle) -> Result<(), BackendError> {
+        self.inner.release(sandbox).await
+    }
+    async fn renew(&self, sandbox: &SandboxHandle, ttl: Duration) -> Result<(), BackendError> {
+        self.inner.renew(sandbox, ttl).await
+    }
+    async fn list_owned(&self, run_id: &RunId) -> Result<Owned, BackendError> {
+        self.inner.list_owned(run_id).await
+    }
+    async fn reap(&self, run_id: &RunId) -> Result<Reaped, BackendError> {
+        self.inner.reap(run_id).await
+    }
+}

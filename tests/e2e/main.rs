@@ -1,0 +1,157 @@
+//! End-to-end tests of the `sandfleet` binary: real processes, real
+//! sandboxes, the README's commands. One test binary, one module per concern.
+
+mod bad_input;
+mod plan;
+mod quickstart;
+mod signals;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The repository's root.
+pub(crate) fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+/// `sandfleet` with `args`, its output captured.
+pub(crate) fn sandfleet(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sandfleet"))
+        .args(args)
+        .current_dir(repo())
+        .env("SANDFLEET_LOG", "warn")
+        .output()
+        .expect("run sandfleet")
+}
+
+pub(crate) fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+pub(crate) fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// A unique run id for a test.
+pub(crate) fn run_id(test: &str) -> String {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    format!("e2e-{test}-{}-{nanos:x}", std::process::id())
+}
+
+/// The lines of a results file as JSON values.
+pub(crate) fn results(dir: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(dir.join("results.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+/// A small fleet in a temporary directory: images `a` and `b` (git
+/// repositories), a dataset written by the test, and a fleet file.
+pub(crate) struct Scratch {
+    pub(crate) dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    pub(crate) fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        for image in ["a", "b"] {
+            let path = dir.path().join("images").join(image);
+            std::fs::create_dir_all(&path).unwrap();
+            std::fs::write(path.join("README"), image).unwrap();
+        }
+        Scratch { dir }
+    }
+
+    pub(crate) fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    pub(crate) fn state_dir(&self) -> PathBuf {
+        self.path("state")
+    }
+
+    /// Writes the dataset and a fleet file using it; returns the fleet file.
+    /// `extra` is appended to the fleet file.
+    pub(crate) fn fleet(&self, rows: &[serde_json::Value], extra: &str) -> PathBuf {
+        let dataset: String = rows.iter().map(|row| format!("{row}\n")).collect();
+        std::fs::write(self.path("tasks.jsonl"), dataset).unwrap();
+        let config = format!(
+            r#"[run]
+name = "scratch"
+dataset = "tasks.jsonl"
+
+[adapter]
+name = "generic"
+
+[fleet]
+max_concurrent = 4
+{extra}
+[[clusters]]
+name = "local"
+backend = "local"
+
+[clusters.local]
+state_dir = "state"
+
+[clusters.local.images]
+a = {{ path = "images/a", git = true }}
+b = {{ path = "images/b", git = true }}
+"#
+        );
+        let path = self.path("fleet.toml");
+        std::fs::write(&path, config).unwrap();
+        path
+    }
+
+    /// Runs the scratch fleet file must have created nothing.
+    pub(crate) fn assert_nothing_created(&self) {
+        let runs = self.state_dir().join("runs");
+        let created: Vec<_> = std::fs::read_dir(&runs)
+            .map(|entries| entries.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        assert!(created.is_empty(), "a run was started: {created:?}");
+    }
+}
+
+/// Sandbox directories `run_id` has in `state_dir`.
+pub(crate) fn sandbox_dirs(state_dir: &Path, run_id: &str) -> usize {
+    std::fs::read_dir(state_dir.join("runs").join(run_id).join("sandboxes"))
+        .map(|entries| entries.count())
+        .unwrap_or(0)
+}
+
+/// Live processes whose command line starts with `prefix` (so the
+/// `nsenter` and shell processes that merely mention it are not counted).
+pub(crate) fn processes_running(prefix: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let path = entry.path();
+        let Ok(cmdline) = std::fs::read(path.join("cmdline")) else {
+            continue;
+        };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        let zombie = std::fs::read_to_string(path.join("stat"))
+            .ok()
+            .and_then(|stat| {
+                stat.rsplit_once(") ")
+                    .map(|(_, rest)| rest.starts_with('Z'))
+            })
+            .unwrap_or(true);
+        if !zombie && cmdline.starts_with(prefix) {
+            found.push(format!(
+                "{}: {cmdline}",
+                entry.file_name().to_string_lossy()
+            ));
+        }
+    }
+    found
+}
