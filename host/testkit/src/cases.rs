@@ -154,6 +154,26 @@ impl Report {
     }
 }
 
+/// Runs the case file `cases` against the component `wasm` and panics with
+/// the rendered report when any case fails — the one-line body of a plugin
+/// crate's case-table test.
+///
+/// # Panics
+///
+/// When the component does not load, the file is unusable, or a case fails.
+pub fn assert_pass(wasm: impl AsRef<Path>, cases: impl AsRef<Path>) {
+    let plugin = crate::TestPlugin::load(wasm.as_ref())
+        .and_then(|plugin| plugin.dynamic())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let report = run(&plugin, cases.as_ref()).unwrap_or_else(|e| panic!("{e}"));
+    assert!(report.failed() == 0, "{}", report.render());
+    assert!(
+        !report.outcomes.is_empty(),
+        "{}: no cases",
+        cases.as_ref().display()
+    );
+}
+
 /// Runs the cases in the file at `path` against `plugin`.
 ///
 /// # Errors

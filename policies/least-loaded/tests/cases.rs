@@ -1,0 +1,7 @@
+//! The policy's case table, run against its component through the test kit.
+
+#[test]
+fn every_case_in_the_table_passes() {
+    let cases = concat!(env!("CARGO_MANIFEST_DIR"), "/cases.toml");
+    sandfleet_testkit::cases::assert_pass(sandfleet_guests::LEAST_LOADED, cases);
+}
