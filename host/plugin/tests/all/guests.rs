@@ -17,6 +17,7 @@ sandfleet_guests::foreach_test_guest!(assert_guest_is_tested);
 fn each_test_guest_is_what_its_tests_assume() {
     let host = registry().host().clone();
     for (path, expected) in [
+        (fewest_live, Ok(Kind::Placement)),
         (misbehave, Ok(Kind::Placement)),
         (pick_last, Ok(Kind::Placement)),
         (future_contract, Err("0.2.0")),
