@@ -2,6 +2,8 @@
 //! sandboxes, the README's commands. One test binary, one module per concern.
 
 mod bad_input;
+mod canary;
+mod harness;
 mod plan;
 mod quickstart;
 mod signals;

@@ -1,6 +1,7 @@
 //! The `sandfleet` command.
 
 mod config;
+mod harness_cmd;
 mod inspect_cmd;
 mod plugin_cmd;
 mod progress_ui;
@@ -58,6 +59,25 @@ enum Command {
         #[arg(long, conflicts_with = "config")]
         state_dir: Option<PathBuf>,
     },
+    /// Run one task twice in one sandbox, recycled in between, and report
+    /// whether the outputs are byte-identical (exit 1 when they are not).
+    Canary {
+        /// The fleet file (needs `[plugins] reset`).
+        config: PathBuf,
+        /// The task to run.
+        #[arg(long)]
+        task: String,
+        /// Where its logs go (default: a temporary directory).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Write each instance's evaluation script and task description, with no
+    /// sandboxes involved.
+    Prepare(harness_cmd::PrepareArgs),
+    /// Grade saved test logs the way the adapter's harness does.
+    Grade(harness_cmd::GradeArgs),
+    /// Print a log parser's status map for a raw log, as JSON.
+    ParseLog(harness_cmd::ParseLogArgs),
     /// Inspect, test and list plugins.
     #[command(subcommand)]
     Plugin(plugin_cmd::PluginCommand),
@@ -85,6 +105,10 @@ fn main() -> ExitCode {
             config,
             state_dir,
         } => reap_cmd::reap(&run_id, config.as_deref(), state_dir),
+        Command::Canary { config, task, out } => run_cmd::canary(&config, &task, out),
+        Command::Prepare(args) => harness_cmd::prepare(&args),
+        Command::Grade(args) => harness_cmd::grade(&args),
+        Command::ParseLog(args) => harness_cmd::parse_log(&args),
         Command::Plugin(command) => plugin_cmd::run(command),
     };
     match result {

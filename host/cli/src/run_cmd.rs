@@ -103,3 +103,64 @@ async fn stop_on_signals(cancel: CancellationToken) {
     eprintln!("exiting without teardown; clean up with `sandfleet reap --run-id <id>`");
     std::process::exit(i32::from(INTERRUPTED));
 }
+
+/// `sandfleet canary CONFIG --task ID`: the task twice in one recycled sandbox.
+pub(crate) fn canary(
+    config_path: &Path,
+    task_id: &str,
+    out: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
+    let config = FleetConfig::load(config_path)?;
+    let plugins = setup::plugins(&config)?;
+    if plugins.reset.is_none() {
+        anyhow::bail!(
+            "{}: a canary needs a reset check: set [plugins] reset (for example \"git-restore\")",
+            config_path.display()
+        );
+    }
+    let tasks = setup::tasks(&config, &plugins.adapter)?;
+    let task = tasks
+        .into_iter()
+        .find(|t| t.id == task_id)
+        .with_context(|| format!("{}: no task `{task_id}`", config.run.dataset.display()))?;
+    setup::check_images(&config, std::slice::from_ref(&task))?;
+    let solutions = setup::solutions(config.run.solutions.as_deref())?;
+    let item = sandfleet_engine::WorkItem {
+        solution: solutions.get(&task.id).cloned().flatten(),
+        task,
+        epoch: 0,
+    };
+    let run_id = RunId::generate("canary");
+    let clusters = setup::clusters(&config, &run_id)?;
+    let out_dir = match out {
+        Some(dir) => dir,
+        None => std::env::temp_dir().join(format!("sandfleet-{run_id}")),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let spec = RunSpec {
+        run_id,
+        settings: config.fleet,
+        clusters,
+        adapter: plugins.adapter,
+        placement: plugins.placement,
+        sizing: plugins.sizing,
+        reset: plugins.reset,
+        out_dir,
+        cancel: CancellationToken::new(),
+        progress: progress_ui::for_stderr(),
+    };
+    let report = runtime.block_on(sandfleet_engine::canary(spec, item))?;
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    if report.first_sandbox != report.second_sandbox {
+        eprintln!(
+            "the reset check quarantined the sandbox after the first run; the second ran in a fresh one"
+        );
+    }
+    Ok(if report.identical {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}

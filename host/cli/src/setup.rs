@@ -87,6 +87,38 @@ fn lines(errors: &[impl std::fmt::Display]) -> String {
         .join("\n")
 }
 
+/// Checks settings against the keys the adapter declares: unknown keys and
+/// missing required ones are errors naming `origin`.
+pub(crate) fn check_settings(
+    adapter: &TaskAdapter,
+    settings: &[Setting],
+    origin: &str,
+) -> anyhow::Result<()> {
+    let info = adapter.describe()?;
+    let known: Vec<&str> = info.settings.iter().map(|s| s.key.as_str()).collect();
+    if let Some(unknown) = settings.iter().find(|s| !known.contains(&s.key.as_str())) {
+        bail!(
+            "{origin}: adapter `{}` has no setting `{}` (its settings: {})",
+            info.name,
+            unknown.key,
+            known.join(", ")
+        );
+    }
+    if let Some(missing) = info
+        .settings
+        .iter()
+        .find(|s| s.default_value.is_none() && !settings.iter().any(|given| given.key == s.key))
+    {
+        bail!(
+            "{origin}: adapter `{}` needs the setting `{}`: {}",
+            info.name,
+            missing.key,
+            missing.summary
+        );
+    }
+    Ok(())
+}
+
 /// The adapter settings from the configuration.
 pub(crate) fn adapter_settings(config: &FleetConfig) -> Vec<Setting> {
     config
@@ -110,6 +142,11 @@ pub(crate) fn tasks(
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("{}: cannot read the dataset", path.display()))?;
     let settings = adapter_settings(config);
+    check_settings(
+        adapter,
+        &settings,
+        &format!("{}: [adapter] settings", config.path.display()),
+    )?;
     let mut tasks = Vec::new();
     let mut errors = Vec::new();
     let mut seen: HashMap<String, usize> = HashMap::new();

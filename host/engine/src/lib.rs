@@ -14,6 +14,7 @@
 //! [`Backend`]: sandfleet_core::Backend
 
 mod blocking;
+mod canary;
 mod error;
 mod fleet;
 mod phases;
@@ -26,6 +27,7 @@ mod run;
 mod settings;
 mod task;
 
+pub use canary::{CanaryReport, canary};
 pub use error::RunError;
 pub use fleet::Cluster;
 pub use phases::{Phase, PhaseStats};

@@ -11,8 +11,7 @@ use std::time::{Duration, Instant};
 
 use sandfleet_core::{ExecRequest, ExecResult, OutputChunk, OutputStream};
 use sandfleet_plugin::adapter::{
-    Command, CommandOutput, GradeResult, GradeStatus, Script, Task, TaskAdapter, TestStatus,
-    TimeoutRule,
+    Command, CommandOutput, GradeResult, GradeStatus, Script, Task, TaskAdapter, TimeoutRule,
 };
 use sandfleet_plugin::reset::{ResetCheck, Verdict};
 use tokio::io::AsyncWriteExt;
@@ -212,7 +211,7 @@ impl TaskRunner {
 
     /// Leaves in `lease` a sandbox of `image` ready for the task: the held
     /// one after a verified reset, or a fresh claim.
-    async fn sandbox_for(
+    pub(crate) async fn sandbox_for(
         &self,
         image: usize,
         task: &Task,
@@ -304,7 +303,7 @@ impl TaskRunner {
 
     /// Runs the setup commands, writes the script's files, then runs the
     /// evaluate commands; returns the evaluate commands' outputs.
-    async fn execute(
+    pub(crate) async fn execute(
         &self,
         claimed: &Claimed,
         item: &WorkItem,
@@ -403,27 +402,15 @@ fn command_output(result: ExecResult) -> CommandOutput {
 
 fn grade_record(grade: GradeResult) -> GradeRecord {
     GradeRecord {
-        status: match grade.status {
-            GradeStatus::Passed => "passed",
-            GradeStatus::Failed => "failed",
-            GradeStatus::Error => "error",
-        }
-        .to_string(),
+        status: grade.status.name().to_string(),
         reward: grade.reward,
         detail: grade.detail,
         tests: grade
             .tests
             .into_iter()
             .map(|test| TestRecord {
+                status: test.status.name().to_string(),
                 name: test.name,
-                status: match test.status {
-                    TestStatus::Passed => "passed",
-                    TestStatus::Failed => "failed",
-                    TestStatus::Skipped => "skipped",
-                    TestStatus::Error => "error",
-                    TestStatus::Xfail => "xfail",
-                }
-                .to_string(),
             })
             .collect(),
         report: serde_json::from_str(&grade.report)

@@ -48,12 +48,18 @@ impl Fixture {
 
     /// The local backend with every fixture image mapped.
     pub(crate) fn backend(&self) -> Arc<LocalBackend> {
+        self.backend_with_images(false)
+    }
+
+    /// The local backend with every fixture image mapped; `git` snapshots
+    /// each image as a git repository.
+    pub(crate) fn backend_with_images(&self, git: bool) -> Arc<LocalBackend> {
         let images = std::fs::read_dir(self.dir.path().join("images"))
             .unwrap()
             .map(|entry| {
                 let path = entry.unwrap().path();
                 let name = path.file_name().unwrap().to_string_lossy().into_owned();
-                (name, ImageSource { path, git: false })
+                (name, ImageSource { path, git })
             })
             .collect();
         let config = LocalConfig {
@@ -74,6 +80,11 @@ impl Fixture {
                 epoch: 0,
             })
             .collect()
+    }
+
+    /// The reset check `name`, for recycling.
+    pub(crate) fn reset_check(&self, name: &str) -> sandfleet_plugin::reset::ResetCheck {
+        self.registry.reset_check(name).unwrap()
     }
 
     pub(crate) fn spec(

@@ -5,6 +5,7 @@
 mod breaker;
 mod fixture;
 mod recording;
+mod recycle;
 mod resume;
 mod strategies;
 mod timeouts;

@@ -16,6 +16,41 @@ pub use crate::bindings::latest::adapter::exports::sandfleet::plugin::adapter::{
 };
 pub use crate::bindings::types::{Command, CommandOutput, Setting, Task};
 
+impl GradeStatus {
+    /// The status as reports spell it: `passed`, `failed` or `error`.
+    pub fn name(self) -> &'static str {
+        match self {
+            GradeStatus::Passed => "passed",
+            GradeStatus::Failed => "failed",
+            GradeStatus::Error => "error",
+        }
+    }
+}
+
+impl TestStatus {
+    /// The status as reports spell it: `passed`, `failed`, `skipped`,
+    /// `error` or `xfail` (the SWE-bench harness writes them upper-case).
+    pub fn name(self) -> &'static str {
+        match self {
+            TestStatus::Passed => "passed",
+            TestStatus::Failed => "failed",
+            TestStatus::Skipped => "skipped",
+            TestStatus::Error => "error",
+            TestStatus::Xfail => "xfail",
+        }
+    }
+}
+
+impl TimeoutRule {
+    /// `fail` or `error`.
+    pub fn name(self) -> &'static str {
+        match self {
+            TimeoutRule::Fail => "fail",
+            TimeoutRule::Error => "error",
+        }
+    }
+}
+
 pub(crate) struct AdapterWorld;
 
 impl World for AdapterWorld {

@@ -1,0 +1,181 @@
+//! Engine overhead per task on the local backend: claim + exec + release of
+//! a no-op command, through the whole engine (placement, sizing, results),
+//! and the host's RSS while it holds 1,000 warm local sandboxes.
+//!
+//! Run: `cargo bench -p sandfleet-engine --bench overhead` (add
+//! `-- --warm 0` to skip the 1,000-sandbox part, which takes about a minute
+//! on 2 cores). Prints one line per measurement.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sandfleet_backend_local::{ImageSource, LocalBackend, LocalConfig};
+use sandfleet_core::{Backend, RunId, TemplateSpec};
+use sandfleet_engine::{
+    CancellationToken, Cluster, FleetSettings, LogProgress, RunSpec, Strategy, WorkItem,
+};
+use sandfleet_plugin::{HostConfig, PluginHost, Registry};
+
+const TASKS: usize = 200;
+
+fn main() {
+    let warm: u32 = std::env::args()
+        .skip_while(|arg| arg != "--warm")
+        .nth(1)
+        .map_or(1000, |n| n.parse().expect("--warm N"));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(overhead_per_task());
+    if warm > 0 {
+        runtime.block_on(rss_with_warm_sandboxes(warm));
+    }
+}
+
+fn backend(dir: &std::path::Path, run_id: &RunId, max_sandboxes: u32) -> Arc<LocalBackend> {
+    let image = dir.join("image");
+    std::fs::create_dir_all(&image).unwrap();
+    std::fs::write(image.join("README"), "bench\n").unwrap();
+    let config = LocalConfig {
+        state_dir: Some(dir.join("state")),
+        max_sandboxes: Some(max_sandboxes),
+        images: [(
+            "bench".to_string(),
+            ImageSource {
+                path: image,
+                git: false,
+            },
+        )]
+        .into(),
+        ..LocalConfig::default()
+    };
+    Arc::new(LocalBackend::new("local", config, run_id.clone()).unwrap())
+}
+
+async fn overhead_per_task() {
+    let dir = tempfile::tempdir().unwrap();
+    let run_id = RunId::generate("bench-overhead");
+    let registry = Registry::new(PluginHost::new(HostConfig::default()).unwrap());
+    registry.add_builtins(sandfleet_guests::BUILTINS).unwrap();
+    let adapter = registry.adapter("generic").unwrap();
+    let items: Vec<WorkItem> = (0..TASKS)
+        .map(|i| {
+            let row =
+                serde_json::json!({"id": format!("noop-{i}"), "image": "bench", "test": "true"});
+            WorkItem {
+                task: adapter.load(&row.to_string(), &[]).unwrap(),
+                solution: None,
+                epoch: 0,
+            }
+        })
+        .collect();
+    let spec = RunSpec {
+        run_id: run_id.clone(),
+        settings: FleetSettings {
+            strategy: Strategy::Naive,
+            max_concurrent: 1,
+            max_warmpool_size: 2,
+            ..FleetSettings::default()
+        },
+        clusters: vec![Cluster {
+            name: "local".into(),
+            kind: "local".into(),
+            weight: 1,
+            backend: backend(dir.path(), &run_id, 16),
+        }],
+        adapter,
+        placement: registry.placement("least-loaded").unwrap(),
+        sizing: registry.sizing("proportional").unwrap(),
+        reset: None,
+        out_dir: dir.path().join("out"),
+        cancel: CancellationToken::new(),
+        progress: Arc::new(LogProgress),
+    };
+    let started = Instant::now();
+    let report = sandfleet_engine::run(spec, items).await.unwrap();
+    let wall = started.elapsed();
+    assert_eq!(report.tasks.ok, TASKS);
+    let results = std::fs::read_to_string(dir.path().join("out/results.jsonl")).unwrap();
+    let mut per_task: Vec<f64> = Vec::new();
+    let mut overhead: Vec<f64> = Vec::new();
+    for line in results.lines() {
+        let record: serde_json::Value = serde_json::from_str(line).unwrap();
+        let t = &record["timings"];
+        let seconds = |key: &str| t[key].as_f64().unwrap();
+        per_task.push(seconds("claim_s") + seconds("process_s") + seconds("release_s"));
+        overhead.push(seconds("total_s"));
+    }
+    let (p50, p99) = percentiles(&mut per_task);
+    let (t50, t99) = percentiles(&mut overhead);
+    println!(
+        "engine/no-op task, claim+exec+release: median {:.2} ms, p99 {:.2} ms ({TASKS} tasks, one at a time, warm pool of 2)",
+        p50 * 1e3,
+        p99 * 1e3
+    );
+    println!(
+        "engine/no-op task, whole task incl. prepare and grade: median {:.2} ms, p99 {:.2} ms; {:.1} tasks/s overall",
+        t50 * 1e3,
+        t99 * 1e3,
+        TASKS as f64 / wall.as_secs_f64()
+    );
+}
+
+async fn rss_with_warm_sandboxes(count: u32) {
+    let dir = tempfile::tempdir().unwrap();
+    let run_id = RunId::generate("bench-rss");
+    let before = rss_kib();
+    let backend = backend(dir.path(), &run_id, count + 8);
+    let template = backend
+        .ensure_template(&TemplateSpec {
+            name: "bench".into(),
+            image: "bench".into(),
+            cpu_milli: 100,
+            memory_mib: 64,
+            disk_mib: 64,
+            network: false,
+            env: Default::default(),
+            labels: run_id.labels(),
+        })
+        .await
+        .unwrap();
+    let started = Instant::now();
+    backend.warm(&template, count).await.unwrap();
+    loop {
+        let ready = backend.pool_status(&template).await.unwrap().ready;
+        if ready >= count {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(900),
+            "only {ready} of {count} became ready"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let held = rss_kib();
+    println!(
+        "backend-local/{count} warm sandboxes: host RSS {:.1} MiB (was {:.1} MiB before the backend); ready after {:.1} s",
+        held as f64 / 1024.0,
+        before as f64 / 1024.0,
+        started.elapsed().as_secs_f64()
+    );
+    let reaped = backend.reap(&run_id).await.unwrap();
+    assert_eq!(reaped.sandboxes, count as usize);
+}
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// Median and 99th percentile (nearest rank).
+fn percentiles(samples: &mut [f64]) -> (f64, f64) {
+    samples.sort_by(f64::total_cmp);
+    let rank =
+        |p: f64| samples[((p * samples.len() as f64).ceil() as usize).clamp(1, samples.len()) - 1];
+    (rank(0.5), rank(0.99))
+}

@@ -1,0 +1,200 @@
+//! `canary`: runs one task twice in one sandbox, recycled in between through
+//! the reset check, and tells whether the two runs produced the same bytes.
+//! A recycled sandbox is only as good as its reset: outputs that differ mean
+//! the first run left something behind that changed the second.
+
+use std::sync::Arc;
+
+use sandfleet_plugin::adapter::CommandOutput;
+
+use crate::blocking::call_plugin;
+use crate::error::RunError;
+use crate::fleet::Fleet;
+use crate::phases::PhaseTimes;
+use crate::run::{RunSpec, reap};
+use crate::task::{Lease, TaskRunner, WorkItem};
+
+/// What a canary found.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct CanaryReport {
+    /// The task.
+    pub task_id: String,
+    /// The sandbox of the first run.
+    pub first_sandbox: String,
+    /// The sandbox of the second run: the same one, unless the reset check
+    /// quarantined it.
+    pub second_sandbox: String,
+    /// True when both runs' evaluate commands produced the same exit codes,
+    /// stdout and stderr, byte for byte.
+    pub identical: bool,
+    /// Where they differ, one line each.
+    pub differences: Vec<String>,
+}
+
+/// Runs `item` twice in one recycled sandbox.
+///
+/// # Errors
+///
+/// When the spec has no reset check, preflight fails, or claiming, running
+/// or preparing the task fails. Everything created is torn down either way.
+pub async fn canary(spec: RunSpec, item: WorkItem) -> Result<CanaryReport, RunError> {
+    let result = run_twice(&spec, &item).await;
+    reap(&spec.clusters, &spec.run_id).await?;
+    result
+}
+
+async fn run_twice(spec: &RunSpec, item: &WorkItem) -> Result<CanaryReport, RunError> {
+    let Some(reset) = spec.reset.clone() else {
+        return Err(RunError::Internal(
+            "a canary needs a reset check ([plugins] reset)".into(),
+        ));
+    };
+    for cluster in &spec.clusters {
+        let found = cluster.backend.preflight().await;
+        if !found.failures.is_empty() {
+            return Err(RunError::Preflight(found.failures));
+        }
+    }
+    let mut capacity = Vec::new();
+    for cluster in &spec.clusters {
+        capacity.push(cluster.backend.capacity().await?);
+    }
+    let mut settings = spec.settings.clone();
+    settings.recycle = true;
+    settings.max_reuses = settings.max_reuses.max(1);
+    let phases = Arc::new(PhaseTimes::default());
+    let fleet = Arc::new(Fleet::new(
+        spec.run_id.clone(),
+        spec.clusters.clone(),
+        capacity,
+        vec![item.task.image.clone()],
+        settings.clone(),
+        spec.placement.clone(),
+        phases.clone(),
+    ));
+    let runner = TaskRunner {
+        fleet,
+        adapter: spec.adapter.clone(),
+        reset: Some(reset),
+        settings,
+        phases,
+        logs: spec.out_dir.join("logs"),
+    };
+    std::fs::create_dir_all(&runner.logs)?;
+    let (adapter, task, solution) = (
+        spec.adapter.clone(),
+        item.task.clone(),
+        item.solution.clone(),
+    );
+    let script = call_plugin(move || adapter.prepare(&task, solution.as_deref())).await?;
+
+    let mut lease: Option<Lease> = None;
+    let mut runs = Vec::new();
+    for _ in 0..2 {
+        runner
+            .sandbox_for(0, &item.task, &mut lease)
+            .await
+            .map_err(RunError::Internal)?;
+        let held = lease.as_mut().expect("sandbox_for leaves a lease");
+        held.served += 1;
+        let claimed = held.claimed.clone();
+        let outputs = runner
+            .execute(&claimed, item, &script)
+            .await
+            .map_err(RunError::Internal)?;
+        runs.push((claimed.handle.id, outputs));
+    }
+    if let Some(held) = lease {
+        runner.release(held).await;
+    }
+    let (second_sandbox, second) = runs.pop().expect("two runs");
+    let (first_sandbox, first) = runs.pop().expect("two runs");
+    let differences = compare(&first, &second);
+    Ok(CanaryReport {
+        task_id: item.task.id.clone(),
+        identical: differences.is_empty(),
+        first_sandbox,
+        second_sandbox,
+        differences,
+    })
+}
+
+/// Where two runs' outputs differ, command by command.
+fn compare(first: &[CommandOutput], second: &[CommandOutput]) -> Vec<String> {
+    let mut differences = Vec::new();
+    for (index, (a, b)) in first.iter().zip(second).enumerate() {
+        if a.exit_code != b.exit_code {
+            differences.push(format!(
+                "command {index}: exit code {} then {}",
+                a.exit_code, b.exit_code
+            ));
+        }
+        for (stream, x, y) in [
+            ("stdout", &a.stdout, &b.stdout),
+            ("stderr", &a.stderr, &b.stderr),
+        ] {
+            if let Some(at) = first_difference(x.as_bytes(), y.as_bytes()) {
+                let line = x.as_bytes()[..at.min(x.len())]
+                    .iter()
+                    .filter(|&&c| c == b'\n')
+                    .count()
+                    + 1;
+                differences.push(format!(
+                    "command {index}: {stream} differs from byte {at} (line {line}; {} then {} bytes)",
+                    x.len(),
+                    y.len()
+                ));
+            }
+        }
+    }
+    if first.len() != second.len() {
+        differences.push(format!("{} commands then {}", first.len(), second.len()));
+    }
+    differences
+}
+
+fn first_difference(a: &[u8], b: &[u8]) -> Option<usize> {
+    a.iter()
+        .zip(b)
+        .position(|(x, y)| x != y)
+        .or_else(|| (a.len() != b.len()).then(|| a.len().min(b.len())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn output(exit_code: i32, stdout: &str) -> CommandOutput {
+        CommandOutput {
+            exit_code,
+            stdout: stdout.to_string(),
+            stderr: String::new(),
+            timed_out: false,
+            duration_ms: 5,
+        }
+    }
+
+    #[test]
+    fn identical_outputs_ignore_durations() {
+        let mut slower = output(0, "ok\n");
+        slower.duration_ms = 500;
+        assert!(compare(&[output(0, "ok\n")], &[slower]).is_empty());
+    }
+
+    #[test]
+    fn differences_name_the_command_the_stream_and_the_place() {
+        let found = compare(
+            &[output(0, "same\n"), output(0, "a\nb\n")],
+            &[output(0, "same\n"), output(1, "a\nc\n")],
+        );
+        assert_eq!(
+            found,
+            [
+                "command 1: exit code 0 then 1",
+                "command 1: stdout differs from byte 2 (line 2; 4 then 4 bytes)",
+            ]
+        );
+        assert_eq!(first_difference(b"abc", b"ab"), Some(2));
+        assert_eq!(first_difference(b"abc", b"abc"), None);
+    }
+}

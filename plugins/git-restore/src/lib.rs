@@ -1,0 +1,61 @@
+//! `git-restore`: the reset check that lets sandboxes of one image be reused
+//! between tasks.
+//!
+//! * `baseline` probes the fresh sandbox (`probe`): HEAD and its branch,
+//!   every ref and reflog, the untracked and ignored entries of the repository
+//!   (with a fingerprint of their contents), submodules, git config and hooks,
+//!   the environment, the processes alive, and the entries of `/tmp`.
+//! * `reset` kills every process started since, puts refs, HEAD, index, work
+//!   tree, submodules and reflogs back, prunes the objects only the agent's
+//!   history reached, removes new entries of `/tmp` (`action`), and runs
+//!   the same probes again.
+//! * `verify` compares the two sets of probes (`compare`) and names every
+//!   difference, or a reset step that failed.
+//!
+//! `check` holds the three operations.
+//!
+//! The plugin never touches the sandbox: it returns commands (bash scripts
+//! whose data travels as arguments, never spliced into the script) and reads
+//! their outputs. Options come from the `git_restore` object of `task.data`
+//! when there is one (`options`); everything has a default:
+//!
+//! ```json
+//! {"git_restore": {
+//!     "tmp_dir": "/tmp",
+//!     "may_vanish": ["run_tests.sh", "r2e_tests"],
+//!     "check_environment": true,
+//!     "check_git_config": true,
+//!     "check_untracked_contents": true
+//! }}
+//! ```
+//!
+//! `guest` exports the three operations as a component, and that component
+//! is what the tests call (through `sandfleet-testkit`).
+
+#![allow(unsafe_code, reason = "wit-bindgen generates the canonical ABI glue")]
+#![allow(missing_docs, reason = "bindings generated from wit/")]
+
+wit_bindgen::generate!({
+    world: "reset-check",
+    path: "../../wit/since_v0.1.0",
+});
+
+mod action;
+mod check;
+mod compare;
+mod guest;
+mod options;
+mod probe;
+mod shell;
+mod snapshot;
+
+use exports::sandfleet::plugin::reset::Verdict;
+use sandfleet::plugin::types::{Command, CommandOutput, Failure, FailureKind, Task};
+
+/// A failure of kind `invalid-input`: the caller should fix its input.
+fn invalid_input(message: impl Into<String>) -> Failure {
+    Failure {
+        kind: FailureKind::InvalidInput,
+        message: message.into(),
+    }
+}

@@ -1,0 +1,171 @@
+//! The component's exports: WIT types in, native calls, WIT types out.
+
+use crate::exports::sandfleet::plugin::adapter::{
+    AdapterInfo, File, GradeResult, GradeStatus, Graded, Guest, Script, SettingInfo, SolutionState,
+    TestResult, TestStatus, TimeoutRule,
+};
+use crate::sandfleet::plugin::types::{
+    Command, CommandOutput, Failure, FailureKind, Setting, Task,
+};
+use crate::{error, grade, script, status_map, summary, task};
+
+struct SwebenchAdapter;
+
+impl Guest for SwebenchAdapter {
+    fn describe() -> AdapterInfo {
+        let info = crate::describe();
+        AdapterInfo {
+            name: info.name.into(),
+            version: info.version.into(),
+            summary: info.summary.into(),
+            settings: info
+                .settings
+                .iter()
+                .map(|doc| SettingInfo {
+                    key: doc.key.into(),
+                    summary: doc.summary.into(),
+                    default_value: doc.default.map(Into::into),
+                })
+                .collect(),
+        }
+    }
+
+    fn load(row: String, settings: Vec<Setting>) -> Result<Task, Failure> {
+        let task = crate::load(&row, &pairs(&settings)).map_err(failure)?;
+        Ok(Task {
+            id: task.id,
+            image: task.image,
+            workdir: task.workdir,
+            data: task.data,
+        })
+    }
+
+    fn prepare(task: Task, solution: Option<String>) -> Result<Script, Failure> {
+        let script::Script {
+            files,
+            evaluate,
+            workdir,
+        } = script::prepare(&native_task(task), solution.as_deref()).map_err(failure)?;
+        Ok(Script {
+            files: files
+                .into_iter()
+                .map(|file| File {
+                    path: file.path,
+                    contents: file.contents.into_bytes(),
+                    mode: file.mode,
+                })
+                .collect(),
+            setup: Vec::new(),
+            evaluate: evaluate
+                .into_iter()
+                .map(|command| Command {
+                    argv: command.argv,
+                    timeout_ms: command.timeout_ms,
+                    merge_stderr: command.merge_stderr,
+                })
+                .collect(),
+            env: Vec::new(),
+            workdir,
+            // The harness writes no report for a timed-out run: an error, not a failed test.
+            timeout_rule: TimeoutRule::Error,
+        })
+    }
+
+    fn grade(
+        task: Task,
+        solution: Option<String>,
+        outputs: Vec<CommandOutput>,
+    ) -> Result<GradeResult, Failure> {
+        let outputs: Vec<grade::CommandOutput> = outputs
+            .into_iter()
+            .map(|output| grade::CommandOutput {
+                stdout: output.stdout,
+                stderr: output.stderr,
+                timed_out: output.timed_out,
+            })
+            .collect();
+        let outcome =
+            grade::grade(&native_task(task), solution.as_deref(), &outputs).map_err(failure)?;
+        Ok(GradeResult {
+            status: match outcome.status {
+                grade::GradeStatus::Passed => GradeStatus::Passed,
+                grade::GradeStatus::Failed => GradeStatus::Failed,
+                grade::GradeStatus::Error => GradeStatus::Error,
+            },
+            reward: outcome.reward,
+            tests: outcome.tests.into_iter().map(test_result).collect(),
+            report: outcome.report,
+            detail: outcome.detail,
+        })
+    }
+
+    fn parse_log(
+        parser: String,
+        log: String,
+        settings: Vec<Setting>,
+    ) -> Result<Vec<TestResult>, Failure> {
+        let tests = crate::parse_log(&parser, &log, &pairs(&settings)).map_err(failure)?;
+        Ok(tests.into_iter().map(test_result).collect())
+    }
+
+    fn summarize(results: Vec<Graded>, settings: Vec<Setting>) -> Result<String, Failure> {
+        let results: Vec<summary::Graded> = results
+            .into_iter()
+            .map(|result| summary::Graded {
+                task_id: result.task_id,
+                status: match result.status {
+                    GradeStatus::Passed => grade::GradeStatus::Passed,
+                    GradeStatus::Failed => grade::GradeStatus::Failed,
+                    GradeStatus::Error => grade::GradeStatus::Error,
+                },
+                solution: match result.solution {
+                    SolutionState::Missing => summary::SolutionState::Missing,
+                    SolutionState::Empty => summary::SolutionState::Empty,
+                    SolutionState::Present => summary::SolutionState::Present,
+                },
+            })
+            .collect();
+        crate::summarize(&results, &pairs(&settings)).map_err(failure)
+    }
+}
+
+fn pairs(settings: &[Setting]) -> Vec<(&str, &str)> {
+    settings
+        .iter()
+        .map(|setting| (setting.key.as_str(), setting.value.as_str()))
+        .collect()
+}
+
+fn native_task(task: Task) -> task::Task {
+    task::Task {
+        id: task.id,
+        image: task.image,
+        workdir: task.workdir,
+        data: task.data,
+    }
+}
+
+fn test_result(test: grade::TestResult) -> TestResult {
+    TestResult {
+        name: test.name,
+        status: match test.status {
+            status_map::TestStatus::Passed => TestStatus::Passed,
+            status_map::TestStatus::Failed => TestStatus::Failed,
+            status_map::TestStatus::Skipped => TestStatus::Skipped,
+            status_map::TestStatus::Error => TestStatus::Error,
+            status_map::TestStatus::Xfail => TestStatus::Xfail,
+        },
+    }
+}
+
+fn failure(error: error::InvalidInput) -> Failure {
+    Failure {
+        kind: FailureKind::InvalidInput,
+        message: error.0,
+    }
+}
+
+// Exported only in the component: natively the rlib links into tests, where
+// the export symbols are not wanted.
+#[cfg(target_arch = "wasm32")]
+crate::export!(SwebenchAdapter with_types_in crate);

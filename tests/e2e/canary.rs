@@ -1,0 +1,46 @@
+//! `sandfleet canary`: one task twice in one recycled sandbox.
+
+use serde_json::json;
+
+use crate::{Scratch, sandfleet, stderr, stdout};
+
+fn canary(task: &str) -> (bool, serde_json::Value) {
+    let scratch = Scratch::new();
+    let rows = vec![
+        json!({"id": "stable", "image": "a", "test": "echo hello; git status --short"}),
+        // $HOME is outside what git-restore resets: the second run sees the first.
+        json!({"id": "leaky", "image": "a", "test": "echo run >> $HOME/runs; cat $HOME/runs"}),
+    ];
+    let fleet = scratch.fleet(&rows, "\n[plugins]\nreset = \"git-restore\"\n");
+    let output = sandfleet(&[
+        "canary",
+        fleet.to_str().unwrap(),
+        "--task",
+        task,
+        "--out",
+        scratch.path("out").to_str().unwrap(),
+    ]);
+    let report: serde_json::Value = serde_json::from_str(&stdout(&output))
+        .unwrap_or_else(|e| panic!("{e}: {}", stderr(&output)));
+    assert_eq!(crate::sandbox_dirs(&scratch.state_dir(), "any"), 0);
+    (output.status.success(), report)
+}
+
+#[test]
+fn a_task_that_leaves_nothing_behind_runs_identically_twice() {
+    let (success, report) = canary("stable");
+    assert!(success, "{report}");
+    assert_eq!(report["identical"], true);
+    assert_eq!(report["first_sandbox"], report["second_sandbox"]);
+}
+
+#[test]
+fn state_the_reset_misses_shows_up_as_a_difference() {
+    let (success, report) = canary("leaky");
+    assert!(!success);
+    assert_eq!(report["identical"], false);
+    assert_eq!(
+        report["differences"][0],
+        "command 0: stdout differs from byte 4 (line 2; 4 then 8 bytes)"
+    );
+}
