@@ -325,6 +325,12 @@ impl Registry {
             .find(|status| status.name == name)
     }
 
+    /// A number that grows with every load attempt, successful or not: a
+    /// cheap way to notice that something changed without reading statuses.
+    pub fn generation(&self) -> u64 {
+        self.loaded.load(Ordering::Acquire) + self.failed.load(Ordering::Acquire)
+    }
+
     /// Successful and failed loads so far.
     pub fn load_counts(&self) -> LoadCounts {
         LoadCounts {
@@ -411,7 +417,7 @@ impl Registry {
     ) -> Result<VersionInfo, LoadError> {
         match &result {
             Ok(info) => {
-                self.loaded.fetch_add(1, Ordering::Relaxed);
+                self.loaded.fetch_add(1, Ordering::Release);
                 tracing::info!(
                     plugin = name,
                     version = %info.plugin.version,
@@ -422,7 +428,7 @@ impl Registry {
                 );
             }
             Err(e) => {
-                self.failed.fetch_add(1, Ordering::Relaxed);
+                self.failed.fetch_add(1, Ordering::Release);
                 let serving = {
                     let mut state = self.write();
                     let entry = state.entries.entry(name.to_string()).or_insert(Entry {

@@ -19,7 +19,7 @@ use notify::{Event, EventKind, RecursiveMode, Watcher as _};
 use crate::registry::{Registry, is_plugin_file};
 
 /// Quiet time after the last event for a file before it is loaded.
-pub const DEBOUNCE: Duration = Duration::from_millis(5);
+pub const DEBOUNCE: Duration = Duration::from_millis(2);
 
 /// Watches a directory for as long as it lives.
 pub struct PluginWatcher {
