@@ -9,6 +9,8 @@ mod quickstart;
 mod signals;
 
 use std::path::{Path, PathBuf};
+
+pub(crate) use sandfleet_test_support::{processes_running, sandbox_dirs};
 use std::process::{Command, Output};
 
 /// The repository's root.
@@ -122,38 +124,4 @@ b = {{ path = "images/b", git = true }}
             .unwrap_or_default();
         assert!(created.is_empty(), "a run was started: {created:?}");
     }
-}
-
-/// Sandbox directories `run_id` has in `state_dir`.
-pub(crate) fn sandbox_dirs(state_dir: &Path, run_id: &str) -> usize {
-    std::fs::read_dir(state_dir.join("runs").join(run_id).join("sandboxes"))
-        .map(|entries| entries.count())
-        .unwrap_or(0)
-}
-
-/// Live processes whose command line starts with `prefix` (so the
-/// `nsenter` and shell processes that merely mention it are not counted).
-pub(crate) fn processes_running(prefix: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let path = entry.path();
-        let Ok(cmdline) = std::fs::read(path.join("cmdline")) else {
-            continue;
-        };
-        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        let zombie = std::fs::read_to_string(path.join("stat"))
-            .ok()
-            .and_then(|stat| {
-                stat.rsplit_once(") ")
-                    .map(|(_, rest)| rest.starts_with('Z'))
-            })
-            .unwrap_or(true);
-        if !zombie && cmdline.starts_with(prefix) {
-            found.push(format!(
-                "{}: {cmdline}",
-                entry.file_name().to_string_lossy()
-            ));
-        }
-    }
-    found
 }

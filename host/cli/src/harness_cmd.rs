@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::{Context as _, bail};
 use clap::Args;
+use sandfleet_engine::safe_file_name;
 use sandfleet_plugin::adapter::{
     CommandOutput, GradeStatus, Graded, Setting, SolutionState, Task, TaskAdapter, TestResult,
 };
@@ -178,7 +179,7 @@ pub(crate) fn prepare(args: &PrepareArgs) -> anyhow::Result<ExitCode> {
                 continue;
             }
         };
-        let dir = args.out.join(safe_name(&task.id));
+        let dir = args.out.join(safe_file_name(&task.id));
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         for file in &script.files {
             let name = Path::new(&file.path)
@@ -275,7 +276,7 @@ fn grade_one(
     let task: Task = adapter
         .load(&row.text, settings)
         .map_err(|e| anyhow::anyhow!(message(&e)))?;
-    let dir = log_dir.join(safe_name(&task.id));
+    let dir = log_dir.join(safe_file_name(&task.id));
     let log_path = dir.join("test_output.txt");
     let log = std::fs::read(&log_path)
         .with_context(|| format!("instance `{}`: cannot read {}", task.id, log_path.display()))?;
@@ -359,19 +360,6 @@ fn status_map(tests: &[TestResult]) -> Map<String, Value> {
 
 fn write_file(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     std::fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))
-}
-
-/// An instance id as a directory name.
-fn safe_name(id: &str) -> String {
-    id.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
 }
 
 fn finish(failed: usize) -> anyhow::Result<ExitCode> {

@@ -42,18 +42,14 @@ pub(crate) fn run(
         .enable_all()
         .build()?;
     let cancel = CancellationToken::new();
-    let spec = RunSpec {
+    let spec = spec(
+        config,
+        plugins,
         run_id,
-        settings: config.fleet,
         clusters,
-        adapter: plugins.adapter,
-        placement: plugins.placement,
-        sizing: plugins.sizing,
-        reset: plugins.reset,
-        out_dir: out_dir.clone(),
-        cancel: cancel.clone(),
-        progress: progress_ui::for_stderr(),
-    };
+        out_dir.clone(),
+        cancel.clone(),
+    );
     let outcome = runtime.block_on(async {
         tokio::spawn(stop_on_signals(cancel));
         sandfleet_engine::run(spec, items).await
@@ -76,6 +72,29 @@ pub(crate) fn run(
             Ok(ExitCode::from(INTERRUPTED))
         }
         Err(e) => Err(e.into()),
+    }
+}
+
+/// The engine's view of a loaded fleet file.
+fn spec(
+    config: FleetConfig,
+    plugins: setup::Plugins,
+    run_id: RunId,
+    clusters: Vec<sandfleet_engine::Cluster>,
+    out_dir: PathBuf,
+    cancel: CancellationToken,
+) -> RunSpec {
+    RunSpec {
+        run_id,
+        settings: config.fleet,
+        clusters,
+        adapter: plugins.adapter,
+        placement: plugins.placement,
+        sizing: plugins.sizing,
+        reset: plugins.reset,
+        out_dir,
+        cancel,
+        progress: progress_ui::for_stderr(),
     }
 }
 
@@ -139,18 +158,14 @@ pub(crate) fn canary(
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    let spec = RunSpec {
+    let spec = spec(
+        config,
+        plugins,
         run_id,
-        settings: config.fleet,
         clusters,
-        adapter: plugins.adapter,
-        placement: plugins.placement,
-        sizing: plugins.sizing,
-        reset: plugins.reset,
         out_dir,
-        cancel: CancellationToken::new(),
-        progress: progress_ui::for_stderr(),
-    };
+        CancellationToken::new(),
+    );
     let report = runtime.block_on(sandfleet_engine::canary(spec, item))?;
     println!("{}", serde_json::to_string_pretty(&report)?);
     if report.first_sandbox != report.second_sandbox {

@@ -106,6 +106,17 @@ impl Fleet {
     pub(crate) async fn warm(&self, images: &[(usize, u32)]) -> Result<(), RunError> {
         let mut placed = Vec::new();
         for &(image, replicas) in images.iter().filter(|(_, r)| *r > 0) {
+            // Kept warm from an earlier window or epoch (`keep_warm`).
+            let warm_already = self
+                .books
+                .lock()
+                .await
+                .pools
+                .get(&image)
+                .is_some_and(|&(_, r)| r >= replicas);
+            if warm_already {
+                continue;
+            }
             let started = Instant::now();
             let cluster = self.place(DemandKind::Pool, image, replicas).await?;
             let template = self.template(cluster, image).await?;
@@ -159,7 +170,9 @@ impl Fleet {
 
     /// Images whose pools are warm now.
     pub(crate) async fn warm_images(&self) -> Vec<usize> {
-        self.books.lock().await.pools.keys().copied().collect()
+        let mut images: Vec<usize> = self.books.lock().await.pools.keys().copied().collect();
+        images.sort_unstable();
+        images
     }
 
     /// Claims a sandbox of `image` for `task_id`, on the cluster placement picks.

@@ -40,5 +40,5 @@ pub use results::{
 };
 pub use run::{REPORT_FILE, RunSpec, reap, run};
 pub use settings::{DiskCap, FleetSettings, Strategy};
-pub use task::WorkItem;
+pub use task::{WorkItem, safe_file_name};
 pub use tokio_util::sync::CancellationToken;

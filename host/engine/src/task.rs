@@ -458,8 +458,9 @@ fn shell_words(argv: &[String]) -> String {
         .join(" ")
 }
 
-/// A task id as a file name: path separators and other oddities replaced.
-pub(crate) fn safe_file_name(id: &str) -> String {
+/// A task id as a file or directory name: path separators and other
+/// oddities replaced.
+pub fn safe_file_name(id: &str) -> String {
     id.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || "-_.".contains(c) {

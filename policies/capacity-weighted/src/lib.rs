@@ -7,18 +7,12 @@
 #![allow(missing_docs, reason = "bindings generated from wit/")]
 #![allow(unsafe_code, reason = "wit-bindgen generates the canonical ABI glue")]
 
-wit_bindgen::generate!({
-    world: "placement-policy",
-    path: "../../wit/since_v0.1.0",
-});
-
-pub use exports::sandfleet::plugin::placement::{Clusters, Demand, DemandKind};
-pub use sandfleet::plugin::types::{Failure, FailureKind};
+policy_support::placement_policy!(place);
 
 /// The policy's decision, callable natively for tests and benchmarks.
 pub fn place(demand: &Demand, clusters: &Clusters) -> Result<u32, Failure> {
     let shares: Vec<(usize, u64)> =
-        policy_columns::candidates(clusters.free_slots.len(), &clusters.unhealthy)
+        policy_support::candidates(clusters.free_slots.len(), &clusters.unhealthy)
             .map(|index| {
                 let share =
                     u64::from(clusters.free_slots[index]) * u64::from(clusters.weight[index]);
@@ -49,14 +43,3 @@ pub fn place(demand: &Demand, clusters: &Clusters) -> Result<u32, Failure> {
     }
     Ok(first as u32)
 }
-
-struct CapacityWeighted;
-
-impl exports::sandfleet::plugin::placement::Guest for CapacityWeighted {
-    fn place(demand: Demand, clusters: Clusters) -> Result<u32, Failure> {
-        place(&demand, &clusters)
-    }
-}
-
-#[cfg(target_arch = "wasm32")]
-export!(CapacityWeighted);

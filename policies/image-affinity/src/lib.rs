@@ -6,21 +6,15 @@
 #![allow(missing_docs, reason = "bindings generated from wit/")]
 #![allow(unsafe_code, reason = "wit-bindgen generates the canonical ABI glue")]
 
-wit_bindgen::generate!({
-    world: "placement-policy",
-    path: "../../wit/since_v0.1.0",
-});
+policy_support::placement_policy!(place);
 
 use std::cmp::Reverse;
-
-pub use exports::sandfleet::plugin::placement::{Clusters, Demand, DemandKind};
-pub use sandfleet::plugin::types::{Failure, FailureKind};
 
 /// The policy's decision, callable natively for tests and benchmarks.
 pub fn place(demand: &Demand, clusters: &Clusters) -> Result<u32, Failure> {
     let count = clusters.free_slots.len();
-    let has_image: Vec<bool> = policy_columns::membership(count, &clusters.with_image).collect();
-    let candidates: Vec<usize> = policy_columns::candidates(count, &clusters.unhealthy).collect();
+    let has_image: Vec<bool> = policy_support::membership(count, &clusters.with_image).collect();
+    let candidates: Vec<usize> = policy_support::candidates(count, &clusters.unhealthy).collect();
     let any_free = candidates.iter().any(|&i| clusters.free_slots[i] > 0);
     candidates
         .into_iter()
@@ -45,14 +39,3 @@ pub fn place(demand: &Demand, clusters: &Clusters) -> Result<u32, Failure> {
             message: "no clusters to place on".to_string(),
         })
 }
-
-struct ImageAffinity;
-
-impl exports::sandfleet::plugin::placement::Guest for ImageAffinity {
-    fn place(demand: Demand, clusters: Clusters) -> Result<u32, Failure> {
-        place(&demand, &clusters)
-    }
-}
-
-#[cfg(target_arch = "wasm32")]
-export!(ImageAffinity);

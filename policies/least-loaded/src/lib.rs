@@ -6,17 +6,11 @@
 #![allow(missing_docs, reason = "bindings generated from wit/")]
 #![allow(unsafe_code, reason = "wit-bindgen generates the canonical ABI glue")]
 
-wit_bindgen::generate!({
-    world: "placement-policy",
-    path: "../../wit/since_v0.1.0",
-});
-
-pub use exports::sandfleet::plugin::placement::{Clusters, Demand, DemandKind};
-pub use sandfleet::plugin::types::{Failure, FailureKind};
+policy_support::placement_policy!(place);
 
 use std::cmp::Reverse;
 
-use policy_columns::membership;
+use policy_support::membership;
 
 /// The policy's decision, callable natively for tests and benchmarks.
 pub fn place(_demand: &Demand, clusters: &Clusters) -> Result<u32, Failure> {
@@ -35,16 +29,3 @@ pub fn place(_demand: &Demand, clusters: &Clusters) -> Result<u32, Failure> {
             message: "no clusters to place on".to_string(),
         })
 }
-
-struct LeastLoaded;
-
-impl exports::sandfleet::plugin::placement::Guest for LeastLoaded {
-    fn place(demand: Demand, clusters: Clusters) -> Result<u32, Failure> {
-        place(&demand, &clusters)
-    }
-}
-
-// Exported only in the component: natively several policies share one binary
-// and their export symbols would collide.
-#[cfg(target_arch = "wasm32")]
-export!(LeastLoaded);

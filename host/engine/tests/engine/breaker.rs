@@ -7,7 +7,9 @@ use std::time::Duration;
 use sandfleet_core::Backend;
 use sandfleet_engine::{CancellationToken, FleetSettings, RunError, Strategy};
 
-use crate::fixture::{Fixture, row, sandbox_dirs};
+use sandfleet_test_support::sandbox_dirs;
+
+use crate::fixture::{Fixture, row};
 use crate::recording::Recording;
 
 #[tokio::test(flavor = "multi_thread")]
@@ -53,5 +55,8 @@ async fn the_breaker_trips_against_a_backend_that_over_creates() {
     assert!(report["tasks"]["not_run"].as_u64().unwrap() > 0);
     let owned = leaky.list_owned(&fixture.run_id).await.unwrap();
     assert!(owned.sandboxes.is_empty(), "teardown left {owned:?}");
-    assert_eq!(sandbox_dirs(&fixture.state_dir(), &fixture.run_id), 0);
+    assert_eq!(
+        sandbox_dirs(&fixture.state_dir(), fixture.run_id.as_str()),
+        0
+    );
 }

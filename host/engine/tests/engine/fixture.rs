@@ -1,7 +1,7 @@
 //! A small fleet in a temporary directory: images, a dataset, plugins and a
 //! local backend.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use sandfleet_backend_local::{ImageSource, LocalBackend, LocalConfig};
@@ -116,43 +116,4 @@ impl Fixture {
 /// A generic-adapter row.
 pub(crate) fn row(id: &str, image: &str, test: &str, timeout_s: u64) -> String {
     serde_json::json!({"id": id, "image": image, "test": test, "timeout_s": timeout_s}).to_string()
-}
-
-/// Live (not zombie) processes whose command line starts with `prefix` (so
-/// the `nsenter` and shell processes that merely mention it are not counted).
-pub(crate) fn processes_running(prefix: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let path = entry.path();
-        let Ok(cmdline) = std::fs::read(path.join("cmdline")) else {
-            continue;
-        };
-        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        let zombie = std::fs::read_to_string(path.join("stat"))
-            .ok()
-            .and_then(|stat| {
-                stat.rsplit_once(") ")
-                    .map(|(_, rest)| rest.starts_with('Z'))
-            })
-            .unwrap_or(true);
-        if !zombie && cmdline.starts_with(prefix) {
-            found.push(format!(
-                "{}: {cmdline}",
-                entry.file_name().to_string_lossy()
-            ));
-        }
-    }
-    found
-}
-
-/// Sandbox directories the run still has in the state directory.
-pub(crate) fn sandbox_dirs(state_dir: &Path, run_id: &RunId) -> usize {
-    std::fs::read_dir(
-        state_dir
-            .join("runs")
-            .join(run_id.as_str())
-            .join("sandboxes"),
-    )
-    .map(|entries| entries.count())
-    .unwrap_or(0)
 }

@@ -11,6 +11,10 @@ use crate::recording::{Event, Recording};
 /// Runs 4 images × 2 quick tasks under `strategy` with 2 tasks at a time
 /// (so each image gets 1 replica; sliding windows hold 2 images, pipelined 1).
 async fn run(strategy: Strategy) -> Vec<Event> {
+    run_epochs(strategy, 1, false).await
+}
+
+async fn run_epochs(strategy: Strategy, epochs: u32, keep_warm: bool) -> Vec<Event> {
     let fixture = Fixture::new(4);
     let rows: Vec<String> = (0..8)
         .map(|i| row(&format!("t{i}"), &format!("img{}", i % 4), "true", 30))
@@ -19,17 +23,28 @@ async fn run(strategy: Strategy) -> Vec<Event> {
     let settings = FleetSettings {
         strategy,
         max_concurrent: 2,
+        epochs,
+        keep_warm,
         ..FleetSettings::default()
     };
+    let items = (0..epochs)
+        .flat_map(|epoch| {
+            fixture.items(&rows).into_iter().map(move |mut item| {
+                item.epoch = epoch;
+                item
+            })
+        })
+        .collect();
     let report = sandfleet_engine::run(
         fixture.spec(recording.clone(), settings, CancellationToken::new()),
-        fixture.items(&rows),
+        items,
     )
     .await
     .unwrap();
-    assert_eq!(report.tasks.ok, 8, "{}", report.render());
+    let tasks = 8 * epochs as usize;
+    assert_eq!(report.tasks.ok, tasks, "{}", report.render());
     let results = std::fs::read_to_string(fixture.out_dir().join("results.jsonl")).unwrap();
-    assert_eq!(results.lines().count(), 8);
+    assert_eq!(results.lines().count(), tasks);
     assert!(results.contains(&format!("{:?}", TaskStatus::Ok).to_lowercase()));
     recording.events()
 }
@@ -158,4 +173,46 @@ async fn pipelined_warms_the_next_window_while_one_runs_and_never_holds_more_tha
     );
     assert_eq!(most_held(&events), 2);
     claims_inside_their_window(&events);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn keep_warm_keeps_the_pools_across_epochs() {
+    let events = run_epochs(Strategy::Naive, 2, true).await;
+    // Warmed once, released once at teardown; 16 claims over the two epochs.
+    assert_eq!(
+        warm_and_unwarm(&events),
+        [
+            "warm img0",
+            "warm img1",
+            "warm img2",
+            "warm img3",
+            "unwarm img0",
+            "unwarm img1",
+            "unwarm img2",
+            "unwarm img3"
+        ]
+    );
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| matches!(e, Event::Claim(_)))
+            .count(),
+        16
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn without_keep_warm_each_epoch_warms_and_releases_again() {
+    let events = run_epochs(Strategy::Naive, 2, false).await;
+    let order = warm_and_unwarm(&events);
+    assert_eq!(order.len(), 16, "{order:?}");
+    assert_eq!(
+        order[..4],
+        ["warm img0", "warm img1", "warm img2", "warm img3"]
+    );
+    assert_eq!(
+        order[4..8],
+        ["unwarm img0", "unwarm img1", "unwarm img2", "unwarm img3"]
+    );
+    assert_eq!(order[8..12], order[..4]);
 }

@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use sandfleet_engine::{CancellationToken, FleetSettings, TaskStatus};
 
-use crate::fixture::{Fixture, processes_running, row, sandbox_dirs};
+use sandfleet_test_support::{processes_running, sandbox_dirs};
+
+use crate::fixture::{Fixture, row};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_overrunning_task_is_killed_and_recorded_as_timed_out() {
@@ -43,5 +45,8 @@ async fn an_overrunning_task_is_killed_and_recorded_as_timed_out() {
 
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(processes_running("sleep 471"), Vec::<String>::new());
-    assert_eq!(sandbox_dirs(&fixture.state_dir(), &fixture.run_id), 0);
+    assert_eq!(
+        sandbox_dirs(&fixture.state_dir(), fixture.run_id.as_str()),
+        0
+    );
 }

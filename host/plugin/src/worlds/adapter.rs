@@ -1,13 +1,8 @@
 //! The `task-adapter` world.
 
-use wasmtime::Store;
-use wasmtime::component::InstancePre;
-
-use super::{Handle, check_commands};
+use super::check_commands;
 use crate::bindings::latest::adapter as bindings;
-use crate::contract::{Contract, Kind};
 use crate::error::CallError;
-use crate::loaded::{VersionInfo, World};
 use crate::store::StoreState;
 
 pub use crate::bindings::latest::adapter::exports::sandfleet::plugin::adapter::{
@@ -51,28 +46,14 @@ impl TimeoutRule {
     }
 }
 
-pub(crate) struct AdapterWorld;
-
-impl World for AdapterWorld {
-    const KIND: Option<Kind> = Some(Kind::Adapter);
-    type Pre = bindings::TaskAdapterPre<StoreState>;
-    type Instance = bindings::TaskAdapter;
-
-    fn pre(pre: InstancePre<StoreState>, _: &Contract) -> wasmtime::Result<Self::Pre> {
-        bindings::TaskAdapterPre::new(pre)
-    }
-
-    fn instantiate(
-        pre: &Self::Pre,
-        store: &mut Store<StoreState>,
-    ) -> wasmtime::Result<Self::Instance> {
-        pre.instantiate(store)
-    }
-}
-
-/// A task adapter: loads dataset rows, prepares scripts, grades outputs.
-#[derive(Clone)]
-pub struct TaskAdapter(pub(crate) Handle<AdapterWorld>);
+super::typed_world!(
+    /// A task adapter: loads dataset rows, prepares scripts, grades outputs.
+    TaskAdapter,
+    AdapterWorld,
+    Adapter,
+    bindings::TaskAdapterPre<StoreState>,
+    bindings::TaskAdapter
+);
 
 impl TaskAdapter {
     /// Name, version and accepted settings.
@@ -193,11 +174,6 @@ impl TaskAdapter {
             },
             |_| Ok(()),
         )
-    }
-
-    /// The version serving now.
-    pub fn version(&self) -> VersionInfo {
-        self.0.version()
     }
 }
 

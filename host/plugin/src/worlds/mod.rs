@@ -15,6 +15,46 @@ pub mod placement;
 pub mod reset;
 pub mod sizing;
 
+/// Declares a typed world: the marker type, its [`World`] impl over the
+/// generated bindings, and the public wrapper holding a [`Handle`].
+macro_rules! typed_world {
+    ($(#[$doc:meta])* $wrapper:ident, $world:ident, $kind:ident, $pre:ty, $instance:ty) => {
+        pub(crate) struct $world;
+
+        impl crate::loaded::World for $world {
+            const KIND: Option<crate::contract::Kind> = Some(crate::contract::Kind::$kind);
+            type Pre = $pre;
+            type Instance = $instance;
+
+            fn pre(
+                pre: wasmtime::component::InstancePre<crate::store::StoreState>,
+                _: &crate::contract::Contract,
+            ) -> wasmtime::Result<Self::Pre> {
+                <$pre>::new(pre)
+            }
+
+            fn instantiate(
+                pre: &Self::Pre,
+                store: &mut wasmtime::Store<crate::store::StoreState>,
+            ) -> wasmtime::Result<Self::Instance> {
+                pre.instantiate(store)
+            }
+        }
+
+        $(#[$doc])*
+        #[derive(Clone)]
+        pub struct $wrapper(pub(crate) super::Handle<$world>);
+
+        impl $wrapper {
+            /// The version serving now.
+            pub fn version(&self) -> crate::loaded::VersionInfo {
+                self.0.version()
+            }
+        }
+    };
+}
+pub(crate) use typed_world;
+
 /// The current version of a named plugin; swapped atomically on reload.
 pub(crate) type Slot<W> = Arc<ArcSwap<Loaded<W>>>;
 

@@ -1,13 +1,7 @@
 //! The `placement-policy` world.
 
-use wasmtime::Store;
-use wasmtime::component::InstancePre;
-
-use super::Handle;
 use crate::bindings::latest::placement as bindings;
-use crate::contract::{Contract, Kind};
 use crate::error::{CallError, CallErrorKind};
-use crate::loaded::{VersionInfo, World};
 use crate::store::StoreState;
 
 pub use crate::bindings::latest::placement::exports::sandfleet::plugin::placement::{
@@ -85,28 +79,14 @@ impl Clusters {
     }
 }
 
-pub(crate) struct PlacementWorld;
-
-impl World for PlacementWorld {
-    const KIND: Option<Kind> = Some(Kind::Placement);
-    type Pre = bindings::PlacementPolicyPre<StoreState>;
-    type Instance = bindings::PlacementPolicy;
-
-    fn pre(pre: InstancePre<StoreState>, _: &Contract) -> wasmtime::Result<Self::Pre> {
-        bindings::PlacementPolicyPre::new(pre)
-    }
-
-    fn instantiate(
-        pre: &Self::Pre,
-        store: &mut Store<StoreState>,
-    ) -> wasmtime::Result<Self::Instance> {
-        pre.instantiate(store)
-    }
-}
-
-/// A placement policy: picks the cluster for each warm pool and claim.
-#[derive(Clone)]
-pub struct PlacementPolicy(pub(crate) Handle<PlacementWorld>);
+super::typed_world!(
+    /// A placement policy: picks the cluster for each warm pool and claim.
+    PlacementPolicy,
+    PlacementWorld,
+    Placement,
+    bindings::PlacementPolicyPre<StoreState>,
+    bindings::PlacementPolicy
+);
 
 impl PlacementPolicy {
     /// Returns the index of the cluster that gets `demand`.
@@ -129,11 +109,6 @@ impl PlacementPolicy {
             },
             |&index| check_index(index, clusters.len()),
         )
-    }
-
-    /// The version serving now.
-    pub fn version(&self) -> VersionInfo {
-        self.0.version()
     }
 }
 

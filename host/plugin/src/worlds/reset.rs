@@ -1,40 +1,21 @@
 //! The `reset-check` world.
 
-use wasmtime::Store;
-use wasmtime::component::InstancePre;
-
-use super::{Handle, check_commands};
+use super::check_commands;
 use crate::bindings::latest::reset as bindings;
-use crate::contract::{Contract, Kind};
 use crate::error::CallError;
-use crate::loaded::{VersionInfo, World};
 use crate::store::StoreState;
 
 pub use crate::bindings::latest::reset::exports::sandfleet::plugin::reset::Verdict;
 pub use crate::bindings::types::{Command, CommandOutput, Task};
 
-pub(crate) struct ResetWorld;
-
-impl World for ResetWorld {
-    const KIND: Option<Kind> = Some(Kind::Reset);
-    type Pre = bindings::ResetCheckPre<StoreState>;
-    type Instance = bindings::ResetCheck;
-
-    fn pre(pre: InstancePre<StoreState>, _: &Contract) -> wasmtime::Result<Self::Pre> {
-        bindings::ResetCheckPre::new(pre)
-    }
-
-    fn instantiate(
-        pre: &Self::Pre,
-        store: &mut Store<StoreState>,
-    ) -> wasmtime::Result<Self::Instance> {
-        pre.instantiate(store)
-    }
-}
-
-/// A reset check: makes recycling a sandbox safe.
-#[derive(Clone)]
-pub struct ResetCheck(pub(crate) Handle<ResetWorld>);
+super::typed_world!(
+    /// A reset check: makes recycling a sandbox safe.
+    ResetCheck,
+    ResetWorld,
+    Reset,
+    bindings::ResetCheckPre<StoreState>,
+    bindings::ResetCheck
+);
 
 impl ResetCheck {
     /// Commands that record the pristine state of a fresh sandbox.
@@ -92,10 +73,5 @@ impl ResetCheck {
             },
             |_| Ok(()),
         )
-    }
-
-    /// The version serving now.
-    pub fn version(&self) -> VersionInfo {
-        self.0.version()
     }
 }

@@ -1,41 +1,21 @@
 //! The `sizing-policy` world.
 
-use wasmtime::Store;
-use wasmtime::component::InstancePre;
-
-use super::Handle;
 use crate::bindings::latest::sizing as bindings;
-use crate::contract::{Contract, Kind};
 use crate::error::CallError;
-use crate::loaded::{VersionInfo, World};
 use crate::store::StoreState;
 
 pub use crate::bindings::latest::sizing::exports::sandfleet::plugin::sizing::{
     DiskBudget, FleetPlan, Limits, Strategy, Window,
 };
 
-pub(crate) struct SizingWorld;
-
-impl World for SizingWorld {
-    const KIND: Option<Kind> = Some(Kind::Sizing);
-    type Pre = bindings::SizingPolicyPre<StoreState>;
-    type Instance = bindings::SizingPolicy;
-
-    fn pre(pre: InstancePre<StoreState>, _: &Contract) -> wasmtime::Result<Self::Pre> {
-        bindings::SizingPolicyPre::new(pre)
-    }
-
-    fn instantiate(
-        pre: &Self::Pre,
-        store: &mut Store<StoreState>,
-    ) -> wasmtime::Result<Self::Instance> {
-        pre.instantiate(store)
-    }
-}
-
-/// A sizing policy: plans warm pool sizes and the order images are warmed in.
-#[derive(Clone)]
-pub struct SizingPolicy(pub(crate) Handle<SizingWorld>);
+super::typed_world!(
+    /// A sizing policy: plans warm pool sizes and the order images are warmed in.
+    SizingPolicy,
+    SizingWorld,
+    Sizing,
+    bindings::SizingPolicyPre<StoreState>,
+    bindings::SizingPolicy
+);
 
 impl SizingPolicy {
     /// Plans the warm fleet under `limits`; `tasks` holds the number of
@@ -55,11 +35,6 @@ impl SizingPolicy {
             },
             |plan| check_plan(plan, tasks),
         )
-    }
-
-    /// The version serving now.
-    pub fn version(&self) -> VersionInfo {
-        self.0.version()
     }
 }
 

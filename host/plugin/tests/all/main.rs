@@ -5,6 +5,7 @@ mod cache;
 mod guests;
 mod limits;
 mod loading;
+mod output;
 mod reload;
 
 use std::sync::Arc;

@@ -24,6 +24,8 @@ pub const TRAP: u32 = 3;
 pub const OUT_OF_RANGE: u32 = 4;
 /// Returns the plugin's own `failure`.
 pub const REFUSE: u32 = 5;
+/// Writes to stdout, stderr and the host log, then answers 0.
+pub const TALK: u32 = 6;
 
 struct Misbehave;
 
@@ -53,6 +55,15 @@ impl Guest for Misbehave {
                 kind: FailureKind::Unsatisfiable,
                 message: "refused on request".to_string(),
             }),
+            TALK => {
+                println!("said on stdout");
+                eprintln!("said on stderr");
+                sandfleet::plugin::host::log(
+                    sandfleet::plugin::host::LogLevel::Warn,
+                    "said through the host log",
+                );
+                Ok(0)
+            }
             _ => Ok(0),
         }
     }

@@ -1,5 +1,39 @@
-//! Reading the placement contract's cluster table, where each measure is a
-//! column and yes/no facts are sorted lists of cluster indices.
+//! What sandfleet's placement policies share: the component glue
+//! ([`placement_policy!`]) and reading the contract's cluster table, where
+//! each measure is a column and yes/no facts are sorted lists of cluster
+//! indices.
+
+/// Generates the `placement-policy` world's bindings in the calling crate,
+/// re-exports its types (`Demand`, `DemandKind`, `Clusters`, `Failure`,
+/// `FailureKind`), and exports `$place` — a
+/// `fn(&Demand, &Clusters) -> Result<u32, Failure>` — as the component's
+/// `place`. The calling crate lives in `policies/` and depends on
+/// `wit-bindgen`. Natively the export is left out: the export names contain
+/// `:`, which a host shared library cannot link, and native builds exist for
+/// tests and benchmarks of `$place` itself.
+#[macro_export]
+macro_rules! placement_policy {
+    ($place:path) => {
+        wit_bindgen::generate!({
+            world: "placement-policy",
+            path: "../../wit/since_v0.1.0",
+        });
+
+        pub use exports::sandfleet::plugin::placement::{Clusters, Demand, DemandKind};
+        pub use sandfleet::plugin::types::{Failure, FailureKind};
+
+        struct Policy;
+
+        impl exports::sandfleet::plugin::placement::Guest for Policy {
+            fn place(demand: Demand, clusters: Clusters) -> Result<u32, Failure> {
+                $place(&demand, &clusters)
+            }
+        }
+
+        #[cfg(target_arch = "wasm32")]
+        export!(Policy);
+    };
+}
 
 /// Marks, for clusters `0..len`, whether each index is in `sorted` (a list
 /// of indices in increasing order, as the contract guarantees).
