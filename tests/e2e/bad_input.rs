@@ -106,3 +106,20 @@ fn a_plugin_that_fails_to_load_is_named() {
         "{error}"
     );
 }
+
+#[test]
+fn an_image_directory_that_does_not_exist_fails_preflight() {
+    let scratch = Scratch::new();
+    std::fs::remove_dir_all(scratch.path("images/b")).unwrap();
+    let fleet = scratch.fleet(&good_rows(), "");
+    let expected = format!(
+        "local: image `b`: {} is not a directory",
+        scratch.path("images/b").display()
+    );
+    let error = fails(&scratch, &fleet);
+    assert!(error.contains(&expected), "{error}");
+
+    let output = sandfleet(&["preflight", fleet.to_str().unwrap()]);
+    assert!(!output.status.success(), "{}", crate::stdout(&output));
+    assert!(crate::stdout(&output).contains(&expected.replacen("local: ", "FAILED: ", 1)));
+}

@@ -649,9 +649,11 @@ impl Inner {
             }
         }
         report.warnings.extend(self.isolation_warning.clone());
+        // Every task of an image with no directory would fail at warm-up,
+        // after other pools were already created: refuse the run up front.
         for (name, source) in &self.config.images {
             if !source.path.is_dir() {
-                report.warnings.push(format!(
+                report.failures.push(format!(
                     "image `{name}`: {} is not a directory",
                     source.path.display()
                 ));

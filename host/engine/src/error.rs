@@ -10,10 +10,10 @@ pub enum RunError {
     #[error("preflight failed:\n{}", .0.join("\n"))]
     Preflight(Vec<String>),
     /// A plugin call the run depends on (sizing, placement) failed.
-    #[error("{0}")]
+    #[error(transparent)]
     Plugin(#[from] CallError),
     /// A backend operation the run depends on failed.
-    #[error("{0}")]
+    #[error(transparent)]
     Backend(#[from] BackendError),
     /// The circuit breaker tripped; everything was torn down.
     #[error("circuit breaker: {0}")]
@@ -22,7 +22,7 @@ pub enum RunError {
     #[error("interrupted; finished tasks are in the results, rerun to resume")]
     Interrupted,
     /// The results file could not be written.
-    #[error("cannot write results: {0}")]
+    #[error("cannot write results")]
     Results(#[from] std::io::Error),
     /// A bug.
     #[error("internal error: {0}")]

@@ -168,7 +168,8 @@ impl Engine {
         for cluster in &self.spec.clusters {
             let (name, found) = (&cluster.name, cluster.backend.preflight().await);
             for warning in found.warnings {
-                tracing::warn!(cluster = %name, "{warning}");
+                // The progress line is what a user sees; the event is for logs.
+                tracing::info!(cluster = %name, "{warning}");
                 self.spec
                     .progress
                     .step(&format!("warning: {name}: {warning}"));
