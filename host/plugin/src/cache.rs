@@ -44,6 +44,13 @@ impl ArtifactCache {
         Ok(ArtifactCache { dir })
     }
 
+    /// Whether an entry for `source_sha` under `engine` exists; it is
+    /// verified only when loaded.
+    pub(crate) fn contains(&self, engine: &Engine, source_sha: &str) -> bool {
+        let header = Header::new(engine, source_sha);
+        self.dir.join(header.file_name()).is_file()
+    }
+
     /// Loads the compiled form of `wasm` (whose sha256 is `source_sha`),
     /// compiling and storing it when there is no trustworthy entry.
     pub(crate) fn load(

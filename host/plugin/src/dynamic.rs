@@ -80,7 +80,7 @@ impl DynamicPlugin {
     ///
     /// When the component does not link against this host.
     pub fn new(host: &PluginHost, compiled: Compiled) -> Result<Self, LoadError> {
-        let engine = &host.inner.engine;
+        let engine = host.inner.engine(compiled.tier);
         let kind = compiled.contract.kind;
         let mut functions = Vec::new();
         if let Some(export) = compiled

@@ -1,12 +1,22 @@
-//! The plugin host: one wasmtime engine with its settings, the linker every
-//! plugin is instantiated against, the compiled cache and the epoch ticker.
+//! The plugin host: the wasmtime engines with their settings, the linkers
+//! plugins are instantiated against, the compiled cache and the epoch ticker.
+//!
+//! Plugins are compiled by Cranelift. A hot reload, though, must serve the
+//! new version quickly, and Cranelift takes about a second per megabyte of
+//! code on a small machine, so a reload that misses the cache is compiled
+//! first by Winch, wasmtime's baseline compiler (several times faster to
+//! compile, slower code), and replaced by the Cranelift build once that is
+//! done (see [`crate::registry`]).
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use wasmtime::component::{Component, HasSelf, Linker};
-use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+use wasmtime::{
+    Config, Engine, EngineWeak as WeakEngine, InstanceAllocationStrategy, PoolingAllocationConfig,
+    Strategy,
+};
 
 use crate::bindings::host;
 use crate::cache::{ArtifactCache, CacheOutcome, hex_sha256};
@@ -33,6 +43,10 @@ pub struct HostConfig {
     /// a fresh instance (about 15 µs more per call), so a plugin cannot carry
     /// state from one call to the next even by accident.
     pub reuse_instances: bool,
+    /// Serve a hot-reloaded plugin that misses the cache from a baseline
+    /// (Winch) build while the optimized build compiles in the background.
+    /// Off, or where Winch is unavailable, a reload waits for Cranelift.
+    pub baseline_first: bool,
 }
 
 impl Default for HostConfig {
@@ -44,6 +58,7 @@ impl Default for HostConfig {
             max_instances: 256,
             epoch_tick: Duration::from_millis(5),
             reuse_instances: true,
+            baseline_first: true,
         }
     }
 }
@@ -72,10 +87,61 @@ pub struct PluginHost {
 }
 
 pub(crate) struct HostInner {
-    pub(crate) engine: Engine,
-    pub(crate) linker: Linker<StoreState>,
+    optimized: Compiler,
+    baseline: Option<Compiler>,
     cache: Option<ArtifactCache>,
     pub(crate) config: HostConfig,
+}
+
+/// An engine and the linker bound to it; components of one tier run only on
+/// that tier's engine.
+struct Compiler {
+    engine: Engine,
+    linker: Linker<StoreState>,
+}
+
+impl Compiler {
+    fn new(engine: Engine) -> wasmtime::Result<Self> {
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        host::add_to_linker::<_, HasSelf<StoreState>>(&mut linker, |state| state)?;
+        Ok(Compiler { engine, linker })
+    }
+}
+
+/// Which compiler built a component.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tier {
+    /// Winch: quick to compile, slower to run; replaced by an optimized build.
+    Baseline,
+    /// Cranelift.
+    Optimized,
+}
+
+impl std::fmt::Display for Tier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Tier::Baseline => "baseline",
+            Tier::Optimized => "optimized",
+        })
+    }
+}
+
+impl HostInner {
+    pub(crate) fn engine(&self, tier: Tier) -> &Engine {
+        &self.compiler(tier).engine
+    }
+
+    pub(crate) fn linker(&self, tier: Tier) -> &Linker<StoreState> {
+        &self.compiler(tier).linker
+    }
+
+    fn compiler(&self, tier: Tier) -> &Compiler {
+        match (tier, &self.baseline) {
+            (Tier::Baseline, Some(baseline)) => baseline,
+            _ => &self.optimized,
+        }
+    }
 }
 
 /// A component compiled and identified, not yet serving.
@@ -94,6 +160,8 @@ pub struct Compiled {
     pub compile_time: Duration,
     /// How the compiled cache was used.
     pub cache: CacheOutcome,
+    /// Which compiler built it.
+    pub tier: Tier,
     pub(crate) component: Component,
 }
 
@@ -106,18 +174,29 @@ impl PluginHost {
     /// When wasmtime rejects the configuration or the cache directory cannot
     /// be created.
     pub fn new(config: HostConfig) -> Result<Self, HostError> {
-        let engine = new_engine(&config, true)
+        let engine = new_engine(&config, Tier::Optimized, true)
             .or_else(|pooled| {
                 // Some machines cannot reserve the address space the pooling
                 // allocator wants; on-demand allocation still works there.
                 tracing::warn!("pooling allocator unavailable ({pooled:#}); allocating on demand");
-                new_engine(&config, false)
+                new_engine(&config, Tier::Optimized, false)
             })
             .map_err(HostError::Engine)?;
-        let mut linker = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(HostError::Engine)?;
-        host::add_to_linker::<_, HasSelf<StoreState>>(&mut linker, |state| state)
-            .map_err(HostError::Engine)?;
+        let optimized = Compiler::new(engine).map_err(HostError::Engine)?;
+        // Baseline builds serve for the seconds an optimized build takes:
+        // allocating on demand spares a second pool's address space.
+        let baseline = config
+            .baseline_first
+            .then(|| new_engine(&config, Tier::Baseline, false).and_then(Compiler::new))
+            .and_then(|built| {
+                built
+                    .inspect_err(|e| {
+                        tracing::info!(
+                            "no baseline compiler here ({e:#}); reloads wait for Cranelift"
+                        );
+                    })
+                    .ok()
+            });
         let cache = match &config.cache_dir {
             Some(dir) => {
                 Some(
@@ -129,11 +208,15 @@ impl PluginHost {
             }
             None => None,
         };
-        spawn_epoch_ticker(&engine, config.epoch_tick);
+        let engines = std::iter::once(&optimized)
+            .chain(&baseline)
+            .map(|compiler| compiler.engine.weak())
+            .collect();
+        spawn_epoch_ticker(engines, config.epoch_tick);
         Ok(PluginHost {
             inner: Arc::new(HostInner {
-                engine,
-                linker,
+                optimized,
+                baseline,
                 cache,
                 config,
             }),
@@ -145,32 +228,74 @@ impl PluginHost {
         &self.inner.config
     }
 
-    /// Compiles `bytes` (through the cache) and identifies the world and
-    /// contract version it implements. Blocking and CPU-heavy: call it off
-    /// the async runtime.
+    /// Compiles `bytes` with Cranelift (through the cache) and identifies the
+    /// world and contract version it implements. Blocking and CPU-heavy:
+    /// call it off the async runtime.
     ///
     /// # Errors
     ///
     /// When the bytes are not a component, fail to compile, or implement no
     /// world of a contract version this host serves.
     pub fn compile(&self, name: &str, bytes: &[u8], source: Source) -> Result<Compiled, LoadError> {
+        self.compile_as(name, bytes, source, Tier::Optimized)
+    }
+
+    /// As [`PluginHost::compile`], but quick: from the cache when it holds
+    /// an optimized build, else with the baseline compiler when the host has
+    /// one (see [`HostConfig::baseline_first`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`PluginHost::compile`].
+    pub fn compile_quickly(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        source: Source,
+    ) -> Result<Compiled, LoadError> {
+        let optimized_cached = self.inner.baseline.is_none()
+            || self.inner.cache.as_ref().is_some_and(|cache| {
+                cache.contains(&self.inner.optimized.engine, &hex_sha256(bytes))
+            });
+        if optimized_cached {
+            return self.compile(name, bytes, source);
+        }
+        self.compile_as(name, bytes, source.clone(), Tier::Baseline)
+            .or_else(|baseline| {
+                // Winch does not take every module; Cranelift has the last word.
+                tracing::debug!(
+                    plugin = name,
+                    "baseline build failed ({baseline}); compiling it optimized"
+                );
+                self.compile(name, bytes, source)
+            })
+    }
+
+    fn compile_as(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        source: Source,
+        tier: Tier,
+    ) -> Result<Compiled, LoadError> {
         let origin = match &source {
             Source::Builtin => format!("built-in `{name}`"),
             other => other.to_string(),
         };
         contract::check_component_header(bytes, &origin)?;
         let sha256 = hex_sha256(bytes);
+        let engine = self.inner.engine(tier);
         let started = Instant::now();
-        let compiled = match &self.inner.cache {
-            Some(cache) => cache.load(&self.inner.engine, bytes, &sha256),
-            None => Component::new(&self.inner.engine, bytes).map(|c| (c, CacheOutcome::Disabled)),
+        let compiled = match (&self.inner.cache, tier) {
+            (Some(cache), Tier::Optimized) => cache.load(engine, bytes, &sha256),
+            _ => Component::new(engine, bytes).map(|c| (c, CacheOutcome::Disabled)),
         };
         let (component, cache) = compiled.map_err(|e| LoadError::Invalid {
             origin: origin.clone(),
             detail: format!("does not compile: {e:#}"),
         })?;
         let compile_time = started.elapsed();
-        let contract = contract::identify(&self.inner.engine, &component, &origin)?;
+        let contract = contract::identify(engine, &component, &origin)?;
         Ok(Compiled {
             plugin: PluginRef {
                 name: name.into(),
@@ -182,13 +307,18 @@ impl PluginHost {
             size: bytes.len(),
             compile_time,
             cache,
+            tier,
             component,
         })
     }
 }
 
-fn new_engine(config: &HostConfig, pooling: bool) -> wasmtime::Result<Engine> {
+fn new_engine(config: &HostConfig, tier: Tier, pooling: bool) -> wasmtime::Result<Engine> {
     let mut wasm = Config::new();
+    wasm.strategy(match tier {
+        Tier::Baseline => Strategy::Winch,
+        Tier::Optimized => Strategy::Cranelift,
+    });
     wasm.wasm_component_model(true)
         .epoch_interruption(true)
         .consume_fuel(config.fuel)
@@ -208,15 +338,20 @@ fn new_engine(config: &HostConfig, pooling: bool) -> wasmtime::Result<Engine> {
     Engine::new(&wasm)
 }
 
-/// Advances the engine's epoch every `tick` until the engine is dropped.
-fn spawn_epoch_ticker(engine: &Engine, tick: Duration) {
-    let weak = engine.weak();
+/// Advances the engines' epochs every `tick` until the host is dropped.
+fn spawn_epoch_ticker(engines: Vec<WeakEngine>, tick: Duration) {
     std::thread::Builder::new()
         .name("plugin-epoch".into())
         .spawn(move || {
-            while let Some(engine) = weak.upgrade() {
-                engine.increment_epoch();
-                drop(engine);
+            loop {
+                let mut alive = false;
+                for engine in engines.iter().filter_map(WeakEngine::upgrade) {
+                    engine.increment_epoch();
+                    alive = true;
+                }
+                if !alive {
+                    return;
+                }
                 std::thread::sleep(tick);
             }
         })

@@ -45,7 +45,7 @@ pub use cache::CacheOutcome;
 pub use contract::{Contract, Kind};
 pub use dynamic::{DynamicPlugin, FunctionType};
 pub use error::{CallError, CallErrorKind, LoadError, LookupError, PluginRef, Source};
-pub use host::{Compiled, HostConfig, HostError, PluginHost};
+pub use host::{Compiled, HostConfig, HostError, PluginHost, Tier};
 pub use limits::{DEFAULT_DEADLINE, DEFAULT_MEMORY_CAP, KindLimits, Limits};
 pub use loaded::VersionInfo;
 pub use registry::{LoadCounts, PluginStatus, Registry};

@@ -9,7 +9,7 @@ use wasmtime::{Store, Trap};
 
 use crate::contract::{Contract, Kind};
 use crate::error::{CallError, CallErrorKind, LoadError, PluginRef, Source};
-use crate::host::{Compiled, HostInner};
+use crate::host::{Compiled, HostInner, Tier};
 use crate::limits::Limits;
 use crate::store::StoreState;
 
@@ -46,6 +46,8 @@ pub struct VersionInfo {
     pub loaded_at: SystemTime,
     /// Time to compile or load from cache.
     pub compile_time: Duration,
+    /// Which compiler built the serving code.
+    pub tier: Tier,
 }
 
 pub(crate) struct Loaded<W: World> {
@@ -79,7 +81,7 @@ impl<W: World> Loaded<W> {
             detail: format!("does not link against this host: {e:#}"),
         };
         let pre = host
-            .linker
+            .linker(compiled.tier)
             .instantiate_pre(&compiled.component)
             .map_err(invalid)?;
         let pre = W::pre(pre, &compiled.contract).map_err(invalid)?;
@@ -92,6 +94,7 @@ impl<W: World> Loaded<W> {
                 source: compiled.source,
                 loaded_at: SystemTime::now(),
                 compile_time: compiled.compile_time,
+                tier: compiled.tier,
             },
             pre,
             host,
@@ -152,7 +155,7 @@ impl<W: World> Loaded<W> {
 
     fn instantiate(&self) -> wasmtime::Result<Live<W>> {
         let state = StoreState::new(self.info.plugin.clone(), self.limits.memory_cap);
-        let mut store = Store::new(&self.host.engine, state);
+        let mut store = Store::new(self.host.engine(self.info.tier), state);
         store.limiter(|state| &mut state.limiter);
         store.epoch_deadline_trap();
         // Instantiation runs guest start code: give it the call deadline too.

@@ -4,18 +4,24 @@
 //! atomically. Calls already running finish on the version they started on.
 //! A failed load leaves the serving version alone and is recorded in the
 //! plugin's status, logged, and counted.
+//!
+//! A hot reload that misses the compiled cache serves a baseline build first
+//! (see [`crate::host`]); one background thread then compiles the optimized
+//! build and swaps it in, unless another version has replaced the baseline
+//! build by then.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::mpsc::{Sender, channel};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::SystemTime;
 
 use arc_swap::ArcSwap;
 
 use crate::contract::Kind;
 use crate::error::{LoadError, LookupError, Source};
-use crate::host::{Compiled, PluginHost};
+use crate::host::{Compiled, PluginHost, Tier};
 use crate::loaded::{Loaded, VersionInfo, World};
 use crate::worlds::adapter::{AdapterWorld, TaskAdapter};
 use crate::worlds::placement::{PlacementPolicy, PlacementWorld};
@@ -51,6 +57,26 @@ pub struct Registry {
     state: RwLock<State>,
     loaded: AtomicU64,
     failed: AtomicU64,
+    myself: Weak<Registry>,
+    /// Feeds the optimizing thread, started on first use.
+    optimizer: Mutex<Option<Sender<Reoptimize>>>,
+}
+
+/// A baseline build to replace with an optimized one.
+struct Reoptimize {
+    name: String,
+    version: Arc<str>,
+    bytes: Vec<u8>,
+    source: Source,
+}
+
+/// How much a load may trade code quality for time to serving.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Urgency {
+    /// Start-up and explicit loads: Cranelift, through the cache.
+    Optimized,
+    /// Hot reloads: whatever serves soonest.
+    Soon,
 }
 
 #[derive(Default)]
@@ -113,11 +139,13 @@ slotted!(AdapterWorld, Adapter);
 impl Registry {
     /// An empty registry on `host`.
     pub fn new(host: PluginHost) -> Arc<Self> {
-        Arc::new(Registry {
+        Arc::new_cyclic(|myself| Registry {
             host,
             state: RwLock::default(),
             loaded: AtomicU64::new(0),
             failed: AtomicU64::new(0),
+            myself: myself.clone(),
+            optimizer: Mutex::new(None),
         })
     }
 
@@ -202,6 +230,17 @@ impl Registry {
     /// version, or implements a different world than the plugin it replaces.
     /// The previous version keeps serving and the error is recorded.
     pub fn load_file(&self, path: &Path) -> Result<VersionInfo, LoadError> {
+        self.load_path(path, Urgency::Optimized)
+    }
+
+    /// As [`Registry::load_file`], for a file that changed while serving:
+    /// on a cache miss a baseline build serves until the optimized build is
+    /// ready.
+    pub(crate) fn reload_file(&self, path: &Path) -> Result<VersionInfo, LoadError> {
+        self.load_path(path, Urgency::Soon)
+    }
+
+    fn load_path(&self, path: &Path, urgency: Urgency) -> Result<VersionInfo, LoadError> {
         let stem = path
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
@@ -218,7 +257,7 @@ impl Registry {
                 source,
             })
             .and_then(|bytes| {
-                self.compile_and_install(&stem, &bytes, Source::File(path.to_path_buf()))
+                self.compile_and_install(&stem, &bytes, Source::File(path.to_path_buf()), urgency)
             });
         self.record(&stem, result)
     }
@@ -234,8 +273,21 @@ impl Registry {
         bytes: &[u8],
         source: Source,
     ) -> Result<VersionInfo, LoadError> {
-        let result = self.compile_and_install(name, bytes, source);
+        let result = self.compile_and_install(name, bytes, source, Urgency::Optimized);
         self.record(name, result)
+    }
+
+    /// Swaps in a component compiled by [`PluginHost::compile`] or
+    /// [`PluginHost::compile_quickly`] on this registry's host, as it is: a
+    /// baseline build stays baseline.
+    ///
+    /// # Errors
+    ///
+    /// As [`Registry::load_file`].
+    pub fn install(&self, compiled: Compiled) -> Result<VersionInfo, LoadError> {
+        let name = compiled.plugin.name.to_string();
+        let result = self.install_unconditionally(compiled);
+        self.record(&name, result)
     }
 
     /// Handles the removal of `path`: the built-in of the same name serves
@@ -371,18 +423,50 @@ impl Registry {
         name: &str,
         bytes: &[u8],
         source: Source,
+        urgency: Urgency,
     ) -> Result<VersionInfo, LoadError> {
         // Compiling is the slow part and takes no lock.
-        let compiled = self.host.compile(name, bytes, source)?;
+        let compiled = match urgency {
+            Urgency::Optimized => self.host.compile(name, bytes, source.clone())?,
+            Urgency::Soon => self.host.compile_quickly(name, bytes, source.clone())?,
+        };
+        let info = self.install_unconditionally(compiled)?;
+        if info.tier == Tier::Baseline {
+            self.reoptimize_later(Reoptimize {
+                name: name.to_string(),
+                version: info.plugin.version.clone(),
+                bytes: bytes.to_vec(),
+                source,
+            });
+        }
+        Ok(info)
+    }
+
+    fn install_unconditionally(&self, compiled: Compiled) -> Result<VersionInfo, LoadError> {
+        self.install_any(compiled, None)
+            .map(|installed| installed.expect("an install without a condition always installs"))
+    }
+
+    /// Installs `compiled`; with `replacing`, only while that version's
+    /// baseline build is the one serving (`Ok(None)` otherwise).
+    fn install_any(
+        &self,
+        compiled: Compiled,
+        replacing: Option<&str>,
+    ) -> Result<Option<VersionInfo>, LoadError> {
         match compiled.contract.kind {
-            Kind::Placement => self.install::<PlacementWorld>(compiled),
-            Kind::Sizing => self.install::<SizingWorld>(compiled),
-            Kind::Reset => self.install::<ResetWorld>(compiled),
-            Kind::Adapter => self.install::<AdapterWorld>(compiled),
+            Kind::Placement => self.install_world::<PlacementWorld>(compiled, replacing),
+            Kind::Sizing => self.install_world::<SizingWorld>(compiled, replacing),
+            Kind::Reset => self.install_world::<ResetWorld>(compiled, replacing),
+            Kind::Adapter => self.install_world::<AdapterWorld>(compiled, replacing),
         }
     }
 
-    fn install<W: Slotted>(&self, compiled: Compiled) -> Result<VersionInfo, LoadError> {
+    fn install_world<W: Slotted>(
+        &self,
+        compiled: Compiled,
+        replacing: Option<&str>,
+    ) -> Result<Option<VersionInfo>, LoadError> {
         let name = compiled.plugin.name.to_string();
         if let Some(current) = self.read().entries.get(&name).and_then(|e| e.slot.as_ref()) {
             let found = current.info().kind;
@@ -402,12 +486,75 @@ impl Registry {
             slot: None,
             last_error: None,
         });
+        if let Some(version) = replacing
+            && !entry
+                .slot
+                .as_ref()
+                .is_some_and(|slot| serves_baseline_of(&slot.info(), version))
+        {
+            return Ok(None);
+        }
         match entry.slot.as_ref().and_then(W::unwrap) {
             Some(slot) => slot.store(loaded),
             None => entry.slot = Some(W::wrap(Arc::new(ArcSwap::new(loaded)))),
         }
-        entry.last_error = None;
-        Ok(info)
+        if replacing.is_none() {
+            entry.last_error = None;
+        }
+        Ok(Some(info))
+    }
+
+    fn reoptimize_later(&self, job: Reoptimize) {
+        let mut optimizer = self.optimizer.lock().unwrap_or_else(|e| e.into_inner());
+        let sender = optimizer.get_or_insert_with(|| {
+            let (sender, jobs) = channel::<Reoptimize>();
+            let registry = self.myself.clone();
+            std::thread::Builder::new()
+                .name("plugin-optimize".into())
+                .spawn(move || {
+                    // Ends when the registry, which owns the sender, is dropped.
+                    while let Ok(job) = jobs.recv() {
+                        let Some(registry) = registry.upgrade() else {
+                            return;
+                        };
+                        registry.reoptimize(job);
+                    }
+                })
+                .expect("spawn the plugin-optimize thread");
+            sender
+        });
+        // The thread outlives every sender but panics; then reloads stay baseline.
+        let _ = sender.send(job);
+    }
+
+    fn reoptimize(&self, job: Reoptimize) {
+        let still_baseline = self
+            .read()
+            .entries
+            .get(&job.name)
+            .and_then(|entry| entry.slot.as_ref())
+            .is_some_and(|slot| serves_baseline_of(&slot.info(), &job.version));
+        if !still_baseline {
+            return;
+        }
+        let result = self
+            .host
+            .compile(&job.name, &job.bytes, job.source)
+            .and_then(|compiled| self.install_any(compiled, Some(&job.version)));
+        match result {
+            Ok(Some(info)) => tracing::info!(
+                plugin = job.name,
+                version = %info.plugin.version,
+                compile_ms = info.compile_time.as_secs_f64() * 1e3,
+                "optimized build serving"
+            ),
+            Ok(None) => {}
+            Err(e) => tracing::warn!(
+                plugin = job.name,
+                version = %job.version,
+                "optimized build failed; the baseline build keeps serving: {e}"
+            ),
+        }
     }
 
     fn record(
@@ -456,6 +603,10 @@ impl Registry {
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, State> {
         self.state.write().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+fn serves_baseline_of(info: &VersionInfo, version: &str) -> bool {
+    info.tier == Tier::Baseline && &*info.plugin.version == version
 }
 
 /// Plugin files are `<name>.wasm`; hidden files (editors' and copy tools'

@@ -85,7 +85,7 @@ impl Registry {
                     for path in due {
                         if path.exists() {
                             // Failures are recorded in the registry's status.
-                            let _ = registry.load_file(&path);
+                            let _ = registry.reload_file(&path);
                         } else {
                             registry.unload_file(&path);
                         }

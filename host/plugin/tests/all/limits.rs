@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use sandfleet_plugin::placement::Clusters;
-use sandfleet_plugin::{CallErrorKind, HostConfig, KindLimits, Limits};
+use sandfleet_plugin::{CallErrorKind, HostConfig, KindLimits, Limits, Source, Tier};
 
 use crate::{cluster, demand, load, registry, registry_with, three_clusters};
 
@@ -191,4 +191,26 @@ fn fuel_stops_a_spinning_guest_when_enabled() {
         "{error}"
     );
     assert_eq!(policy.place(&demand(BEHAVE), &three_clusters()).unwrap(), 0);
+}
+
+#[test]
+fn a_baseline_build_runs_under_the_same_limits() {
+    let registry = registry();
+    let bytes = std::fs::read(sandfleet_guests::MISBEHAVE).unwrap();
+    let compiled = registry
+        .host()
+        .compile_quickly("misbehave", &bytes, Source::Memory)
+        .unwrap();
+    assert_eq!(compiled.tier, Tier::Baseline);
+    registry.install(compiled).unwrap();
+    let policy = registry.placement("misbehave").unwrap();
+    assert_eq!(policy.version().tier, Tier::Baseline);
+    let clusters = three_clusters();
+
+    let kind = |image| policy.place(&demand(image), &clusters).unwrap_err().kind;
+    assert!(matches!(kind(SPIN), CallErrorKind::Deadline(d) if d == Duration::from_millis(100)));
+    assert!(matches!(kind(HOG), CallErrorKind::MemoryCap(cap) if cap == 64 << 20));
+    assert!(matches!(kind(TRAP), CallErrorKind::Trap(_)));
+    assert!(matches!(kind(OUT_OF_RANGE), CallErrorKind::Contract(_)));
+    assert_eq!(policy.place(&demand(BEHAVE), &clusters).unwrap(), 0);
 }

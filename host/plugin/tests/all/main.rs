@@ -11,11 +11,26 @@ mod reload;
 use std::sync::Arc;
 
 use sandfleet_plugin::placement::{ClusterState, Clusters, Demand, DemandKind};
-use sandfleet_plugin::{HostConfig, PluginHost, Registry, Source};
+use std::time::Duration;
+
+use sandfleet_plugin::{HostConfig, KindLimits, Limits, PluginHost, Registry, Source};
 
 /// A registry on a fresh host with default limits and no cache.
 pub(crate) fn registry() -> Arc<Registry> {
     registry_with(HostConfig::default())
+}
+
+/// A registry whose deadlines are far beyond any call's run time, for tests
+/// about something else that must not fail because a loaded machine
+/// descheduled a caller past the default 100 ms.
+pub(crate) fn patient_registry() -> Arc<Registry> {
+    registry_with(HostConfig {
+        limits: KindLimits::uniform(Limits {
+            deadline: Duration::from_secs(30),
+            ..Limits::default()
+        }),
+        ..HostConfig::default()
+    })
 }
 
 pub(crate) fn registry_with(config: HostConfig) -> Arc<Registry> {

@@ -6,9 +6,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use sandfleet_plugin::{Registry, Source};
+use sandfleet_plugin::{
+    CacheOutcome, HostConfig, LoadCounts, PluginHost, Registry, Source, Tier, VersionInfo,
+};
 
-use crate::{demand, registry, three_clusters};
+use crate::{demand, patient_registry, registry, registry_with, three_clusters};
 
 const PATIENCE: Duration = Duration::from_secs(20);
 
@@ -56,7 +58,7 @@ fn replacing_a_plugin_under_load_fails_no_call_and_later_calls_get_the_new_answe
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("policy.wasm");
     std::fs::write(&path, guest(sandfleet_guests::LEAST_LOADED)).unwrap();
-    let registry = registry();
+    let registry = patient_registry();
     registry.load_dir(dir.path()).unwrap();
     let _watcher = registry.watch(dir.path()).unwrap();
     let first_version = registry
@@ -198,4 +200,109 @@ fn a_new_file_appears_as_a_new_plugin() {
     });
     let policy = registry.placement("fresh").unwrap();
     assert_eq!(policy.place(&demand(0), &three_clusters()).unwrap(), 2);
+}
+
+/// `bytes` with a custom section appended: another version, the same code.
+fn salted(bytes: &[u8], salt: u8) -> Vec<u8> {
+    let name = b"salt";
+    let mut salted = bytes.to_vec();
+    salted.extend_from_slice(&[0, 1 + name.len() as u8 + 1, name.len() as u8]);
+    salted.extend_from_slice(name);
+    salted.push(salt);
+    salted
+}
+
+fn serving(registry: &Registry, name: &str) -> VersionInfo {
+    registry.status(name).unwrap().serving.unwrap()
+}
+
+#[test]
+fn a_reload_serves_a_baseline_build_until_the_optimized_build_replaces_it() {
+    let cache = tempfile::tempdir().unwrap();
+    let config = || HostConfig {
+        cache_dir: Some(cache.path().to_path_buf()),
+        ..HostConfig::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("policy.wasm");
+    std::fs::write(&path, guest(sandfleet_guests::LEAST_LOADED)).unwrap();
+    let registry = registry_with(config());
+    registry.load_dir(dir.path()).unwrap();
+    assert_eq!(serving(&registry, "policy").tier, Tier::Optimized);
+    let _watcher = registry.watch(dir.path()).unwrap();
+
+    // B replaces A, and C replaces B while B may still be a baseline build:
+    // B's optimized build must never displace C.
+    let b = salted(&guest(sandfleet_guests::PICK_LAST), 1);
+    let c = salted(&guest(sandfleet_guests::PICK_LAST), 2);
+    let version_of = |bytes: &[u8]| {
+        let host = PluginHost::new(HostConfig::default()).unwrap();
+        host.compile("policy", bytes, Source::Memory)
+            .unwrap()
+            .plugin
+            .version
+    };
+    let (b_version, c_version) = (version_of(&b), version_of(&c));
+    write_and_rename(&path, &b);
+    eventually("B to serve", || {
+        serving(&registry, "policy").plugin.version == b_version
+    });
+    write_and_rename(&path, &c);
+    eventually("C's optimized build to serve", || {
+        let info = serving(&registry, "policy");
+        info.plugin.version == c_version && info.tier == Tier::Optimized
+    });
+    // The optimizer takes jobs in order: B's is done, and C still serves.
+    assert_eq!(serving(&registry, "policy").plugin.version, c_version);
+    let policy = registry.placement("policy").unwrap();
+    assert_eq!(policy.place(&demand(0), &three_clusters()).unwrap(), 2);
+    // Tier upgrades are not loads.
+    assert_eq!(
+        registry.load_counts(),
+        LoadCounts {
+            loaded: 3,
+            failed: 0
+        }
+    );
+
+    // The optimized build went to the cache: a quick compile now finds it.
+    let host = PluginHost::new(config()).unwrap();
+    let compiled = host.compile_quickly("policy", &c, Source::Memory).unwrap();
+    assert_eq!(
+        (compiled.tier, compiled.cache),
+        (Tier::Optimized, CacheOutcome::Hit)
+    );
+}
+
+#[test]
+fn quick_compiles_use_the_baseline_compiler_only_without_an_optimized_build_at_hand() {
+    let cache = tempfile::tempdir().unwrap();
+    let bytes = guest(sandfleet_guests::LEAST_LOADED);
+    let host = PluginHost::new(HostConfig {
+        cache_dir: Some(cache.path().to_path_buf()),
+        ..HostConfig::default()
+    })
+    .unwrap();
+    let quick = host.compile_quickly("p", &bytes, Source::Memory).unwrap();
+    assert_eq!(quick.tier, Tier::Baseline);
+    let optimized = host.compile("p", &bytes, Source::Memory).unwrap();
+    assert_eq!(
+        (optimized.tier, optimized.cache),
+        (Tier::Optimized, CacheOutcome::Miss)
+    );
+    let quick = host.compile_quickly("p", &bytes, Source::Memory).unwrap();
+    assert_eq!(
+        (quick.tier, quick.cache),
+        (Tier::Optimized, CacheOutcome::Hit)
+    );
+
+    let without_baseline = PluginHost::new(HostConfig {
+        baseline_first: false,
+        ..HostConfig::default()
+    })
+    .unwrap();
+    let quick = without_baseline
+        .compile_quickly("p", &bytes, Source::Memory)
+        .unwrap();
+    assert_eq!(quick.tier, Tier::Optimized);
 }
