@@ -253,11 +253,11 @@ impl PluginHost {
         bytes: &[u8],
         source: Source,
     ) -> Result<Compiled, LoadError> {
-        let optimized_cached = self.inner.baseline.is_none()
-            || self.inner.cache.as_ref().is_some_and(|cache| {
+        let cached =
+            self.inner.cache.as_ref().is_some_and(|cache| {
                 cache.contains(&self.inner.optimized.engine, &hex_sha256(bytes))
             });
-        if optimized_cached {
+        if cached || self.inner.baseline.is_none() {
             return self.compile(name, bytes, source);
         }
         self.compile_as(name, bytes, source.clone(), Tier::Baseline)
