@@ -18,7 +18,7 @@ use tokio::net::unix::pipe;
 use tokio::process::Command;
 use tokio::time::Instant;
 
-use crate::process::kill_group;
+use crate::process::{group_gone_within, kill_group};
 
 /// How long to keep collecting output after the process group was killed
 /// at the timeout. Processes that left the group (`setsid`) can keep the
@@ -102,6 +102,12 @@ pub(crate) async fn run(
         // Still running after SIGKILL and the grace period: leave it to
         // tokio's reaper rather than wait without bound.
         let _ = child.start_kill();
+    }
+    if timed_out
+        && let Some(group) = group
+        && !group_gone_within(group, KILL_GRACE).await
+    {
+        tracing::warn!(group, "processes of a timed-out command outlived SIGKILL");
     }
     let exit_code = match status {
         Some(status) if !timed_out => status.code().unwrap_or(-1),

@@ -62,7 +62,9 @@ impl ProcessIdentity {
 
 /// The fields of `/proc/<pid>/stat` this crate uses.
 struct Stat {
+    zombie: bool,
     parent: i32,
+    group: u32,
     start_time: u64,
 }
 
@@ -72,7 +74,9 @@ fn read_stat(pid: i32) -> Option<Stat> {
     // spaces and parentheses; the fields after the last `)` start at field 3.
     let fields: Vec<&str> = text.rsplit_once(')')?.1.split_whitespace().collect();
     Some(Stat {
+        zombie: *fields.first()? == "Z",
         parent: fields.get(1)?.parse().ok()?,
+        group: fields.get(2)?.parse().ok()?,
         start_time: fields.get(19)?.parse().ok()?,
     })
 }
@@ -247,6 +251,26 @@ pub(crate) async fn kill_all(processes: Vec<Process>, timeout: Duration) -> usiz
     }
     waits.join_all().await;
     killed
+}
+
+/// Waits up to `timeout` until no member of process group `group` is alive;
+/// a zombie waiting for its reaper counts as gone. A killed process closes
+/// its pipes before it has finished exiting, so the end of a command's
+/// output does not yet mean that its group is gone. True when it is.
+pub(crate) async fn group_gone_within(group: u32, timeout: Duration) -> bool {
+    let until = tokio::time::Instant::now() + timeout;
+    loop {
+        let alive = all_pids()
+            .into_iter()
+            .any(|pid| read_stat(pid).is_some_and(|stat| stat.group == group && !stat.zombie));
+        if !alive {
+            return true;
+        }
+        if tokio::time::Instant::now() >= until {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
 }
 
 /// Sends SIGKILL to process group `group`; a group that is already gone is
