@@ -493,8 +493,8 @@ impl Inner {
                 sandbox.id()
             )));
         }
-        let command = sandbox.command(request)?;
-        let result = exec::run(command, request, sink)
+        let (command, leader) = sandbox.command(request)?;
+        let result = exec::run(command, leader, request, sink)
             .await
             .context(|| format!("sandbox {}: running `{program}`", sandbox.id()))?;
         // nsenter into a dead sandbox fails like a command would; tell the

@@ -18,12 +18,27 @@ use tokio::net::unix::pipe;
 use tokio::process::Command;
 use tokio::time::Instant;
 
-use crate::process::{group_gone_within, kill_group};
+use crate::process::{group_gone_within, kill_group, kill_group_but_leader};
 
 /// How long to keep collecting output after the process group was killed
 /// at the timeout. Processes that left the group (`setsid`) can keep the
 /// pipes open; they are left to the sandbox's release.
 const KILL_GRACE: Duration = Duration::from_secs(2);
+
+/// Who leads a command's process group, which decides how a timeout kills
+/// it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Leader {
+    /// The command itself: the whole group is killed.
+    Command,
+    /// `nsenter`, which lives outside the sandbox's pid namespace and waits
+    /// for the command it started inside. It is spared: killed together
+    /// with its child, it would leave the child's zombie to the host's init,
+    /// and the sandbox's init cannot finish exiting until some process
+    /// reaps that zombie (1.5 s with a lazy init, never with one that does
+    /// not reap). Spared, it reaps its child and exits by itself.
+    Nsenter,
+}
 
 /// Bytes read from a pipe at a time.
 const READ_CHUNK: usize = 64 * 1024;
@@ -32,6 +47,7 @@ const READ_CHUNK: usize = 64 * 1024;
 /// asks, sending output to `sink` as it comes.
 pub(crate) async fn run(
     mut command: Command,
+    leader: Leader,
     request: &ExecRequest,
     sink: Option<&OutputSink>,
 ) -> io::Result<ExecResult> {
@@ -88,8 +104,10 @@ pub(crate) async fn run(
                     break;
                 }
                 timed_out = true;
-                if let Some(group) = group {
-                    kill_group(group);
+                match (group, leader) {
+                    (Some(group), Leader::Command) => kill_group(group),
+                    (Some(group), Leader::Nsenter) => kill_group_but_leader(group),
+                    (None, _) => {}
                 }
                 deadline = Instant::now() + KILL_GRACE;
             }
@@ -99,8 +117,9 @@ pub(crate) async fn run(
         feeder.abort();
     }
     if status.is_none() {
-        // Still running after SIGKILL and the grace period: leave it to
-        // tokio's reaper rather than wait without bound.
+        // Still running after SIGKILL (or, for nsenter, after its child's)
+        // and the grace period: leave it to tokio's reaper rather than wait
+        // without bound.
         let _ = child.start_kill();
     }
     if timed_out
@@ -193,7 +212,7 @@ mod tests {
     async fn output_exit_code_and_stdin() {
         let (command, mut request) = shell("cat; echo err >&2; exit 3");
         request.stdin = Some(b"in".to_vec());
-        let result = run(command, &request, None).await.unwrap();
+        let result = run(command, Leader::Command, &request, None).await.unwrap();
         assert_eq!(result.exit_code, 3);
         assert_eq!(result.stdout, b"in");
         assert_eq!(result.stderr, b"err\n");
@@ -204,7 +223,7 @@ mod tests {
     async fn merged_output_keeps_the_order_it_was_written_in() {
         let (command, mut request) = shell("echo 1; echo 2 >&2; echo 3; echo 4 >&2");
         request.merge_stderr = true;
-        let result = run(command, &request, None).await.unwrap();
+        let result = run(command, Leader::Command, &request, None).await.unwrap();
         assert_eq!(result.stdout, b"1\n2\n3\n4\n");
         assert!(result.stderr.is_empty());
     }
@@ -213,7 +232,7 @@ mod tests {
     async fn a_timeout_kills_the_whole_group_and_keeps_partial_output() {
         let (command, mut request) = shell("sleep 300 & echo $!; sleep 300");
         request.timeout = Duration::from_millis(300);
-        let result = run(command, &request, None).await.unwrap();
+        let result = run(command, Leader::Command, &request, None).await.unwrap();
         assert!(result.timed_out);
         assert_eq!(result.exit_code, -1);
         let background: u32 = String::from_utf8(result.stdout)
@@ -233,7 +252,9 @@ mod tests {
     async fn a_full_sink_loses_chunks_not_output() {
         let (sink, mut chunks) = tokio::sync::mpsc::channel(1);
         let (command, request) = shell("for i in 1 2 3 4 5; do echo $i; sleep 0.05; done");
-        let result = run(command, &request, Some(&sink)).await.unwrap();
+        let result = run(command, Leader::Command, &request, Some(&sink))
+            .await
+            .unwrap();
         assert_eq!(result.stdout, b"1\n2\n3\n4\n5\n");
         let first = chunks.recv().await.unwrap();
         assert_eq!(

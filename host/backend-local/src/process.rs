@@ -273,6 +273,31 @@ pub(crate) async fn group_gone_within(group: u32, timeout: Duration) -> bool {
     }
 }
 
+/// Sends SIGKILL to every member of process group `group` but its leader,
+/// in a few passes to catch children forked meanwhile.
+pub(crate) fn kill_group_but_leader(group: u32) {
+    for _ in 0..3 {
+        let members: Vec<i32> = all_pids()
+            .into_iter()
+            .filter(|&pid| {
+                u32::try_from(pid).is_ok_and(|pid| pid != group)
+                    && read_stat(pid).is_some_and(|stat| stat.group == group && !stat.zombie)
+            })
+            .collect();
+        if members.is_empty() {
+            return;
+        }
+        for pid in members.into_iter().filter_map(Pid::from_raw) {
+            match rustix::process::kill_process(pid, Signal::KILL) {
+                Ok(()) | Err(Errno::SRCH) => {}
+                Err(error) => {
+                    tracing::warn!(pid = pid.as_raw_nonzero().get(), %error, "cannot kill process")
+                }
+            }
+        }
+    }
+}
+
 /// Sends SIGKILL to process group `group`; a group that is already gone is
 /// not an error.
 pub(crate) fn kill_group(group: u32) {

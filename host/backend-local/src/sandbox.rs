@@ -26,6 +26,7 @@ use tokio::process::{Child, Command};
 
 use crate::blocking;
 use crate::error::{IoContext, LocalError};
+use crate::exec::Leader;
 use crate::namespace::{self, InitSpec, SANDBOX_PATH};
 use crate::process::{self, MARKER_ENV, MarkerScope, Process, run_tool};
 use crate::state::{RunDir, SANDBOX_META, SandboxMeta, remove_tree, unix_now, write_record};
@@ -216,8 +217,9 @@ impl Sandbox {
 
     /// The command that runs `request` in the sandbox, ready for
     /// [`crate::exec::run`]: `env -i -C <workdir> VARS... ARGV...`, entered
-    /// into the namespaces, or with paths mapped for a plain sandbox.
-    pub(crate) fn command(&self, request: &ExecRequest) -> Result<Command, LocalError> {
+    /// into the namespaces, or with paths mapped for a plain sandbox; and
+    /// what will lead its process group.
+    pub(crate) fn command(&self, request: &ExecRequest) -> Result<(Command, Leader), LocalError> {
         let program = request.argv.first().ok_or_else(|| {
             LocalError::Rejected(format!("sandbox {}: a command needs an argv", self.id))
         })?;
@@ -244,14 +246,14 @@ impl Sandbox {
             Some(relative) => format!("{}/{relative}", self.workdir),
         };
         let mut vars = vec![("PATH".to_string(), SANDBOX_PATH.to_string())];
-        let (mut command, workdir, argv) = match &self.jail {
+        let (mut command, leader, workdir, argv) = match &self.jail {
             Jail::Namespaces { init, .. } => {
                 vars.push(("HOME".to_string(), "/root".to_string()));
                 vars.extend(extra_env.cloned());
                 let mut command =
                     namespace::enter_command(init.identity().pid, self.template.share_network);
                 command.arg("env");
-                (command, workdir, request.argv.clone())
+                (command, Leader::Nsenter, workdir, request.argv.clone())
             }
             Jail::Plain { paths } => {
                 vars.push(("HOME".to_string(), paths.host_dir("/root")));
@@ -262,7 +264,7 @@ impl Sandbox {
                 let mut command = Command::new("env");
                 command.env_clear().env("PATH", SANDBOX_PATH);
                 let argv = request.argv.iter().map(|arg| paths.map_arg(arg)).collect();
-                (command, paths.map_arg(&workdir), argv)
+                (command, Leader::Command, paths.map_arg(&workdir), argv)
             }
         };
         command
@@ -270,7 +272,7 @@ impl Sandbox {
             .arg(workdir)
             .args(vars.iter().map(|(name, value)| format!("{name}={value}")))
             .args(argv);
-        Ok(command)
+        Ok((command, leader))
     }
 
     /// Kills everything running in the sandbox and removes its directory.

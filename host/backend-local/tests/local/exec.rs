@@ -38,6 +38,59 @@ async fn a_timeout_kills_everything_the_command_started() {
     backend.release(&sandbox).await.unwrap();
 }
 
+/// Host pids whose command line is `argv`, zombies included.
+fn processes_with_cmdline(argv: &[&str]) -> Vec<i32> {
+    let wanted: Vec<u8> = argv
+        .iter()
+        .flat_map(|arg| [arg.as_bytes(), b"\0"].concat())
+        .collect();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == wanted))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_timed_out_command_is_reaped_before_exec_returns() {
+    let Some((fixture, backend)) = common::namespaced() else {
+        return;
+    };
+    let backend = std::sync::Arc::new(backend);
+    let template = template(&backend, "t").await;
+    let sandbox = claim(&backend, &template).await;
+    let init = init_of(&fixture.run_id, &sandbox.id);
+    // A duration no other process on the machine sleeps for.
+    let argv = ["sleep", "3133.7"];
+    let request = ExecRequest {
+        timeout: Duration::from_secs(2),
+        ..request(argv)
+    };
+    let exec = {
+        let (backend, sandbox) = (backend.clone(), sandbox.clone());
+        tokio::spawn(async move { backend.exec(&sandbox, &request, None).await })
+    };
+    let deadline = Instant::now() + common::PATIENCE;
+    let command = loop {
+        if let [pid] = processes_with_cmdline(&argv)[..] {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "the command never started");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    assert!(exec.await.unwrap().unwrap().timed_out);
+    // nsenter, killed after its child rather than with it, reaped it: no
+    // zombie is left for the host's init, which the sandbox's init would
+    // have to wait for when it dies.
+    assert!(
+        !std::path::Path::new(&format!("/proc/{command}")).exists(),
+        "{:?}",
+        common::describe(&[command])
+    );
+    assert_eq!(pid_namespace_members(init), [init]);
+    backend.release(&sandbox).await.unwrap();
+}
+
 #[tokio::test]
 async fn output_streams_stdin_env_and_workdir() {
     let Some((_fixture, backend)) = common::namespaced() else {
