@@ -118,15 +118,6 @@ pub enum Tier {
     Optimized,
 }
 
-impl std::fmt::Display for Tier {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Tier::Baseline => "baseline",
-            Tier::Optimized => "optimized",
-        })
-    }
-}
-
 impl HostInner {
     pub(crate) fn engine(&self, tier: Tier) -> &Engine {
         &self.compiler(tier).engine
@@ -237,7 +228,7 @@ impl PluginHost {
     /// When the bytes are not a component, fail to compile, or implement no
     /// world of a contract version this host serves.
     pub fn compile(&self, name: &str, bytes: &[u8], source: Source) -> Result<Compiled, LoadError> {
-        self.compile_as(name, bytes, source, Tier::Optimized)
+        self.compile_as(name, bytes, &hex_sha256(bytes), source, Tier::Optimized)
     }
 
     /// As [`PluginHost::compile`], but quick: from the cache when it holds
@@ -253,21 +244,28 @@ impl PluginHost {
         bytes: &[u8],
         source: Source,
     ) -> Result<Compiled, LoadError> {
-        let cached =
-            self.inner.cache.as_ref().is_some_and(|cache| {
-                cache.contains(&self.inner.optimized.engine, &hex_sha256(bytes))
-            });
-        if cached || self.inner.baseline.is_none() {
-            return self.compile(name, bytes, source);
-        }
-        self.compile_as(name, bytes, source.clone(), Tier::Baseline)
-            .or_else(|baseline| {
+        let sha256 = hex_sha256(bytes);
+        let cached = self
+            .inner
+            .cache
+            .as_ref()
+            .is_some_and(|cache| cache.contains(&self.inner.optimized.engine, &sha256));
+        let tier = if cached || self.inner.baseline.is_none() {
+            Tier::Optimized
+        } else {
+            Tier::Baseline
+        };
+        self.compile_as(name, bytes, &sha256, source.clone(), tier)
+            .or_else(|error| match tier {
                 // Winch does not take every module; Cranelift has the last word.
-                tracing::debug!(
-                    plugin = name,
-                    "baseline build failed ({baseline}); compiling it optimized"
-                );
-                self.compile(name, bytes, source)
+                Tier::Baseline => {
+                    tracing::debug!(
+                        plugin = name,
+                        "baseline build failed ({error}); compiling it optimized"
+                    );
+                    self.compile_as(name, bytes, &sha256, source, Tier::Optimized)
+                }
+                Tier::Optimized => Err(error),
             })
     }
 
@@ -275,6 +273,7 @@ impl PluginHost {
         &self,
         name: &str,
         bytes: &[u8],
+        sha256: &str,
         source: Source,
         tier: Tier,
     ) -> Result<Compiled, LoadError> {
@@ -283,11 +282,10 @@ impl PluginHost {
             other => other.to_string(),
         };
         contract::check_component_header(bytes, &origin)?;
-        let sha256 = hex_sha256(bytes);
         let engine = self.inner.engine(tier);
         let started = Instant::now();
         let compiled = match (&self.inner.cache, tier) {
-            (Some(cache), Tier::Optimized) => cache.load(engine, bytes, &sha256),
+            (Some(cache), Tier::Optimized) => cache.load(engine, bytes, sha256),
             _ => Component::new(engine, bytes).map(|c| (c, CacheOutcome::Disabled)),
         };
         let (component, cache) = compiled.map_err(|e| LoadError::Invalid {
@@ -301,7 +299,7 @@ impl PluginHost {
                 name: name.into(),
                 version: format!("sha256:{}", &sha256[..12]).into(),
             },
-            sha256,
+            sha256: sha256.to_string(),
             source,
             contract,
             size: bytes.len(),
