@@ -52,12 +52,8 @@ struct Guest {
 }
 
 fn main() {
-    let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
-    let workspace = manifest_dir.join("../..").canonicalize().unwrap();
-    let target_dir = env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace.join("target"))
-        .join("guests");
+    let workspace = sandfleet_build_support::workspace_root();
+    let target_dir = sandfleet_build_support::nested_target_dir(&workspace, "guests");
 
     println!("cargo:rerun-if-changed={}", workspace.join("wit").display());
     println!(
@@ -127,36 +123,10 @@ fn ensure_target_installed() {
 }
 
 fn build(workspace: &Path, target_dir: &Path, guests: &[Guest]) {
-    let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.current_dir(workspace)
-        .args([
-            "build",
-            "--profile",
-            "guest",
-            "--target",
-            TARGET,
-            "--target-dir",
-        ])
-        .arg(target_dir);
+    let mut cmd = sandfleet_build_support::nested_cargo_build(workspace, target_dir);
+    cmd.args(["--profile", "guest", "--target", TARGET]);
     for guest in guests {
         cmd.args(["-p", &guest.package]);
-    }
-    // The outer build's flags and wrappers (clippy, coverage) are for the host;
-    // the guests build with their own profile.
-    for (key, _) in env::vars_os() {
-        let key = key.to_string_lossy();
-        if key.starts_with("CARGO_PROFILE_")
-            || key.starts_with("CARGO_BUILD_")
-            || key.starts_with("CARGO_TARGET_")
-            || key.starts_with("CARGO_ENCODED_")
-            || matches!(
-                key.as_ref(),
-                "RUSTFLAGS" | "RUSTC_WRAPPER" | "RUSTC_WORKSPACE_WRAPPER" | "CARGO_TARGET_DIR"
-            )
-        {
-            cmd.env_remove(key.as_ref());
-        }
     }
     let status = cmd.status().expect("run cargo to build the guests");
     assert!(status.success(), "building the wasm guests failed");

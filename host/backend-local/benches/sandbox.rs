@@ -12,7 +12,9 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use sandfleet_backend_local::{ImageSource, IsolationMode, LocalBackend, LocalConfig};
+use sandfleet_backend_local::{
+    ImageSource, IsolationMode, LimitOverrides, LocalBackend, LocalConfig,
+};
 use sandfleet_core::{Backend, ExecRequest, RunId, TemplateRef, TemplateSpec};
 use tokio::runtime::Runtime;
 
@@ -39,6 +41,7 @@ impl Bench {
                 ImageSource {
                     path: image,
                     git: false,
+                    limits: LimitOverrides::default(),
                 },
             )]),
             ..LocalConfig::default()

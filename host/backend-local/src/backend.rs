@@ -15,16 +15,19 @@ use sandfleet_core::{
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::task::TaskTracker;
 
+use sandfleet_jail::cgroup::{Cgroups, Limits};
+use sandfleet_jail::protocol::IdMap;
+
 use crate::config::{IsolationMode, LocalConfig};
 use crate::error::{IoContext, LocalError};
-use crate::namespace::{self, SANDBOX_PATH};
+use crate::namespace::SANDBOX_PATH;
 use crate::pool::Pool;
 use crate::process::ProcessIdentity;
-use crate::sandbox::{Isolation, Sandbox, Site, Template};
+use crate::sandbox::{Isolation, Resources, Sandbox, Site, Template};
 use crate::state::{
     self, PoolRecord, RunRecord, StateDir, TemplateRecord, remove_record, unix_now, write_record,
 };
-use crate::{exec, image, machine};
+use crate::{exec, ids, image, machine};
 
 /// How long a warm sandbox may take to become ready.
 const WARM_CREATE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -43,7 +46,8 @@ const GET_FILE_SCRIPT: &str = r#"[ -f "$1" ] || exit "$2"; exec cat -- "$1""#;
 const MISSING_FILE: i32 = 66;
 
 /// The embedded local backend: sandboxes on this machine, isolated with
-/// Linux namespaces where the machine allows it.
+/// Linux namespaces, cgroups, dropped capabilities and seccomp (or, with
+/// `isolation = "none"`, not at all).
 ///
 /// Everything it makes belongs to the run it was created for and lives in
 /// `<state>/runs/<run-id>/`. Dropping the backend kills its sandboxes'
@@ -58,8 +62,9 @@ struct Inner {
     config: LocalConfig,
     state: StateDir,
     site: Site,
-    /// Why sandboxes are not isolated, when they are not.
-    isolation_warning: Option<String>,
+    /// What preflight warns about: no isolation, or limits that are not
+    /// enforced.
+    warnings: Vec<String>,
     max_sandboxes: u32,
     /// One permit per sandbox that may exist; every live sandbox holds one.
     slots: Arc<Semaphore>,
@@ -91,13 +96,15 @@ struct Held {
 
 impl LocalBackend {
     /// A local cluster named `name` whose sandboxes belong to `run_id`.
-    /// Probes once whether Linux namespaces work here (about 0.1 s, blocking).
+    /// Cheap: whether sandboxes can be isolated here is found out by
+    /// [`Backend::preflight`], which makes and probes one, and by the probe
+    /// every sandbox passes before it is offered.
     ///
     /// # Errors
     ///
-    /// [`BackendError::Rejected`] for an invalid configuration,
-    /// [`BackendError::Unavailable`] when the state directory cannot be set up
-    /// or `isolation = "namespaces"` and namespaces are not available.
+    /// [`BackendError::Rejected`] for an invalid configuration (a sandbox
+    /// uid range that overlaps host users, say), [`BackendError::Unavailable`]
+    /// when the state directory cannot be set up or used.
     pub fn new(name: &str, config: LocalConfig, run_id: RunId) -> Result<Self, BackendError> {
         let rejected = |detail: String| BackendError::Rejected {
             backend: name.to_string(),
@@ -108,27 +115,68 @@ impl LocalBackend {
             detail,
         };
         config.validate().map_err(rejected)?;
-        let state = StateDir::new(config.state_dir().map_err(rejected)?);
-        std::fs::create_dir_all(state.root())
-            .context(|| format!("creating state directory {}", state.root().display()))
+        let configured = config.state_dir().map_err(rejected)?;
+        std::fs::create_dir_all(&configured)
+            .context(|| format!("state_dir {}: cannot create it", configured.display()))
             .map_err(|e| unavailable(e.to_string()))?;
-        let (isolation, isolation_warning) =
-            choose_isolation(config.isolation, state.root(), &config.workdir)
-                .map_err(unavailable)?;
-        if let Some(warning) = &isolation_warning {
-            tracing::warn!(cluster = name, "{warning}");
-        }
+        // Sandboxes are set up from canonical paths only.
+        let root = configured
+            .canonicalize()
+            .context(|| format!("resolving state_dir {}", configured.display()))
+            .map_err(|e| unavailable(e.to_string()))?;
+        let state = StateDir::new(root);
+        let mut warnings = Vec::new();
+        let ids = ids::sandbox_ids(config.sandbox_uid_base).map_err(rejected)?;
+        let isolation = match config.isolation {
+            IsolationMode::Namespaces => {
+                check_searchable(state.root(), &ids).map_err(unavailable)?;
+                Isolation::Namespaces
+            }
+            IsolationMode::None => {
+                warnings.push(
+                    "isolation = \"none\": sandboxes are plain directories and their commands run \
+                     unisolated on the host, with only the workdir and /tmp mapped into the sandbox"
+                        .to_string(),
+                );
+                Isolation::Plain
+            }
+        };
         let run = state.run(&run_id);
+        let cgroup_parent = PathBuf::from(&config.cgroup_parent);
+        let cgroups = match isolation {
+            Isolation::Namespaces => match usable_cgroups(&cgroup_parent, &run_id) {
+                Ok(cgroups) => Some(cgroups),
+                Err(why) => {
+                    warnings.push(format!(
+                        "cgroup limits are not enforced ({why}): a sandbox's memory, cpu and \
+                         processes are unbounded; run as root, or set cgroup_parent to a cgroup \
+                         delegated to this user"
+                    ));
+                    None
+                }
+            },
+            Isolation::Plain => None,
+        };
         let owner = ProcessIdentity::of(std::process::id() as i32)
             .ok_or_else(|| unavailable("cannot read this process's /proc/self/stat".into()))?;
         let record = RunRecord {
             run_id: run_id.clone(),
             owner,
             started_at: unix_now(),
+            cgroup_parent: cgroups.as_ref().map(|_| cgroup_parent.clone()),
         };
-        write_record(&run.record(), &record).map_err(|e| unavailable(e.to_string()))?;
+        write_record(&run.record(), &record).map_err(|e| {
+            unavailable(format!(
+                "state_dir {} is not writable: {e}",
+                state.root().display()
+            ))
+        })?;
         let cores = machine::cores();
         let max_sandboxes = config.max_sandboxes(cores);
+        let hidden = std::iter::once(state.root())
+            .chain(config.hidden_paths.iter().map(PathBuf::as_path))
+            .map(|path| path.display().to_string())
+            .collect();
         Ok(LocalBackend {
             inner: Arc::new(Inner {
                 name: name.to_string(),
@@ -138,10 +186,15 @@ impl LocalBackend {
                     workdir: config.workdir.clone(),
                     isolation,
                     next_id: AtomicU64::new(1),
+                    ids,
+                    etc: config.etc_entries(),
+                    cgroups,
+                    cgroup_parent,
+                    hidden,
                 },
                 config,
                 state,
-                isolation_warning,
+                warnings,
                 max_sandboxes,
                 slots: Arc::new(Semaphore::new(max_sandboxes as usize)),
                 warm_creations: Semaphore::new(cores as usize),
@@ -152,7 +205,7 @@ impl LocalBackend {
         })
     }
 
-    /// The state directory.
+    /// The state directory (canonical).
     pub fn state_dir(&self) -> &Path {
         self.inner.state.root()
     }
@@ -162,33 +215,48 @@ impl LocalBackend {
     }
 }
 
-/// Decides how sandboxes are isolated, probing namespaces unless told not
-/// to. Returns the isolation and, when sandboxes are not isolated, why.
-fn choose_isolation(
-    mode: IsolationMode,
-    state_dir: &Path,
-    workdir: &str,
-) -> Result<(Isolation, Option<String>), String> {
-    const UNISOLATED: &str = "sandboxes are plain directories and their commands run \
-        unisolated on the host, with only the workdir and /tmp mapped into the sandbox";
-    if mode == IsolationMode::None {
-        return Ok((
-            Isolation::Plain,
-            Some(format!("isolation = \"none\": {UNISOLATED}")),
-        ));
+/// Fails unless the sandboxes' root can reach `state_dir`: the mounts are
+/// made as that user, so every directory above the state directory must be
+/// searchable by others (root's home, mode 0700, is not).
+fn check_searchable(state_dir: &Path, ids: &IdMap) -> Result<(), String> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    if ids.count == 1 {
+        // Unprivileged, the sandbox's root is the user who owns the state.
+        return Ok(());
     }
-    match namespace::probe(state_dir, workdir) {
-        Ok(()) => Ok((Isolation::Namespaces, None)),
-        Err(reason) if mode == IsolationMode::Auto => Ok((
-            Isolation::Plain,
-            Some(format!(
-                "Linux namespaces are not available ({reason}): {UNISOLATED}"
-            )),
-        )),
-        Err(reason) => Err(format!(
-            "isolation = \"namespaces\", but Linux namespaces are not available here: {reason}"
-        )),
+    for dir in state_dir.ancestors() {
+        let meta = std::fs::metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let mode = meta.permissions().mode();
+        if mode & 0o001 == 0 && meta.uid() != ids.uid {
+            return Err(format!(
+                "state_dir {}: {} (mode {:o}) cannot be entered by the sandboxes' root (host uid \
+                 {}); choose a state_dir whose directories are searchable by others, such as \
+                 /var/lib/sandfleet",
+                state_dir.display(),
+                dir.display(),
+                mode & 0o7777,
+                ids.uid
+            ));
+        }
     }
+    Ok(())
+}
+
+/// The cgroup controllers sandboxes can be limited by, once a cgroup for
+/// the run could be made under `parent` in every one of them.
+fn usable_cgroups(parent: &Path, run_id: &RunId) -> Result<Cgroups, String> {
+    let cgroups = Cgroups::detect();
+    let missing = cgroups.missing();
+    if !missing.is_empty() {
+        let names: Vec<&str> = missing.iter().map(|c| c.name()).collect();
+        return Err(format!("no {} controller is mounted", names.join(", ")));
+    }
+    let probe = parent.join(run_id.as_str()).join("probe");
+    cgroups
+        .create(&probe, &Limits::default())
+        .and_then(|_| cgroups.remove(&probe))
+        .map_err(|e| e.to_string())?;
+    Ok(cgroups)
 }
 
 impl Inner {
@@ -242,7 +310,14 @@ impl Inner {
         if let Some(dir) = images.get(name) {
             return Ok(dir.clone());
         }
-        let dir = image::prepare(name, source, &self.state.images()).await?;
+        // Run as root, sandboxes need their own copy, owned by their root.
+        let owners = (self.site.isolation == Isolation::Namespaces && self.site.ids.count > 1)
+            .then_some(self.site.ids);
+        let dir = image::prepare(name, source, &self.state.images(), owners).await?;
+        // Sandboxes are set up from canonical paths only.
+        let dir = dir
+            .canonicalize()
+            .context(|| format!("image `{name}`: resolving {}", dir.display()))?;
         images.insert(name.to_string(), dir.clone());
         Ok(dir)
     }
@@ -288,6 +363,12 @@ impl Inner {
                 labels: spec.labels.clone(),
             },
         )?;
+        let overrides = self
+            .config
+            .images
+            .get(&spec.image)
+            .map(|source| source.limits)
+            .unwrap_or_default();
         let template = Arc::new(Template {
             name: spec.name.clone(),
             image: spec.image.clone(),
@@ -295,6 +376,12 @@ impl Inner {
             share_network: spec.network,
             env,
             id_prefix: Template::id_prefix(&spec.name),
+            resources: Resources {
+                memory_mib: spec.memory_mib,
+                cpu_milli: spec.cpu_milli,
+                disk_mib: spec.disk_mib,
+                limits: self.config.limits.with(overrides),
+            },
         });
         self.live()
             .templates
@@ -493,19 +580,40 @@ impl Inner {
                 sandbox.id()
             )));
         }
-        let (command, leader) = sandbox.command(request)?;
-        let result = exec::run(command, leader, request, sink)
-            .await
-            .context(|| format!("sandbox {}: running `{program}`", sandbox.id()))?;
-        // nsenter into a dead sandbox fails like a command would; tell the
-        // two apart so the engine sees an infrastructure error.
+        let prepared = sandbox.command(request)?;
+        let disk = sandbox.disk_limit();
+        let ran = exec::run(
+            prepared.command,
+            prepared.stdin_prefix,
+            prepared.leader,
+            request,
+            sink,
+            disk.as_ref(),
+        )
+        .await
+        .context(|| format!("sandbox {}: running `{program}`", sandbox.id()))?;
+        // Entering a dead sandbox fails like a command would; tell the two
+        // apart so the engine sees an infrastructure error.
         if !sandbox.is_alive() {
             return Err(LocalError::Failed(format!(
                 "sandbox {} ended while `{program}` ran",
                 sandbox.id()
             )));
         }
-        Ok(result)
+        if let Some(used) = ran.disk_exceeded {
+            return Err(LocalError::Failed(format!(
+                "sandbox {}: `{program}` was stopped: the sandbox's writes ({} MiB) passed its disk \
+                 limit of {} MiB (the template's disk_mib)",
+                sandbox.id(),
+                used >> 20,
+                sandbox.template().resources.disk_mib
+            )));
+        }
+        Ok(ran.result)
+    }
+
+    async fn scrub(&self, handle: &SandboxHandle) -> Result<(), LocalError> {
+        self.claimed(handle)?.scrub().await
     }
 
     async fn put_file(
@@ -622,7 +730,7 @@ impl Inner {
         reaped
     }
 
-    fn preflight(&self) -> Preflight {
+    async fn preflight(self: &Arc<Self>) -> Preflight {
         let mut report = Preflight::default();
         let probe_file = self.state.root().join(".preflight");
         match std::fs::write(&probe_file, b"") {
@@ -630,13 +738,13 @@ impl Inner {
                 let _ = std::fs::remove_file(&probe_file);
             }
             Err(error) => report.failures.push(format!(
-                "state directory {} is not writable: {error}",
+                "state_dir {} is not writable: {error}",
                 self.state.root().display()
             )),
         }
-        let mut tools = vec!["sh", "env", "cp"];
-        if self.site.isolation == Isolation::Namespaces {
-            tools.extend(["unshare", "nsenter", "bash"]);
+        let mut tools = vec!["sh", "cp"];
+        if self.site.isolation == Isolation::Plain {
+            tools.push("env");
         }
         if self.config.images.values().any(|source| source.git) {
             tools.push("git");
@@ -648,7 +756,7 @@ impl Inner {
                 ));
             }
         }
-        report.warnings.extend(self.isolation_warning.clone());
+        report.warnings.extend(self.warnings.iter().cloned());
         // Every task of an image with no directory would fail at warm-up,
         // after other pools were already created: refuse the run up front.
         for (name, source) in &self.config.images {
@@ -659,7 +767,74 @@ impl Inner {
                 ));
             }
         }
+        if self.site.isolation == Isolation::Namespaces {
+            match self.probe_isolation().await {
+                Ok(()) => report.notes.push(self.isolation_note()),
+                Err(error) => report.failures.push(format!(
+                    "sandboxes cannot be isolated here, so none will be made: {error}"
+                )),
+            }
+        }
         report
+    }
+
+    /// Makes a sandbox of an empty image (through the probe every sandbox
+    /// passes) and destroys it.
+    async fn probe_isolation(self: &Arc<Self>) -> Result<(), LocalError> {
+        let image_dir = self.state.root().join("probe-image");
+        std::fs::create_dir_all(&image_dir)
+            .context(|| format!("creating {}", image_dir.display()))?;
+        let template = Arc::new(Template {
+            name: "isolation-probe".into(),
+            image: "isolation-probe".into(),
+            image_dir,
+            share_network: false,
+            env: Vec::new(),
+            id_prefix: "isolation-probe".into(),
+            resources: Resources {
+                memory_mib: 64,
+                cpu_milli: 100,
+                disk_mib: 16,
+                limits: self.config.limits,
+            },
+        });
+        let deadline = Instant::now() + WARM_CREATE_TIMEOUT;
+        let sandbox = Sandbox::create(&self.site, template, deadline).await?;
+        sandbox.destroy().await
+    }
+
+    /// What sandboxes of this cluster are confined by, for preflight.
+    fn isolation_note(&self) -> String {
+        let root = if self.site.ids.count == 1 {
+            format!("the calling user (uid {})", self.site.ids.uid)
+        } else {
+            format!(
+                "host uids {}..{} (sandbox_uid_base)",
+                self.site.ids.uid,
+                self.site.ids.uid + self.site.ids.count
+            )
+        };
+        let limits = match &self.site.cgroups {
+            Some(cgroups) => cgroups
+                .hierarchies()
+                .iter()
+                .map(|h| {
+                    format!(
+                        "{} ({:?}, {})",
+                        h.controller.name(),
+                        h.version,
+                        h.root.display()
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
+            None => "none".to_string(),
+        };
+        format!(
+            "sandboxes are isolated (namespaces, read-only host directories, masked /proc, no \
+             CAP_SYS_ADMIN, no_new_privs, seccomp) and probed before use; their root is {root}; \
+             cgroup limits enforced: {limits}"
+        )
     }
 
     fn capacity(&self) -> Result<Capacity, LocalError> {
@@ -699,7 +874,7 @@ impl Backend for LocalBackend {
     }
 
     async fn preflight(&self) -> Preflight {
-        self.inner.preflight()
+        self.inner.preflight().await
     }
 
     async fn capacity(&self) -> Result<Capacity, BackendError> {
@@ -775,6 +950,10 @@ impl Backend for LocalBackend {
             .get_file(sandbox, path)
             .await
             .map_err(|e| self.error(e))
+    }
+
+    async fn scrub(&self, sandbox: &SandboxHandle) -> Result<(), BackendError> {
+        self.inner.scrub(sandbox).await.map_err(|e| self.error(e))
     }
 
     async fn release(&self, sandbox: &SandboxHandle) -> Result<(), BackendError> {

@@ -2,14 +2,19 @@
 //! sandboxes are isolated, and which images it knows.
 //!
 //! ```toml
-//! state_dir = "/var/lib/sandfleet"   # default: $XDG_STATE_HOME/sandfleet
+//! state_dir = "/var/lib/sandfleet"   # default: $XDG_STATE_HOME/sandfleet (as root: /var/lib/sandfleet)
 //! workdir = "/workspace"             # where the image appears in a sandbox
-//! isolation = "auto"                 # or "namespaces", "none"
+//! isolation = "namespaces"           # or "none": no isolation at all
 //! network = false                    # may templates ask for the host network?
 //! max_sandboxes = 16                 # default: 4 per core
+//! sandbox_uid_base = 1879048192      # as root: host uid/gid of the sandboxes' root (65536 ids)
+//! cgroup_parent = "sandfleet"        # sandboxes' cgroups: <hierarchy>/<parent>/<run>/<sandbox>
+//! etc = ["hosts.allow"]              # host /etc entries sandboxes see, beyond the defaults
+//! hidden_paths = ["/home"]           # host paths sandboxes must not see (each sandbox is probed)
+//! limits = { pids = 4096, root_mib = 64, shm_mib = 64 }
 //!
 //! [images]
-//! django = { path = "images/django", git = true }
+//! django = { path = "images/django", git = true, pids = 8192 }   # per-image limits override
 //! rootfs = "images/rootfs"           # short form: git = false
 //! ```
 
@@ -25,6 +30,64 @@ use serde::de::{self, MapAccess, Visitor};
 const RESERVED_DIRS: &[&str] = &[
     "/bin", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/opt", "/proc", "/sbin",
     "/tmp", "/usr",
+];
+
+/// Host directories sandboxes see (read-only); the state directory may not
+/// be inside one.
+const HOST_DIRS: &[&str] = &[
+    "/bin", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/opt", "/sbin", "/usr",
+];
+
+/// The default `sandbox_uid_base`: `0x70000000`, far above the ids
+/// distributions give users and the `/etc/subuid` ranges tools allocate.
+pub(crate) const DEFAULT_UID_BASE: u32 = 0x7000_0000;
+
+/// Ids a sandbox has when sandfleet runs as root.
+pub(crate) const SANDBOX_IDS: u32 = 65536;
+
+/// Entries of the host's `/etc` every sandbox sees, read-only: what
+/// programs need to run (the loader's cache, users and groups, name
+/// service, certificates, alternatives), and none of the host's secrets
+/// (`shadow`, keys, credentials).
+pub(crate) const DEFAULT_ETC: &[&str] = &[
+    "alternatives",
+    "bash.bashrc",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "debian_version",
+    "environment",
+    "gai.conf",
+    "gitconfig",
+    "group",
+    "host.conf",
+    "inputrc",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "locale.alias",
+    "localtime",
+    "login.defs",
+    "magic",
+    "magic.mime",
+    "mime.types",
+    "networks",
+    "nsswitch.conf",
+    "os-release",
+    "passwd",
+    "pip.conf",
+    "profile",
+    "profile.d",
+    "protocols",
+    "python3",
+    "python3.11",
+    "resolv.conf",
+    "rpc",
+    "services",
+    "shells",
+    "ssl/certs",
+    "ssl/openssl.cnf",
+    "terminfo",
+    "timezone",
 ];
 
 /// Sandboxes per core when `max_sandboxes` is not set. Sandboxes in agent
@@ -55,6 +118,29 @@ pub struct LocalConfig {
     /// core.
     #[serde(default)]
     pub max_sandboxes: Option<u32>,
+    /// When sandfleet runs as root, the host uid and gid of the sandboxes'
+    /// root: sandbox ids 0–65535 are host ids from here, so no file a
+    /// sandbox writes is the host root's. Run unprivileged, the sandbox's
+    /// root is the calling user.
+    #[serde(default = "default_uid_base")]
+    pub sandbox_uid_base: u32,
+    /// The cgroup (under each hierarchy) that sandboxes' cgroups are made
+    /// in.
+    #[serde(default = "default_cgroup_parent")]
+    pub cgroup_parent: String,
+    /// Host `/etc` entries sandboxes see, besides the defaults (what
+    /// programs need to run, and none of the host's secrets).
+    #[serde(default)]
+    pub etc: Vec<String>,
+    /// Host paths no sandbox may see (credentials, other users' homes):
+    /// the probe every sandbox passes before it is offered checks each, as
+    /// it checks the state directory and the image's directory.
+    #[serde(default)]
+    pub hidden_paths: Vec<PathBuf>,
+    /// Limits of every sandbox (the template's cpu, memory and disk come
+    /// from the fleet file).
+    #[serde(default)]
+    pub limits: SandboxLimits,
     /// Image names and the directories they come from.
     #[serde(default)]
     pub images: BTreeMap<String, ImageSource>,
@@ -68,7 +154,64 @@ impl Default for LocalConfig {
             isolation: IsolationMode::default(),
             network: false,
             max_sandboxes: None,
+            sandbox_uid_base: DEFAULT_UID_BASE,
+            cgroup_parent: default_cgroup_parent(),
+            etc: Vec::new(),
+            hidden_paths: Vec::new(),
+            limits: SandboxLimits::default(),
             images: BTreeMap::new(),
+        }
+    }
+}
+
+fn default_uid_base() -> u32 {
+    DEFAULT_UID_BASE
+}
+
+fn default_cgroup_parent() -> String {
+    "sandfleet".to_string()
+}
+
+/// Limits every sandbox of a cluster has, unless its image overrides them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SandboxLimits {
+    /// Processes and threads (the cgroup's `pids.max`).
+    pub pids: u32,
+    /// Size of the sandbox's root filesystem (a tmpfs holding `/root`).
+    pub root_mib: u32,
+    /// Size of `/dev/shm`.
+    pub shm_mib: u32,
+}
+
+impl Default for SandboxLimits {
+    fn default() -> Self {
+        SandboxLimits {
+            pids: 4096,
+            root_mib: 64,
+            shm_mib: 64,
+        }
+    }
+}
+
+/// Per-image overrides of [`SandboxLimits`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LimitOverrides {
+    /// Overrides [`SandboxLimits::pids`].
+    pub pids: Option<u32>,
+    /// Overrides [`SandboxLimits::root_mib`].
+    pub root_mib: Option<u32>,
+    /// Overrides [`SandboxLimits::shm_mib`].
+    pub shm_mib: Option<u32>,
+}
+
+impl SandboxLimits {
+    /// These limits with `overrides` applied.
+    pub fn with(self, overrides: LimitOverrides) -> SandboxLimits {
+        SandboxLimits {
+            pids: overrides.pids.unwrap_or(self.pids),
+            root_mib: overrides.root_mib.unwrap_or(self.root_mib),
+            shm_mib: overrides.shm_mib.unwrap_or(self.shm_mib),
         }
     }
 }
@@ -81,11 +224,11 @@ fn default_workdir() -> String {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum IsolationMode {
-    /// Linux namespaces where this machine allows them (probed once at
-    /// startup), else plain directories with a warning.
+    /// Linux namespaces, cgroups, dropped capabilities and seccomp; every
+    /// sandbox is probed before it is offered, and one that fails is never
+    /// served. Where namespaces are not available, preflight fails and says
+    /// why: there is no silent fallback.
     #[default]
-    Auto,
-    /// Linux namespaces, or the backend refuses to start.
     Namespaces,
     /// Plain directories and processes: no isolation at all. Sandbox paths
     /// (the workdir, `/tmp`) are mapped into the sandbox's directory as a
@@ -101,6 +244,8 @@ pub struct ImageSource {
     /// Snapshot the tree into a git repository with one commit, so tasks and
     /// reset checks can use git in the workdir.
     pub git: bool,
+    /// Limits of this image's sandboxes that differ from the cluster's.
+    pub limits: LimitOverrides,
 }
 
 impl<'de> Deserialize<'de> for ImageSource {
@@ -113,6 +258,9 @@ impl<'de> Deserialize<'de> for ImageSource {
             path: PathBuf,
             #[serde(default)]
             git: bool,
+            pids: Option<u32>,
+            root_mib: Option<u32>,
+            shm_mib: Option<u32>,
         }
 
         struct SourceVisitor;
@@ -128,6 +276,7 @@ impl<'de> Deserialize<'de> for ImageSource {
                 Ok(ImageSource {
                     path: PathBuf::from(path),
                     git: false,
+                    limits: LimitOverrides::default(),
                 })
             }
 
@@ -136,6 +285,11 @@ impl<'de> Deserialize<'de> for ImageSource {
                 Ok(ImageSource {
                     path: table.path,
                     git: table.git,
+                    limits: LimitOverrides {
+                        pids: table.pids,
+                        root_mib: table.root_mib,
+                        shm_mib: table.shm_mib,
+                    },
                 })
             }
         }
@@ -156,8 +310,10 @@ impl LocalConfig {
         }
     }
 
-    /// The state directory: `state_dir` when set, else the per-user default
-    /// (`$XDG_STATE_HOME/sandfleet`, else `~/.local/state/sandfleet`).
+    /// The state directory: `state_dir` when set, else `/var/lib/sandfleet`
+    /// for root (whose home sandboxes' root cannot enter) and the per-user
+    /// default (`$XDG_STATE_HOME/sandfleet`, else
+    /// `~/.local/state/sandfleet`) for everyone else.
     ///
     /// # Errors
     ///
@@ -165,6 +321,9 @@ impl LocalConfig {
     pub fn state_dir(&self) -> Result<PathBuf, String> {
         if let Some(dir) = &self.state_dir {
             return Ok(dir.clone());
+        }
+        if rustix::process::geteuid().is_root() {
+            return Ok(PathBuf::from("/var/lib/sandfleet"));
         }
         let base = match std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
             Some(xdg) => PathBuf::from(xdg),
@@ -179,6 +338,15 @@ impl LocalConfig {
             },
         };
         Ok(base.join("sandfleet"))
+    }
+
+    /// The `/etc` entries sandboxes see.
+    pub(crate) fn etc_entries(&self) -> Vec<String> {
+        let mut entries: Vec<String> = DEFAULT_ETC.iter().map(|e| e.to_string()).collect();
+        entries.extend(self.etc.iter().cloned());
+        entries.sort();
+        entries.dedup();
+        entries
     }
 
     /// `max_sandboxes`, or its default for a machine with `cores` cores.
@@ -211,13 +379,6 @@ impl LocalConfig {
                 self.workdir
             ));
         }
-        // The init script splices the workdir into mount options.
-        if self.workdir.contains([',', ':', '\\']) {
-            return Err(format!(
-                "workdir `{}` may not contain `,`, `:` or `\\`",
-                self.workdir
-            ));
-        }
         if self.max_sandboxes == Some(0) {
             return Err("max_sandboxes must be at least 1".to_string());
         }
@@ -227,9 +388,74 @@ impl LocalConfig {
                 dir.display()
             ));
         }
+        if let Some(dir) = &self.state_dir
+            && let Some(host) = HOST_DIRS.iter().find(|host| dir.starts_with(host))
+        {
+            return Err(format!(
+                "state_dir `{}` is inside {host}, which every sandbox sees",
+                dir.display()
+            ));
+        }
+        if self.sandbox_uid_base == 0
+            || self
+                .sandbox_uid_base
+                .checked_add(SANDBOX_IDS)
+                .is_none_or(|end| end > u32::MAX - 1)
+        {
+            return Err(format!(
+                "sandbox_uid_base = {}: the sandboxes' {SANDBOX_IDS} ids must lie between 1 and {}",
+                self.sandbox_uid_base,
+                u32::MAX - 1
+            ));
+        }
+        for (name, value) in [
+            ("limits.pids", self.limits.pids),
+            ("limits.root_mib", self.limits.root_mib),
+            ("limits.shm_mib", self.limits.shm_mib),
+        ] {
+            if value == 0 {
+                return Err(format!("{name} must be at least 1"));
+            }
+        }
+        let cgroup_parent = Path::new(&self.cgroup_parent);
+        if self.cgroup_parent.is_empty()
+            || !cgroup_parent
+                .components()
+                .all(|c| matches!(c, Component::Normal(_)))
+        {
+            return Err(format!(
+                "cgroup_parent `{}` must be a relative path like sandfleet or user.slice/sandfleet",
+                self.cgroup_parent
+            ));
+        }
+        if let Some(path) = self.hidden_paths.iter().find(|path| path.is_relative()) {
+            return Err(format!(
+                "hidden_paths entry `{}` must be an absolute path",
+                path.display()
+            ));
+        }
+        for entry in &self.etc {
+            let plain = !entry.is_empty()
+                && Path::new(entry)
+                    .components()
+                    .all(|c| matches!(c, Component::Normal(_)));
+            if !plain {
+                return Err(format!(
+                    "etc entry `{entry}` must be a path relative to /etc, like hosts.allow or ssl/certs"
+                ));
+            }
+        }
         for (name, source) in &self.images {
             if name.is_empty() {
                 return Err("an image has an empty name".to_string());
+            }
+            let overrides = [
+                ("pids", source.limits.pids),
+                ("root_mib", source.limits.root_mib),
+                ("shm_mib", source.limits.shm_mib),
+            ];
+            if let Some((key, _)) = overrides.iter().find(|(_, value)| *value == Some(0)) {
+                return Err(format!("image `{name}`: {key} must be at least 1"));
             }
             if source.path.is_relative() {
                 return Err(format!(
@@ -268,14 +494,16 @@ mod tests {
             config.images["django"],
             ImageSource {
                 path: "images/django".into(),
-                git: true
+                git: true,
+                limits: LimitOverrides::default(),
             }
         );
         assert_eq!(
             config.images["rootfs"],
             ImageSource {
                 path: "images/rootfs".into(),
-                git: false
+                git: false,
+                limits: LimitOverrides::default(),
             }
         );
         assert_eq!(config.max_sandboxes(2), 8);
@@ -301,34 +529,32 @@ mod tests {
                 .unwrap_err()
                 .contains("state_dir `state` is relative")
         );
-        config.resolve_paths(Path::new("/etc/fleet"));
+        config.resolve_paths(Path::new("/srv/fleet"));
         assert_eq!(
             config.state_dir.as_deref(),
-            Some(Path::new("/etc/fleet/state"))
+            Some(Path::new("/srv/fleet/state"))
         );
-        assert_eq!(config.images["a"].path, Path::new("/etc/fleet/src/a"));
+        assert_eq!(config.images["a"].path, Path::new("/srv/fleet/src/a"));
         assert_eq!(config.images["b"].path, Path::new("/abs/b"));
         config.validate().unwrap();
     }
 
     #[test]
     fn workdirs_outside_the_host_directories_only() {
-        for bad in [
-            "workspace",
-            "/",
-            "/usr/src",
-            "/tmp/w",
-            "/a/../b",
-            "/w/",
-            "/a,b",
-        ] {
+        for bad in ["workspace", "/", "/usr/src", "/tmp/w", "/a/../b", "/w/"] {
             let config = LocalConfig {
                 workdir: bad.to_string(),
                 ..LocalConfig::default()
             };
             assert!(config.validate().is_err(), "{bad} was accepted");
         }
-        for good in ["/workspace", "/testbed", "/home/agent/repo", "/usrx"] {
+        for good in [
+            "/workspace",
+            "/testbed",
+            "/home/agent/repo",
+            "/usrx",
+            "/a,b:c",
+        ] {
             let config = LocalConfig {
                 workdir: good.to_string(),
                 ..LocalConfig::default()

@@ -32,6 +32,9 @@ pub enum LocalError {
         /// The underlying error.
         source: io::Error,
     },
+    /// A sandbox is not isolated as it must be (it failed its probe).
+    #[error("{0}")]
+    Isolation(String),
     /// Anything else.
     #[error("{0}")]
     Failed(String),
@@ -49,10 +52,12 @@ impl LocalError {
                 what,
                 after,
             },
-            error @ (LocalError::Io { .. } | LocalError::Failed(_)) => BackendError::Failed {
-                backend,
-                detail: error.to_string(),
-            },
+            error @ (LocalError::Io { .. } | LocalError::Isolation(_) | LocalError::Failed(_)) => {
+                BackendError::Failed {
+                    backend,
+                    detail: error.to_string(),
+                }
+            }
         }
     }
 }

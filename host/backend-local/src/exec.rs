@@ -1,6 +1,7 @@
 //! Running one command to completion or timeout: stdin bytes, separate or
-//! merged output, streaming to a sink, and killing the command's whole
-//! process group at the timeout.
+//! merged output capped per stream, streaming to a sink, killing the
+//! command's whole process group at the timeout, and stopping it when the
+//! sandbox's writes outgrow its disk.
 //!
 //! A command is done when it has exited and its output pipes are closed,
 //! all within its timeout. A background process that keeps the pipes open
@@ -9,15 +10,19 @@
 //! redirect its output to let the command finish without it.
 
 use std::io;
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use sandfleet_core::{ExecRequest, ExecResult, OutputChunk, OutputSink, OutputStream};
+use sandfleet_core::{
+    ExecRequest, ExecResult, OutputChunk, OutputSink, OutputStream, dropped_marker,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe;
 use tokio::process::Command;
 use tokio::time::Instant;
 
+use crate::blocking;
 use crate::process::{group_gone_within, kill_group, kill_group_but_leader};
 
 /// How long to keep collecting output after the process group was killed
@@ -25,32 +30,77 @@ use crate::process::{group_gone_within, kill_group, kill_group_but_leader};
 /// pipes open; they are left to the sandbox's release.
 const KILL_GRACE: Duration = Duration::from_secs(2);
 
+/// How often a running command's writes are measured against the disk
+/// limit.
+const DISK_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+
 /// Who leads a command's process group, which decides how a timeout kills
 /// it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Leader {
     /// The command itself: the whole group is killed.
     Command,
-    /// `nsenter`, which lives outside the sandbox's pid namespace and waits
-    /// for the command it started inside. It is spared: killed together
-    /// with its child, it would leave the child's zombie to the host's init,
-    /// and the sandbox's init cannot finish exiting until some process
-    /// reaps that zombie (1.5 s with a lazy init, never with one that does
-    /// not reap). Spared, it reaps its child and exits by itself.
-    Nsenter,
+    /// The sandbox helper (`sandfleet-jail enter`), which lives outside the
+    /// sandbox's pid namespace and waits for the command it started inside.
+    /// It is spared: killed together with its child, it would leave the
+    /// child's zombie to the host's init, and the sandbox's init cannot
+    /// finish exiting until some process reaps that zombie. Spared, it reaps
+    /// its child and exits by itself.
+    Helper,
+}
+
+/// The bound on what a sandbox's commands may write.
+#[derive(Debug, Clone)]
+pub(crate) struct DiskLimit {
+    /// The directories its writes land in.
+    pub(crate) dirs: Vec<PathBuf>,
+    /// Bytes they may hold together.
+    pub(crate) bytes: u64,
+}
+
+impl DiskLimit {
+    /// Bytes the directories hold now (allocated blocks).
+    fn used(&self) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        self.dirs
+            .iter()
+            .flat_map(|dir| walkdir::WalkDir::new(dir).into_iter().flatten())
+            .filter_map(|entry| entry.metadata().ok())
+            .map(|meta| meta.blocks() * 512)
+            .sum()
+    }
+
+    async fn exceeded(&self) -> Option<u64> {
+        let limit = self.clone();
+        let used = blocking(move || Ok(limit.used())).await.ok()?;
+        (used > self.bytes).then_some(used)
+    }
+}
+
+/// What running a command came to.
+#[derive(Debug)]
+pub(crate) struct Ran {
+    /// Its result (a command stopped at the disk limit has exit code -1).
+    pub(crate) result: ExecResult,
+    /// Bytes written when the command was stopped for exceeding the disk
+    /// limit.
+    pub(crate) disk_exceeded: Option<u64>,
 }
 
 /// Bytes read from a pipe at a time.
 const READ_CHUNK: usize = 64 * 1024;
 
 /// Runs `command` (program and arguments set, nothing else) as `request`
-/// asks, sending output to `sink` as it comes.
+/// asks, after writing `stdin_prefix` to its stdin, sending output to `sink`
+/// as it comes.
 pub(crate) async fn run(
     mut command: Command,
+    stdin_prefix: Vec<u8>,
     leader: Leader,
     request: &ExecRequest,
     sink: Option<&OutputSink>,
-) -> io::Result<ExecResult> {
+    disk: Option<&DiskLimit>,
+) -> io::Result<Ran> {
     let started = Instant::now();
     let (stdout_reader, stdout_writer) = io::pipe()?;
     // Merged output is one pipe written through two descriptors, so the
@@ -61,11 +111,13 @@ pub(crate) async fn run(
         let (reader, writer) = io::pipe()?;
         (Some(reader), writer)
     };
+    let mut input = stdin_prefix;
+    input.extend_from_slice(request.stdin.as_deref().unwrap_or_default());
     command
-        .stdin(if request.stdin.is_some() {
-            Stdio::piped()
-        } else {
+        .stdin(if input.is_empty() {
             Stdio::null()
+        } else {
+            Stdio::piped()
         })
         .stdout(stdout_writer)
         .stderr(stderr_writer)
@@ -78,66 +130,90 @@ pub(crate) async fn run(
 
     // Written from a task so that a command that reads slowly, or not at
     // all, cannot stall the output loop.
-    let feeder = match (child.stdin.take(), &request.stdin) {
-        (Some(mut pipe), Some(bytes)) => {
-            let bytes = bytes.clone();
-            Some(tokio::spawn(async move {
-                // A command may exit without reading its input.
-                let _ = pipe.write_all(&bytes).await;
-            }))
-        }
-        _ => None,
-    };
+    let feeder = child.stdin.take().map(|mut pipe| {
+        tokio::spawn(async move {
+            // A command may exit without reading its input.
+            let _ = pipe.write_all(&input).await;
+        })
+    });
 
-    let mut stdout = Output::new(Some(stdout_reader), OutputStream::Stdout)?;
-    let mut stderr = Output::new(stderr_reader, OutputStream::Stderr)?;
+    let limit = request.max_output;
+    let mut stdout = Output::new(Some(stdout_reader), OutputStream::Stdout, limit)?;
+    let mut stderr = Output::new(stderr_reader, OutputStream::Stderr, limit)?;
     let mut deadline = started + request.timeout;
+    let mut killed = false;
     let mut timed_out = false;
+    let mut disk_exceeded = None;
     let mut status = None;
+    let mut disk_check = tokio::time::interval(DISK_CHECK_INTERVAL);
+    disk_check.reset();
     while status.is_none() || stdout.is_open() || stderr.is_open() {
-        tokio::select! {
-            () = stdout.read(sink), if stdout.is_open() => {}
-            () = stderr.read(sink), if stderr.is_open() => {}
-            exit = child.wait(), if status.is_none() => status = Some(exit?),
+        let stop = tokio::select! {
+            () = stdout.read(sink), if stdout.is_open() => false,
+            () = stderr.read(sink), if stderr.is_open() => false,
+            exit = child.wait(), if status.is_none() => {
+                status = Some(exit?);
+                false
+            }
+            _ = disk_check.tick(), if disk.is_some() && !killed => {
+                let disk = disk.expect("checked by the guard");
+                disk_exceeded = disk.exceeded().await;
+                disk_exceeded.is_some()
+            }
             () = tokio::time::sleep_until(deadline) => {
-                if timed_out {
+                if killed {
                     break;
                 }
                 timed_out = true;
-                match (group, leader) {
-                    (Some(group), Leader::Command) => kill_group(group),
-                    (Some(group), Leader::Nsenter) => kill_group_but_leader(group),
-                    (None, _) => {}
-                }
-                deadline = Instant::now() + KILL_GRACE;
+                true
             }
+        };
+        if stop {
+            killed = true;
+            match (group, leader) {
+                (Some(group), Leader::Command) => kill_group(group),
+                (Some(group), Leader::Helper) => kill_group_but_leader(group),
+                (None, _) => {}
+            }
+            deadline = Instant::now() + KILL_GRACE;
         }
     }
     if let Some(feeder) = feeder {
         feeder.abort();
     }
     if status.is_none() {
-        // Still running after SIGKILL (or, for nsenter, after its child's)
-        // and the grace period: leave it to tokio's reaper rather than wait
-        // without bound.
+        // Still running after SIGKILL (or, for the helper, after its
+        // child's) and the grace period: leave it to tokio's reaper rather
+        // than wait without bound.
         let _ = child.start_kill();
     }
-    if timed_out
+    if killed
         && let Some(group) = group
         && !group_gone_within(group, KILL_GRACE).await
     {
-        tracing::warn!(group, "processes of a timed-out command outlived SIGKILL");
+        tracing::warn!(group, "processes of a killed command outlived SIGKILL");
+    }
+    if disk_exceeded.is_none()
+        && let Some(disk) = disk
+    {
+        disk_exceeded = disk.exceeded().await;
     }
     let exit_code = match status {
-        Some(status) if !timed_out => status.code().unwrap_or(-1),
+        Some(status) if !killed => status.code().unwrap_or(-1),
         _ => -1,
     };
-    Ok(ExecResult {
-        exit_code,
-        stdout: stdout.bytes,
-        stderr: stderr.bytes,
-        timed_out,
-        duration: started.elapsed(),
+    let (stdout_dropped, stderr_dropped) = (stdout.dropped, stderr.dropped);
+    Ok(Ran {
+        result: ExecResult {
+            exit_code,
+            stdout: stdout.finish(sink).await,
+            stderr: stderr.finish(sink).await,
+            timed_out,
+            duration: started.elapsed(),
+            stdout_dropped,
+            stderr_dropped,
+        },
+        disk_exceeded,
     })
 }
 
@@ -146,50 +222,109 @@ struct Output {
     pipe: Option<pipe::Receiver>,
     stream: OutputStream,
     bytes: Vec<u8>,
+    /// Bytes kept at most.
+    limit: Option<u64>,
+    /// Bytes read past the limit.
+    dropped: u64,
+    /// A kept chunk the sink has not taken yet.
+    unsent: Option<OutputChunk>,
     buffer: Box<[u8]>,
 }
 
 impl Output {
     /// Collects from `reader`; `None` is a stream that is merged elsewhere
     /// and stays empty.
-    fn new(reader: Option<io::PipeReader>, stream: OutputStream) -> io::Result<Self> {
+    fn new(
+        reader: Option<io::PipeReader>,
+        stream: OutputStream,
+        limit: Option<u64>,
+    ) -> io::Result<Self> {
         Ok(Output {
             pipe: reader
                 .map(|reader| pipe::Receiver::from_owned_fd(reader.into()))
                 .transpose()?,
             stream,
             bytes: Vec::new(),
+            limit,
+            dropped: 0,
+            unsent: None,
             buffer: vec![0; READ_CHUNK].into_boxed_slice(),
         })
     }
 
-    fn is_open(&self) -> bool {
-        self.pipe.is_some()
-    }
-
-    /// Reads one chunk, keeps it and offers it to `sink` without waiting: a
-    /// slow sink misses chunks, never slows the command. Cancel-safe.
+    /// Hands the sink the chunk it has not taken yet, waiting for room, or
+    /// else reads one chunk and keeps what fits under the limit (to be
+    /// handed on next); the rest is counted. While the sink is full the pipe
+    /// waits too, which holds the command back; past the limit the pipe is
+    /// drained at once, so a flood cannot. Cancel-safe: a chunk read is kept
+    /// and handed on even if this is cancelled.
     async fn read(&mut self, sink: Option<&OutputSink>) {
+        if let Some(sink) = sink
+            && self.unsent.is_some()
+        {
+            match sink.reserve().await {
+                Ok(permit) => permit.send(self.unsent.take().expect("checked")),
+                // A closed sink only stops the streaming.
+                Err(_) => self.unsent = None,
+            }
+            return;
+        }
         let Some(pipe) = &mut self.pipe else {
             return std::future::pending().await;
         };
-        match pipe.read(&mut self.buffer).await {
-            Ok(0) => self.pipe = None,
-            Ok(n) => {
-                let chunk = &self.buffer[..n];
-                self.bytes.extend_from_slice(chunk);
-                if let Some(sink) = sink {
-                    let _ = sink.try_send(OutputChunk {
-                        stream: self.stream,
-                        bytes: chunk.to_vec(),
-                    });
-                }
+        let n = match pipe.read(&mut self.buffer).await {
+            Ok(0) => {
+                self.pipe = None;
+                return;
             }
+            Ok(n) => n,
             Err(error) => {
                 tracing::warn!(%error, stream = ?self.stream, "reading command output");
                 self.pipe = None;
+                return;
             }
+        };
+        let room = self.limit.map_or(n, |limit| {
+            (limit.saturating_sub(self.bytes.len() as u64) as usize).min(n)
+        });
+        self.dropped += (n - room) as u64;
+        if room == 0 {
+            return;
         }
+        let kept = &self.buffer[..room];
+        self.bytes.extend_from_slice(kept);
+        if sink.is_some() {
+            self.unsent = Some(OutputChunk {
+                stream: self.stream,
+                bytes: kept.to_vec(),
+            });
+        }
+    }
+
+    /// Whether [`Output::read`] has more to do.
+    fn is_open(&self) -> bool {
+        self.pipe.is_some() || self.unsent.is_some()
+    }
+
+    /// The kept bytes, with the marker for what was dropped (also sent to
+    /// `sink`).
+    async fn finish(mut self, sink: Option<&OutputSink>) -> Vec<u8> {
+        if let (Some(sink), Some(chunk)) = (sink, self.unsent.take()) {
+            let _ = sink.send(chunk).await;
+        }
+        if self.dropped > 0 {
+            let limit = self.limit.unwrap_or_default();
+            let marker = dropped_marker(self.stream, self.dropped, limit).into_bytes();
+            if let Some(sink) = sink {
+                let chunk = OutputChunk {
+                    stream: self.stream,
+                    bytes: marker.clone(),
+                };
+                let _ = sink.send(chunk).await;
+            }
+            self.bytes.extend_from_slice(&marker);
+        }
+        self.bytes
     }
 }
 
@@ -208,11 +343,22 @@ mod tests {
         (command, request)
     }
 
+    async fn run_plain(
+        command: Command,
+        request: &ExecRequest,
+        sink: Option<&OutputSink>,
+    ) -> ExecResult {
+        run(command, Vec::new(), Leader::Command, request, sink, None)
+            .await
+            .unwrap()
+            .result
+    }
+
     #[tokio::test]
     async fn output_exit_code_and_stdin() {
         let (command, mut request) = shell("cat; echo err >&2; exit 3");
         request.stdin = Some(b"in".to_vec());
-        let result = run(command, Leader::Command, &request, None).await.unwrap();
+        let result = run_plain(command, &request, None).await;
         assert_eq!(result.exit_code, 3);
         assert_eq!(result.stdout, b"in");
         assert_eq!(result.stderr, b"err\n");
@@ -220,10 +366,27 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_stdin_prefix_comes_before_the_requests_stdin() {
+        let (command, mut request) = shell("cat");
+        request.stdin = Some(b" and stdin".to_vec());
+        let ran = run(
+            command,
+            b"prefix".to_vec(),
+            Leader::Command,
+            &request,
+            None,
+            None,
+        )
+        .await
+        .unwrap();
+        assert_eq!(ran.result.stdout, b"prefix and stdin");
+    }
+
+    #[tokio::test]
     async fn merged_output_keeps_the_order_it_was_written_in() {
         let (command, mut request) = shell("echo 1; echo 2 >&2; echo 3; echo 4 >&2");
         request.merge_stderr = true;
-        let result = run(command, Leader::Command, &request, None).await.unwrap();
+        let result = run_plain(command, &request, None).await;
         assert_eq!(result.stdout, b"1\n2\n3\n4\n");
         assert!(result.stderr.is_empty());
     }
@@ -232,7 +395,7 @@ mod tests {
     async fn a_timeout_kills_the_whole_group_and_keeps_partial_output() {
         let (command, mut request) = shell("sleep 300 & echo $!; sleep 300");
         request.timeout = Duration::from_millis(300);
-        let result = run(command, Leader::Command, &request, None).await.unwrap();
+        let result = run_plain(command, &request, None).await;
         assert!(result.timed_out);
         assert_eq!(result.exit_code, -1);
         let background: u32 = String::from_utf8(result.stdout)
@@ -249,17 +412,80 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_full_sink_loses_chunks_not_output() {
-        let (sink, mut chunks) = tokio::sync::mpsc::channel(1);
-        let (command, request) = shell("for i in 1 2 3 4 5; do echo $i; sleep 0.05; done");
-        let result = run(command, Leader::Command, &request, Some(&sink))
-            .await
-            .unwrap();
+    async fn a_slow_sink_gets_every_chunk_in_order() {
+        let (sink, mut chunks) = tokio::sync::mpsc::channel::<OutputChunk>(1);
+        let (command, request) = shell("for i in 1 2 3 4 5; do echo $i; done");
+        let reader = tokio::spawn(async move {
+            let mut seen = Vec::new();
+            while let Some(chunk) = chunks.recv().await {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                seen.extend(chunk.bytes);
+            }
+            seen
+        });
+        let result = run_plain(command, &request, Some(&sink)).await;
+        drop(sink);
         assert_eq!(result.stdout, b"1\n2\n3\n4\n5\n");
-        let first = chunks.recv().await.unwrap();
+        assert_eq!(reader.await.unwrap(), result.stdout);
+    }
+
+    #[tokio::test]
+    async fn output_past_the_limit_is_dropped_counted_and_marked() {
+        // 1 MiB on stdout, 10 bytes on stderr, a limit of 1000 bytes each.
+        let (command, mut request) = shell("head -c 1048576 /dev/zero; printf 0123456789 >&2");
+        request.max_output = Some(1000);
+        let (sink, mut chunks) = tokio::sync::mpsc::channel::<OutputChunk>(4);
+        let reader = tokio::spawn(async move {
+            let mut seen = Vec::new();
+            while let Some(chunk) = chunks.recv().await {
+                if chunk.stream == OutputStream::Stdout {
+                    seen.extend(chunk.bytes);
+                }
+            }
+            seen
+        });
+        let result = run_plain(command, &request, Some(&sink)).await;
+        drop(sink);
+        assert_eq!(result.exit_code, 0);
+        assert_eq!(result.stdout_dropped, 1_048_576 - 1000);
+        let marker = dropped_marker(OutputStream::Stdout, 1_048_576 - 1000, 1000);
+        assert_eq!(result.stdout.len(), 1000 + marker.len());
+        assert!(result.stdout.ends_with(marker.as_bytes()));
         assert_eq!(
-            (first.stream, first.bytes),
-            (OutputStream::Stdout, b"1\n".to_vec())
+            (result.stderr.as_slice(), result.stderr_dropped),
+            (&b"0123456789"[..], 0)
         );
+        // The stream carries exactly what the result kept.
+        assert_eq!(reader.await.unwrap(), result.stdout);
+    }
+
+    #[tokio::test]
+    async fn a_command_writing_past_the_disk_limit_is_stopped() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("fill");
+        // At most 200 MiB, at most 100 MiB/s.
+        let (command, mut request) = shell(&format!(
+            "for i in $(seq 200); do head -c 1048576 /dev/zero >> {}; sleep 0.01; done",
+            target.display()
+        ));
+        request.timeout = Duration::from_secs(60);
+        let disk = DiskLimit {
+            dirs: vec![dir.path().to_path_buf()],
+            bytes: 8 << 20,
+        };
+        let ran = run(
+            command,
+            Vec::new(),
+            Leader::Command,
+            &request,
+            None,
+            Some(&disk),
+        )
+        .await
+        .unwrap();
+        let written = ran.disk_exceeded.expect("the limit was noticed");
+        assert!(written > 8 << 20, "{written}");
+        assert_eq!(ran.result.exit_code, -1);
+        assert!(!ran.result.timed_out);
     }
 }

@@ -3,25 +3,31 @@
 //! An image is a named local directory (a source tree or a root
 //! filesystem), optionally snapshotted into a one-commit git repository
 //! (module `image`). A sandbox is a private copy-on-write view of its image
-//! at the workdir, with commands running in their own Linux namespaces
-//! (`namespace`, `sandbox`), or, where namespaces are not available, a plain
-//! directory with best-effort path mapping. Warm pools keep sandboxes ready
-//! to claim (`pool`). Everything a run creates lives under
-//! `<state>/runs/<run-id>/` and its processes carry the run id in a marker,
-//! so [`reap_run`] removes what a crashed run left from the state directory
-//! and `/proc` alone (`state`, `process`). The other modules: `config` (the
-//! cluster's TOML table), `backend` (the [`sandfleet_core::Backend`]
-//! implementation), `exec` (one command with timeout and streaming),
-//! `machine` (capacity), `error`.
+//! at the workdir, isolated by Linux namespaces, cgroups, dropped
+//! capabilities and seccomp, set up and entered by the embedded
+//! `sandfleet-jail` helper (`jail`, `namespace`, `sandbox`; host ids in
+//! `ids`), and probed before it is offered; with `isolation = "none"`, a
+//! plain directory with best-effort path mapping. Warm pools keep
+//! sandboxes ready to claim (`pool`). Everything a run creates lives under
+//! `<state>/runs/<run-id>/` and in its cgroups, and its processes carry the
+//! run id in a marker, so [`reap_run`] removes what a crashed run left from
+//! the state directory, the cgroups and `/proc` alone (`state`, `process`).
+//! The other modules: `config` (the cluster's TOML table), `backend` (the
+//! [`sandfleet_core::Backend`] implementation), `exec` (one command with
+//! timeout, output caps, the disk limit and streaming), `machine`
+//! (capacity), `error`.
 //!
-//! Not enforced: a template's CPU, memory and disk requests, and sandbox
-//! lifetimes (`renew`). Linux only.
+//! Enforced: the template's memory and cpu (cgroups) and disk (a size check
+//! of the writable layer and `RLIMIT_FSIZE`), processes, tmpfs sizes. Not
+//! enforced: sandbox lifetimes (`renew`). Linux only.
 
 mod backend;
 mod config;
 mod error;
 mod exec;
+mod ids;
 mod image;
+mod jail;
 mod machine;
 mod namespace;
 mod pool;
@@ -30,7 +36,7 @@ mod sandbox;
 mod state;
 
 pub use backend::LocalBackend;
-pub use config::{ImageSource, IsolationMode, LocalConfig};
+pub use config::{ImageSource, IsolationMode, LimitOverrides, LocalConfig, SandboxLimits};
 pub use error::LocalError;
 pub use state::{list_run, reap_run};
 

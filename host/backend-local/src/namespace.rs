@@ -1,57 +1,56 @@
-//! Linux namespaces: starting a sandbox's init (`init.sh` under `unshare`),
-//! finding it, stopping it, entering its namespaces to run a command, and the
-//! startup probe that tells whether this machine allows any of it.
+//! Namespaced sandboxes: laying out a sandbox's directory, starting its
+//! init through the `sandfleet-jail` helper, probing its isolation,
+//! entering it to run a command, and stopping it.
 //!
 //! The process tree of a namespaced sandbox:
 //!
 //! ```text
-//! unshare (our child, own process group)      host pid namespace
-//! └── init: bash, argv[0] = the sandbox marker pid 1 of the sandbox's namespaces
-//!     └── commands, via nsenter               (orphans are re-parented to the init, which reaps them)
+//! sandfleet-jail start (our child, own process group)   host namespaces
+//! └── init: argv[0] = the sandbox marker                pid 1 of the sandbox's namespaces
+//!     └── orphans of commands                           (re-parented to the init, which reaps them)
+//! sandfleet-jail enter (our child, leads the command's group; outside the sandbox's pid namespace)
+//! └── the command, confined                             inside
 //! ```
 //!
-//! Killing the init makes the kernel kill every process in its pid namespace;
-//! `unshare` then exits and is reaped by its parent. Killing `unshare` first
-//! would leave the init to the host's pid 1, which in a container may never
-//! reap it, so the init is always killed first.
+//! Killing the init makes the kernel kill every process in its pid
+//! namespace; the supervisor (`start`) then exits and is reaped by us.
 
 use std::fs::{self, File};
-use std::io::{self, Read};
-use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::os::unix::fs::{PermissionsExt, chown};
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, ChildStdout, Command};
+use sandfleet_jail::protocol::{
+    Action, EnterRequest, IdMap, ProbeReport, ProbeRequest, ProcessRef, StartRequest, Started,
+    TmpfsSizes,
+};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, Command};
 
 use crate::error::{IoContext, LocalError};
-use crate::process::{self, MARKER_ENV, Process, ProcessIdentity};
-use crate::sandbox::WorkdirCopy;
-use crate::state::remove_tree;
-
-/// The init script; see its header for the arguments.
-const INIT_SCRIPT: &str = include_str!("init.sh");
+use crate::jail;
+use crate::process::{Process, ProcessIdentity};
 
 /// `PATH` of everything run for or inside a sandbox.
 pub(crate) const SANDBOX_PATH: &str =
     "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
-/// The init's stderr, kept in the sandbox directory for diagnosis.
+/// The supervisor's stderr, kept in the sandbox directory for diagnosis.
 const INIT_LOG: &str = "init.log";
-
-/// Bound on the startup probe.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Bound on each wait for a killed process to go away.
 const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Bound on the isolation probe.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// What a sandbox's init is started with.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct InitSpec<'a> {
-    /// The sandbox's directory, prepared by [`prepare_dir`].
+    /// The sandbox's directory, laid out by [`prepare_dir`]; canonical.
     pub(crate) sandbox_dir: &'a Path,
-    /// The directory the workdir is a copy-on-write view of.
+    /// The directory the workdir is a copy-on-write view of; canonical.
     pub(crate) image_dir: &'a Path,
     /// The workdir inside the sandbox.
     pub(crate) workdir: &'a str,
@@ -62,84 +61,66 @@ pub(crate) struct InitSpec<'a> {
     /// Keep the host's network namespace instead of a private one with only
     /// a loopback device.
     pub(crate) share_network: bool,
+    /// How the sandbox's ids appear on the host.
+    pub(crate) ids: IdMap,
+    /// Host `/etc` entries the sandbox sees.
+    pub(crate) etc: &'a [String],
+    /// Sizes of its tmpfs mounts.
+    pub(crate) sizes: TmpfsSizes,
+    /// Cgroups its processes join.
+    pub(crate) cgroups: &'a [PathBuf],
 }
 
-/// How far the init script goes.
-#[derive(Debug, Clone, Copy)]
-enum Mode {
-    /// Become the sandbox's init.
-    Serve,
-    /// Exit once the sandbox is set up.
-    Probe,
-}
-
-/// Creates the directories the init script mounts on, inside the (existing)
-/// sandbox directory.
-pub(crate) fn prepare_dir(sandbox_dir: &Path) -> Result<(), LocalError> {
-    for sub in ["upper", "work", "rootfs"] {
-        let dir = sandbox_dir.join(sub);
+/// Lays out a new sandbox directory (which must exist and be empty): the
+/// root mount point, and the writable layer (`layer/upper`, `layer/work`,
+/// `layer/tmp`, `layer/tmpwork`, `layer/empty`) owned by the sandbox's root. The directory
+/// itself becomes its root's, mode 0700: no other host user can reach what
+/// the sandbox writes (a setuid file, say).
+pub(crate) fn prepare_dir(sandbox_dir: &Path, ids: &IdMap) -> Result<(), LocalError> {
+    let owned = |path: &Path, mode: u32| -> Result<(), LocalError> {
+        fs::set_permissions(path, fs::Permissions::from_mode(mode))
+            .and_then(|()| chown(path, Some(ids.uid), Some(ids.gid)))
+            .context(|| format!("setting up {}", path.display()))
+    };
+    let layer = sandbox_dir.join("layer");
+    for dir in [sandbox_dir.join("rootfs"), layer.clone()] {
         fs::create_dir(&dir).context(|| format!("creating {}", dir.display()))?;
     }
-    Ok(())
+    let subdirs = [
+        ("upper", 0o755),
+        ("work", 0o700),
+        ("tmp", 0o1777),
+        ("tmpwork", 0o700),
+        ("empty", 0o755),
+    ];
+    for (sub, mode) in subdirs {
+        let dir = layer.join(sub);
+        fs::create_dir(&dir).context(|| format!("creating {}", dir.display()))?;
+        owned(&dir, mode)?;
+    }
+    owned(&layer, 0o755)?;
+    owned(sandbox_dir, 0o700)
 }
 
-fn init_command(spec: &InitSpec<'_>, mode: Mode) -> std::process::Command {
-    let mut command = std::process::Command::new("unshare");
-    command.args([
-        "--user",
-        "--map-root-user",
-        "--mount",
-        "--pid",
-        "--ipc",
-        "--uts",
-        "--fork",
-        // If unshare dies, the init dies with it. (PR_SET_PDEATHSIG, set by
-        // unshare in the child: from our process it would follow the
-        // spawning thread, which tokio may retire at any time.)
-        "--kill-child",
-    ]);
-    if !spec.share_network {
-        command.arg("--net");
-    }
-    // The init carries the marker in its environment from its first
-    // instruction (argv[0] only from its last), so a reap finds a sandbox
-    // still being set up. `env` runs in the child, so `unshare` itself is
-    // not marked and is left to exit once its init is killed.
-    command
-        .arg("env")
-        .arg(format!("{MARKER_ENV}={}", spec.marker))
-        .args(["bash", "-c", INIT_SCRIPT, "sandfleet-init"])
-        .arg(spec.sandbox_dir)
-        .arg(spec.image_dir)
-        .args([spec.workdir, spec.sandbox_id, spec.marker])
-        .arg(match mode {
-            Mode::Serve => "serve",
-            Mode::Probe => "probe",
-        })
-        .env_clear()
-        .env("PATH", SANDBOX_PATH)
-        .current_dir("/")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        // Our own group: a terminal's Ctrl-C reaches the engine, which tears
-        // sandboxes down in order, not the sandboxes behind its back.
-        .process_group(0);
-    command
+/// The directories a sandbox's writes land in, for its disk limit.
+pub(crate) fn writable_dirs(sandbox_dir: &Path) -> [PathBuf; 2] {
+    let layer = sandbox_dir.join("layer");
+    [layer.join("upper"), layer.join("tmp")]
 }
 
 /// A started sandbox init.
 #[derive(Debug)]
-pub(crate) struct Started {
-    /// The `unshare` process, to be reaped once the init is gone.
-    pub(crate) unshare: Child,
+pub(crate) struct Running {
+    /// The supervisor, to be reaped once the init is gone.
+    pub(crate) supervisor: Child,
     /// The init.
     pub(crate) init: Process,
-    /// How the workdir was made.
-    pub(crate) copy: WorkdirCopy,
+    /// What the helper reported.
+    pub(crate) started: Started,
 }
 
-/// Kills `unshare` (and so the init) if a start is abandoned midway, for
-/// example because the claim waiting for it was cancelled.
+/// Kills the supervisor (and so the init) if a start is abandoned midway,
+/// for example because the claim waiting for it was cancelled.
 struct StartGuard(Option<Child>);
 
 impl StartGuard {
@@ -164,174 +145,192 @@ impl Drop for StartGuard {
     }
 }
 
-/// Starts the init of a sandbox and returns once the sandbox can run
-/// commands, or fails (having stopped what it started) at `deadline`.
-pub(crate) async fn start(spec: &InitSpec<'_>, deadline: Instant) -> Result<Started, LocalError> {
+/// Starts the init of a sandbox and returns once its root filesystem is
+/// built, or fails (having stopped what it started) at `deadline`.
+pub(crate) async fn start(spec: &InitSpec<'_>, deadline: Instant) -> Result<Running, LocalError> {
     let id = spec.sandbox_id;
+    let request = StartRequest {
+        sandbox_dir: spec.sandbox_dir.to_path_buf(),
+        image_dir: spec.image_dir.to_path_buf(),
+        workdir: spec.workdir.to_string(),
+        hostname: id.to_string(),
+        marker: spec.marker.to_string(),
+        own_network: !spec.share_network,
+        ids: spec.ids,
+        etc: spec.etc.to_vec(),
+        sizes: spec.sizes,
+        cgroups: spec.cgroups.to_vec(),
+    };
     let log_path = spec.sandbox_dir.join(INIT_LOG);
     let log = File::create(&log_path).context(|| format!("creating {}", log_path.display()))?;
-    let mut command = Command::from(init_command(spec, Mode::Serve));
-    command.stderr(log);
-    let mut guard = StartGuard(Some(
-        command
-            .spawn()
-            .context(|| format!("sandbox {id}: starting unshare"))?,
-    ));
+    let mut command = jail::start_command()?;
+    command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(log)
+        // Our own group: a terminal's Ctrl-C reaches the engine, which tears
+        // sandboxes down in order, not the sandboxes behind its back.
+        .process_group(0);
+    let mut guard =
+        StartGuard(Some(command.spawn().context(|| {
+            format!("sandbox {id}: starting the sandbox helper")
+        })?));
+    let mut stdin = guard.child().stdin.take().expect("stdin is piped");
     let stdout = guard.child().stdout.take().expect("stdout is piped");
     let budget = deadline.saturating_duration_since(Instant::now());
-    let ready = tokio::time::timeout(budget, read_ready(stdout)).await;
-    let failure = match ready {
-        Ok(Some(copy)) => {
-            let unshare_pid = guard.child().id().unwrap_or_default() as i32;
-            match find_init(unshare_pid) {
+    let json = serde_json::to_vec(&request).expect("requests serialize");
+    let started = tokio::time::timeout(budget, async move {
+        stdin.write_all(&json).await?;
+        drop(stdin);
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).await?;
+        Ok::<_, std::io::Error>(line)
+    })
+    .await;
+    let failure = match started {
+        Ok(Ok(line)) if !line.is_empty() => {
+            let started = jail::parse_started(&line)?;
+            match ProcessIdentity::of(started.pid).and_then(Process::open) {
                 Some(init) => {
-                    return Ok(Started {
-                        unshare: guard.take(),
+                    return Ok(Running {
+                        supervisor: guard.take(),
                         init,
-                        copy,
+                        started,
                     });
                 }
                 None => LocalError::Failed(format!("sandbox {id}: its init exited once ready")),
             }
         }
-        Ok(None) => LocalError::Failed(format!(
-            "sandbox {id}: init failed: {}",
+        Ok(Ok(_)) => LocalError::Failed(format!(
+            "sandbox {id}: setting it up failed: {}",
             log_tail(&log_path)
         )),
+        Ok(Err(error)) => LocalError::Io {
+            context: format!("sandbox {id}: talking to the sandbox helper"),
+            source: error,
+        },
         Err(_) => LocalError::Timeout {
             what: format!("sandbox {id} to start ({})", log_tail(&log_path)),
             after: budget,
         },
     };
-    let mut unshare = guard.take();
-    stop(&mut unshare, None).await;
+    let mut supervisor = guard.take();
+    stop(&mut supervisor, None).await;
     Err(failure)
 }
 
-/// Reads the init's stdout up to its `ready <copy>` line; `None` when the
-/// init exits first.
-async fn read_ready(stdout: ChildStdout) -> Option<WorkdirCopy> {
-    let mut lines = BufReader::new(stdout).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        match line.strip_prefix("ready ") {
-            Some("overlay") => return Some(WorkdirCopy::Overlay),
-            Some("copy") => return Some(WorkdirCopy::Copy),
-            _ => {}
-        }
-    }
-    None
-}
-
-/// The init: the only child of `unshare --fork`.
-fn find_init(unshare_pid: i32) -> Option<Process> {
-    let children = process::children_of(unshare_pid);
-    let [pid] = children.as_slice() else {
-        return None;
-    };
-    Process::open(ProcessIdentity::of(*pid)?)
-}
-
-/// Stops a sandbox's init and reaps `unshare`, each wait bounded by
-/// [`STOP_TIMEOUT`]. The init is `init` or, before it was known, whatever
-/// child `unshare` has.
-pub(crate) async fn stop(unshare: &mut Child, init: Option<&Process>) {
+/// Stops a sandbox's init and reaps its supervisor, each wait bounded by
+/// [`STOP_TIMEOUT`]. Without the init, killing the supervisor kills it
+/// (its parent-death signal).
+pub(crate) async fn stop(supervisor: &mut Child, init: Option<&Process>) {
     match init {
         Some(init) => {
             init.kill();
         }
         None => {
-            if let Some(init) = unshare.id().and_then(|pid| find_init(pid as i32)) {
-                init.kill();
-            }
+            let _ = supervisor.start_kill();
         }
     }
-    if tokio::time::timeout(STOP_TIMEOUT, unshare.wait())
+    if tokio::time::timeout(STOP_TIMEOUT, supervisor.wait())
         .await
         .is_err()
     {
         tracing::warn!(
-            pid = unshare.id(),
-            "unshare still running after its init was killed"
+            pid = supervisor.id(),
+            "the sandbox supervisor still runs after its init was killed"
         );
-        let _ = unshare.start_kill();
-        let _ = tokio::time::timeout(STOP_TIMEOUT, unshare.wait()).await;
+        let _ = supervisor.start_kill();
+        let _ = tokio::time::timeout(STOP_TIMEOUT, supervisor.wait()).await;
     }
 }
 
-/// A command that enters the namespaces and root of the sandbox whose init is
-/// `init_pid`; the program and its arguments are to be appended. The working
-/// directory is left at the sandbox's `/` (`--wd=PATH` would be resolved on
-/// the host side), so the program sets its own.
-pub(crate) fn enter_command(init_pid: i32, share_network: bool) -> Command {
-    let mut command = Command::new("nsenter");
-    command
-        .arg(format!("--target={init_pid}"))
-        .args(["--user", "--mount", "--pid", "--ipc", "--uts"]);
-    if !share_network {
-        command.arg("--net");
-    }
-    command
-        .args(["--preserve-credentials", "--root", "--wd"])
-        .env_clear()
-        .env("PATH", SANDBOX_PATH);
-    command
+/// How a command enters a sandbox.
+#[derive(Debug, Clone)]
+pub(crate) struct Entry<'a> {
+    /// The sandbox's init.
+    pub(crate) init: ProcessIdentity,
+    /// Whether the sandbox has a network namespace of its own.
+    pub(crate) own_network: bool,
+    /// Its cgroups.
+    pub(crate) cgroups: &'a [PathBuf],
+    /// The largest file a command may write (the sandbox's disk).
+    pub(crate) file_size_limit: Option<u64>,
 }
 
-/// Sets up a throwaway sandbox with the real init script, under `state_dir`
-/// (so overlayfs is tried on the filesystem sandboxes will use), and reports
-/// why namespaced sandboxes cannot work here, if they cannot. Blocking.
-pub(crate) fn probe(state_dir: &Path, workdir: &str) -> Result<(), String> {
-    let dir = state_dir.join(format!("probe-{}", std::process::id()));
-    let result = run_probe(&dir, workdir);
-    if let Err(error) = remove_tree(&dir) {
-        tracing::warn!(%error, "cannot remove the namespace probe's directory");
+impl Entry<'_> {
+    /// The command that runs `action` in the sandbox, in `workdir` with
+    /// exactly `env`, and the header to send before its stdin.
+    pub(crate) fn command(
+        &self,
+        workdir: &str,
+        env: Vec<(String, String)>,
+        action: Action,
+    ) -> Result<(Command, Vec<u8>), LocalError> {
+        jail::enter_command(&EnterRequest {
+            init: ProcessRef {
+                pid: self.init.pid,
+                start_time: self.init.start_time,
+            },
+            own_network: self.own_network,
+            cgroups: self.cgroups.to_vec(),
+            workdir: workdir.to_string(),
+            env,
+            file_size_limit: self.file_size_limit,
+            action,
+        })
     }
-    result
-}
 
-fn run_probe(dir: &Path, workdir: &str) -> Result<(), String> {
-    let sandbox_dir = dir.join("sandbox");
-    let image_dir = dir.join("image");
-    for created in [&sandbox_dir, &image_dir] {
-        fs::create_dir_all(created).map_err(|e| format!("creating {}: {e}", created.display()))?;
-    }
-    prepare_dir(&sandbox_dir).map_err(|e| e.to_string())?;
-    let spec = InitSpec {
-        sandbox_dir: &sandbox_dir,
-        image_dir: &image_dir,
-        workdir,
-        sandbox_id: "probe",
-        marker: "sandfleet-probe",
-        share_network: false,
-    };
-    let log_path = sandbox_dir.join(INIT_LOG);
-    let log =
-        File::create(&log_path).map_err(|e| format!("creating {}: {e}", log_path.display()))?;
-    let mut child = init_command(&spec, Mode::Probe)
-        .stderr(log)
-        .spawn()
-        .map_err(|e| format!("cannot run unshare: {e}"))?;
-    let deadline = Instant::now() + PROBE_TIMEOUT;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
-            Ok(None) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!("the probe did not finish within {PROBE_TIMEOUT:?}"));
+    /// Runs the isolation probe in the sandbox: what a command there can
+    /// reach. `hidden` are host paths it must not see.
+    pub(crate) async fn probe(
+        &self,
+        workdir: &str,
+        hidden: Vec<String>,
+    ) -> Result<ProbeReport, LocalError> {
+        use std::os::unix::fs::MetadataExt;
+        let root = fs::metadata("/").context(|| "stat /".into())?;
+        let action = Action::Probe(ProbeRequest {
+            host_root: (root.dev(), root.ino()),
+            hidden,
+        });
+        let env = vec![("PATH".to_string(), SANDBOX_PATH.to_string())];
+        let (mut command, header) = self.command(workdir, env, action)?;
+        command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = command
+            .spawn()
+            .context(|| "starting the isolation probe".into())?;
+        let mut stdin = child.stdin.take().expect("stdin is piped");
+        let run = async {
+            stdin.write_all(&header).await?;
+            drop(stdin);
+            let mut stderr = String::new();
+            if let Some(mut pipe) = child.stderr.take() {
+                pipe.read_to_string(&mut stderr).await?;
             }
-            Err(error) => return Err(format!("waiting for the probe: {error}")),
+            let output = child.wait_with_output().await?;
+            Ok::<_, std::io::Error>((output, stderr))
+        };
+        let (output, stderr) = tokio::time::timeout(PROBE_TIMEOUT, run)
+            .await
+            .map_err(|_| LocalError::Timeout {
+                what: "the isolation probe".into(),
+                after: PROBE_TIMEOUT,
+            })?
+            .context(|| "running the isolation probe".into())?;
+        if !output.status.success() {
+            return Err(LocalError::Failed(format!(
+                "the isolation probe failed ({}): {}",
+                output.status,
+                stderr.trim()
+            )));
         }
-    };
-    let mut stdout = String::new();
-    if let Some(mut pipe) = child.stdout.take() {
-        let _ = pipe.read_to_string(&mut stdout);
-    }
-    if status.success() && stdout.starts_with("ready ") {
-        Ok(())
-    } else {
-        Err(format!("{status}: {}", log_tail(&log_path)))
+        serde_json::from_slice(&output.stdout)
+            .map_err(std::io::Error::other)
+            .context(|| "reading the isolation probe's report".into())
     }
 }
 
@@ -340,7 +339,7 @@ fn log_tail(path: &Path) -> String {
     const TAIL: usize = 800;
     let text = match fs::read(path) {
         Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
-        Err(error) if error.kind() == io::ErrorKind::NotFound => return "no init log".into(),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return "no init log".into(),
         Err(error) => return format!("cannot read {}: {error}", path.display()),
     };
     let text = text.trim();

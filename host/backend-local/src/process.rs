@@ -1,10 +1,10 @@
 //! Host processes: reading `/proc`, recognising a run's processes by their
 //! marker, and killing them through pidfds so a recycled pid is never hit.
 //!
-//! Every sandbox process carries a marker `sandfleet-sandbox:<run-id>:<id>`
-//! in the environment variable [`MARKER_ENV`]: a namespaced sandbox's init
-//! from its start (and as `argv[0]` once it is ready, for `ps`), the
-//! commands of a plain (unisolated) sandbox by inheritance. With that, whatever a run left behind can be found from
+//! Every sandbox process carries a marker `sandfleet-sandbox:<run-id>:<id>`:
+//! a namespaced sandbox's init as its `argv[0]` from its start, the commands
+//! of a plain (unisolated) sandbox in the environment variable
+//! [`MARKER_ENV`], by inheritance. With that, whatever a run left behind can be found from
 //! `/proc` alone, even when its owner was killed before writing any record.
 //!
 //! Also here: running a helper tool (`cp`, `git`) with a bound.
@@ -63,7 +63,6 @@ impl ProcessIdentity {
 /// The fields of `/proc/<pid>/stat` this crate uses.
 struct Stat {
     zombie: bool,
-    parent: i32,
     group: u32,
     start_time: u64,
 }
@@ -75,7 +74,6 @@ fn read_stat(pid: i32) -> Option<Stat> {
     let fields: Vec<&str> = text.rsplit_once(')')?.1.split_whitespace().collect();
     Some(Stat {
         zombie: *fields.first()? == "Z",
-        parent: fields.get(1)?.parse().ok()?,
         group: fields.get(2)?.parse().ok()?,
         start_time: fields.get(19)?.parse().ok()?,
     })
@@ -91,11 +89,17 @@ fn all_pids() -> Vec<i32> {
         .collect()
 }
 
-/// The children of process `parent`.
-pub(crate) fn children_of(parent: i32) -> Vec<i32> {
+/// Every process (by host pid) in the pid namespace of process `pid`,
+/// found from the host's `/proc`: nothing inside the namespace can hide one.
+pub(crate) fn pid_namespace_members(pid: i32) -> Vec<i32> {
+    let Ok(namespace) = fs::read_link(format!("/proc/{pid}/ns/pid")) else {
+        return Vec::new();
+    };
     all_pids()
         .into_iter()
-        .filter(|&pid| read_stat(pid).is_some_and(|stat| stat.parent == parent))
+        .filter(|other| {
+            fs::read_link(format!("/proc/{other}/ns/pid")).is_ok_and(|ns| ns == namespace)
+        })
         .collect()
 }
 

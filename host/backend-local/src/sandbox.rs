@@ -1,13 +1,19 @@
 //! Sandboxes: private copies of a template's image in which commands run.
 //!
 //! A **namespaced** sandbox is an init in its own user, mount, pid, ipc, uts
-//! (and, unless its template may use the network, net) namespaces, with a
-//! root filesystem of its own: the host's system directories read-only,
-//! private `/dev`, `/proc`, `/tmp`, `/root`, and the image at the workdir as
-//! an overlay (or a copy where overlayfs is not allowed). Commands enter it
-//! with `nsenter`.
+//! (and, unless its template may use the network, net) namespaces and its
+//! own cgroups, with a root filesystem of its own (see `host/jail`): the
+//! host's system directories read-only, a filtered `/etc`, private `/dev`,
+//! `/proc` (masked), `/tmp` and `/root`, and the image at the workdir as an
+//! overlay (or a copy where overlayfs is not allowed). Before it is
+//! offered, the isolation probe runs in it as a command would and must find
+//! the host out of reach; a sandbox that fails it is destroyed. Commands
+//! enter it through the helper, confined: no `CAP_SYS_ADMIN`,
+//! `no_new_privs`, seccomp, nothing inherited. Its writes (workdir and
+//! `/tmp`) land in the sandbox directory's `layer/`, bounded by the
+//! template's disk.
 //!
-//! A **plain** sandbox, where namespaces are not available, is a directory:
+//! A **plain** sandbox (`isolation = "none"`) is a directory:
 //! `<sandbox>/rootfs/<workdir>` holds a copy of the image and
 //! `<sandbox>/rootfs/tmp` stands for `/tmp`. Commands run on the host, in
 //! their own process group, with `HOME` and `TMPDIR` inside that directory;
@@ -16,23 +22,30 @@
 //! effort: paths inside scripts or other strings are not rewritten, and a
 //! command can reach anything on the host.
 
+use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sandfleet_core::{ExecRequest, RunId};
+use sandfleet_jail::cgroup::{Cgroups, Limits};
+use sandfleet_jail::protocol::{Action, IdMap, TmpfsSizes, WorkdirMode};
 use tokio::process::{Child, Command};
 
 use crate::blocking;
+use crate::config::SandboxLimits;
 use crate::error::{IoContext, LocalError};
-use crate::exec::Leader;
-use crate::namespace::{self, InitSpec, SANDBOX_PATH};
-use crate::process::{self, MARKER_ENV, MarkerScope, Process, run_tool};
+use crate::exec::{DiskLimit, Leader};
+use crate::namespace::{self, Entry, InitSpec, SANDBOX_PATH};
+use crate::process::{self, MARKER_ENV, MarkerScope, Process, ProcessIdentity, run_tool};
 use crate::state::{RunDir, SANDBOX_META, SandboxMeta, remove_tree, unix_now, write_record};
 
 /// How long a plain sandbox's processes get to exit after SIGKILL.
 const STOP_WAIT: Duration = Duration::from_secs(5);
+
+/// How long a destroyed sandbox's cgroups may take to empty.
+const CGROUP_DRAIN: Duration = Duration::from_secs(5);
 
 /// How sandboxes are isolated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -44,14 +57,31 @@ pub(crate) enum Isolation {
     Plain,
 }
 
-/// How a sandbox's workdir was made from its image.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum WorkdirCopy {
-    /// An overlay: the image below, the sandbox's writes in its own upper dir.
-    Overlay,
-    /// A full copy (reflinked where the filesystem can).
-    Copy,
+/// What each sandbox of a template may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Resources {
+    /// Memory (the cgroup's limit), in MiB.
+    pub(crate) memory_mib: u32,
+    /// CPU (a CFS quota), in millicores.
+    pub(crate) cpu_milli: u32,
+    /// Its writable layer (workdir and `/tmp`), in MiB.
+    pub(crate) disk_mib: u32,
+    /// Processes and tmpfs sizes.
+    pub(crate) limits: SandboxLimits,
+}
+
+impl Resources {
+    fn cgroup_limits(&self) -> Limits {
+        Limits {
+            memory_bytes: Some(u64::from(self.memory_mib) << 20),
+            cpu_milli: Some(self.cpu_milli),
+            pids: Some(self.limits.pids),
+        }
+    }
+
+    fn disk_bytes(&self) -> u64 {
+        u64::from(self.disk_mib) << 20
+    }
 }
 
 /// A template made ready: what its sandboxes are made of.
@@ -61,7 +91,7 @@ pub(crate) struct Template {
     pub(crate) name: String,
     /// The image name.
     pub(crate) image: String,
-    /// The directory sandboxes are copies of.
+    /// The directory sandboxes are copies of (canonical).
     pub(crate) image_dir: PathBuf,
     /// Whether its sandboxes keep the host's network.
     pub(crate) share_network: bool,
@@ -69,6 +99,8 @@ pub(crate) struct Template {
     pub(crate) env: Vec<(String, String)>,
     /// The start of its sandboxes' ids: the name, made id-safe.
     pub(crate) id_prefix: String,
+    /// What each sandbox may use.
+    pub(crate) resources: Resources,
 }
 
 impl Template {
@@ -103,6 +135,24 @@ pub(crate) struct Site {
     pub(crate) isolation: Isolation,
     /// The number in the next sandbox id.
     pub(crate) next_id: AtomicU64,
+    /// How sandbox ids appear on the host.
+    pub(crate) ids: IdMap,
+    /// Host `/etc` entries sandboxes see.
+    pub(crate) etc: Vec<String>,
+    /// The cgroup controllers that limit sandboxes; `None` where they
+    /// cannot be used (preflight says why).
+    pub(crate) cgroups: Option<Cgroups>,
+    /// The cgroup sandboxes' cgroups are made in.
+    pub(crate) cgroup_parent: PathBuf,
+    /// Host paths no sandbox may see (the state directory).
+    pub(crate) hidden: Vec<String>,
+}
+
+impl Site {
+    /// The cgroup of sandbox `id`, relative to each hierarchy.
+    fn cgroup_of(&self, id: &str) -> PathBuf {
+        self.cgroup_parent.join(self.run_id.as_str()).join(id)
+    }
 }
 
 /// A live sandbox.
@@ -120,15 +170,89 @@ pub(crate) struct Sandbox {
 /// What holds a sandbox's processes.
 #[derive(Debug)]
 enum Jail {
-    Namespaces {
-        /// The init: killing it ends the sandbox.
-        init: Process,
-        /// Reaped once the init is gone; taken by the first `destroy`.
-        unshare: Mutex<Option<Child>>,
-    },
-    Plain {
-        paths: PathMap,
-    },
+    Namespaces(Box<Namespaced>),
+    Plain { paths: PathMap },
+}
+
+/// A namespaced sandbox's init, supervisor and cgroups.
+#[derive(Debug)]
+struct Namespaced {
+    /// The init: killing it ends the sandbox.
+    init: Process,
+    /// Reaped once the init is gone; taken by the first shutdown.
+    supervisor: Mutex<Option<Child>>,
+    /// The cgroups (relative path and directories), when enforced.
+    cgroup: Option<(Cgroups, PathBuf, Vec<PathBuf>)>,
+    /// The init's mount table as the sandbox was offered.
+    mounts: String,
+}
+
+impl Namespaced {
+    fn cgroup_dirs(&self) -> &[PathBuf] {
+        self.cgroup
+            .as_ref()
+            .map_or(&[], |(_, _, dirs)| dirs.as_slice())
+    }
+
+    /// Kills the init (and with it the sandbox), reaps the supervisor,
+    /// kills whatever is left in the cgroups and removes them.
+    async fn shutdown(&self) -> Result<(), LocalError> {
+        self.init.kill();
+        let supervisor = self
+            .supervisor
+            .lock()
+            .expect("supervisor lock poisoned")
+            .take();
+        if let Some(mut supervisor) = supervisor {
+            namespace::stop(&mut supervisor, Some(&self.init)).await;
+        }
+        match &self.cgroup {
+            Some((cgroups, relative, _)) => remove_cgroup(cgroups.clone(), relative.clone()).await,
+            None => Ok(()),
+        }
+    }
+}
+
+/// Kills what is left in cgroup `relative` (commands' helpers outlive the
+/// sandbox's pid namespace by a moment) and removes it, within
+/// [`CGROUP_DRAIN`].
+async fn remove_cgroup(cgroups: Cgroups, relative: PathBuf) -> Result<(), LocalError> {
+    let until = Instant::now() + CGROUP_DRAIN;
+    loop {
+        let (scan, path) = (cgroups.clone(), relative.clone());
+        let left = blocking(move || {
+            Ok(scan
+                .processes(&path)
+                .into_iter()
+                .filter_map(|pid| ProcessIdentity::of(pid).and_then(Process::open))
+                .collect::<Vec<_>>())
+        })
+        .await?;
+        process::kill_all(left, STOP_WAIT).await;
+        let (remove, path) = (cgroups.clone(), relative.clone());
+        let removed = blocking(move || {
+            remove
+                .remove(&path)
+                .context(|| format!("removing cgroup {}", path.display()))
+        })
+        .await;
+        match removed {
+            Ok(()) => return Ok(()),
+            Err(error) if Instant::now() >= until => return Err(error),
+            // A killed process leaves its cgroup a moment after it is gone.
+            Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+        }
+    }
+}
+
+/// A command ready to run in a sandbox.
+pub(crate) struct Prepared {
+    /// The command, program and arguments set.
+    pub(crate) command: Command,
+    /// Bytes to write to its stdin before the request's own.
+    pub(crate) stdin_prefix: Vec<u8>,
+    /// Who leads its process group.
+    pub(crate) leader: Leader,
 }
 
 impl Sandbox {
@@ -172,7 +296,7 @@ impl Sandbox {
             isolation: site.isolation,
             workdir_copy,
             init: match &sandbox.jail {
-                Jail::Namespaces { init, .. } => Some(init.identity()),
+                Jail::Namespaces(namespaced) => Some(namespaced.init.identity()),
                 Jail::Plain { .. } => None,
             },
             created_at: unix_now(),
@@ -200,7 +324,7 @@ impl Sandbox {
     /// init.
     pub(crate) fn is_alive(&self) -> bool {
         match &self.jail {
-            Jail::Namespaces { init, .. } => !init.has_exited(),
+            Jail::Namespaces(namespaced) => !namespaced.init.has_exited(),
             Jail::Plain { .. } => true,
         }
     }
@@ -210,26 +334,30 @@ impl Sandbox {
     /// `/tmp` are (anything else is the host's).
     pub(crate) fn contains(&self, path: &str) -> bool {
         match &self.jail {
-            Jail::Namespaces { .. } => true,
+            Jail::Namespaces(_) => true,
             Jail::Plain { paths } => !path.starts_with('/') || paths.to_host(path).is_some(),
         }
     }
 
+    /// The bound on what commands may write, where it is enforced.
+    pub(crate) fn disk_limit(&self) -> Option<DiskLimit> {
+        match &self.jail {
+            Jail::Namespaces(_) => Some(DiskLimit {
+                dirs: namespace::writable_dirs(&self.dir).to_vec(),
+                bytes: self.template.resources.disk_bytes(),
+            }),
+            Jail::Plain { .. } => None,
+        }
+    }
+
     /// The command that runs `request` in the sandbox, ready for
-    /// [`crate::exec::run`]: `env -i -C <workdir> VARS... ARGV...`, entered
-    /// into the namespaces, or with paths mapped for a plain sandbox; and
-    /// what will lead its process group.
-    pub(crate) fn command(&self, request: &ExecRequest) -> Result<(Command, Leader), LocalError> {
+    /// [`crate::exec::run`]: entered into the sandbox with exactly the
+    /// template's and the request's environment, or, for a plain sandbox,
+    /// `env -i -C <workdir> VARS... ARGV...` with paths mapped.
+    pub(crate) fn command(&self, request: &ExecRequest) -> Result<Prepared, LocalError> {
         let program = request.argv.first().ok_or_else(|| {
             LocalError::Rejected(format!("sandbox {}: a command needs an argv", self.id))
         })?;
-        if program.contains('=') {
-            // `env` would take it for a variable.
-            return Err(LocalError::Rejected(format!(
-                "sandbox {}: program `{program}` contains `=`",
-                self.id
-            )));
-        }
         let extra_env = self.template.env.iter().chain(&request.env);
         if let Some((name, _)) = extra_env
             .clone()
@@ -246,56 +374,123 @@ impl Sandbox {
             Some(relative) => format!("{}/{relative}", self.workdir),
         };
         let mut vars = vec![("PATH".to_string(), SANDBOX_PATH.to_string())];
-        let (mut command, leader, workdir, argv) = match &self.jail {
-            Jail::Namespaces { init, .. } => {
+        match &self.jail {
+            Jail::Namespaces(namespaced) => {
                 vars.push(("HOME".to_string(), "/root".to_string()));
                 vars.extend(extra_env.cloned());
-                let mut command =
-                    namespace::enter_command(init.identity().pid, self.template.share_network);
-                command.arg("env");
-                (command, Leader::Nsenter, workdir, request.argv.clone())
+                let entry = Entry {
+                    init: namespaced.init.identity(),
+                    own_network: !self.template.share_network,
+                    cgroups: namespaced.cgroup_dirs(),
+                    file_size_limit: Some(self.template.resources.disk_bytes()),
+                };
+                let action = Action::Exec {
+                    argv: request.argv.clone(),
+                };
+                let (command, stdin_prefix) = entry.command(&workdir, vars, action)?;
+                Ok(Prepared {
+                    command,
+                    stdin_prefix,
+                    leader: Leader::Helper,
+                })
             }
             Jail::Plain { paths } => {
+                if program.contains('=') {
+                    // `env` would take it for a variable.
+                    return Err(LocalError::Rejected(format!(
+                        "sandbox {}: program `{program}` contains `=`",
+                        self.id
+                    )));
+                }
                 vars.push(("HOME".to_string(), paths.host_dir("/root")));
                 vars.push(("TMPDIR".to_string(), paths.host_dir("/tmp")));
                 vars.extend(extra_env.cloned());
                 // Last, so no command environment can drop it and hide from reap.
                 vars.push((MARKER_ENV.to_string(), self.marker.clone()));
                 let mut command = Command::new("env");
-                command.env_clear().env("PATH", SANDBOX_PATH);
-                let argv = request.argv.iter().map(|arg| paths.map_arg(arg)).collect();
-                (command, Leader::Command, paths.map_arg(&workdir), argv)
+                command
+                    .env_clear()
+                    .env("PATH", SANDBOX_PATH)
+                    .args(["-i", "-C"])
+                    .arg(paths.map_arg(&workdir))
+                    .args(vars.iter().map(|(name, value)| format!("{name}={value}")))
+                    .args(request.argv.iter().map(|arg| paths.map_arg(arg)));
+                Ok(Prepared {
+                    command,
+                    stdin_prefix: Vec::new(),
+                    leader: Leader::Command,
+                })
             }
-        };
-        command
-            .args(["-i", "-C"])
-            .arg(workdir)
-            .args(vars.iter().map(|(name, value)| format!("{name}={value}")))
-            .args(argv);
-        Ok((command, leader))
+        }
     }
 
-    /// Kills everything running in the sandbox and removes its directory.
-    /// Safe to call more than once.
+    /// Stops every process in the sandbox but its init, and fails when its
+    /// mounts are not the ones it was offered with. Processes are found from
+    /// the host: every process in the sandbox's pid namespace, and every
+    /// process in its cgroups.
+    pub(crate) async fn scrub(&self) -> Result<(), LocalError> {
+        let targets = match &self.jail {
+            Jail::Namespaces(namespaced) => {
+                let init = namespaced.init.identity();
+                let cgroup = namespaced.cgroup.clone();
+                blocking(move || {
+                    let mut pids = process::pid_namespace_members(init.pid);
+                    if let Some((cgroups, relative, _)) = &cgroup {
+                        pids.extend(cgroups.processes(relative));
+                    }
+                    pids.sort_unstable();
+                    pids.dedup();
+                    Ok(pids
+                        .into_iter()
+                        .filter(|&pid| pid != init.pid)
+                        .filter_map(|pid| ProcessIdentity::of(pid).and_then(Process::open))
+                        .collect::<Vec<_>>())
+                })
+                .await?
+            }
+            Jail::Plain { .. } => self.marked_processes().await?,
+        };
+        let killed = process::kill_all(targets, STOP_WAIT).await;
+        if killed > 0 {
+            tracing::info!(
+                sandbox = self.id,
+                killed,
+                "scrub stopped processes left behind"
+            );
+        }
+        if let Jail::Namespaces(namespaced) = &self.jail {
+            let pid = namespaced.init.identity().pid;
+            let path = format!("/proc/{pid}/mountinfo");
+            let now = fs::read_to_string(&path)
+                .context(|| format!("sandbox {}: reading {path}", self.id))?;
+            if let Some(changed) = first_difference(&namespaced.mounts, &now) {
+                return Err(LocalError::Failed(format!(
+                    "sandbox {}: its mounts changed since it was made ({changed})",
+                    self.id
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    async fn marked_processes(&self) -> Result<Vec<Process>, LocalError> {
+        let (run_id, id) = (self.run_id.clone(), self.id.clone());
+        blocking(move || {
+            Ok(process::find_marked(MarkerScope::Sandbox(&run_id, &id))
+                .into_iter()
+                .map(|marked| marked.process)
+                .collect())
+        })
+        .await
+    }
+
+    /// Kills everything running in the sandbox and removes its directory
+    /// and cgroups. Safe to call more than once.
     pub(crate) async fn destroy(&self) -> Result<(), LocalError> {
         match &self.jail {
-            Jail::Namespaces { init, unshare } => {
-                init.kill();
-                let unshare = unshare.lock().expect("unshare lock poisoned").take();
-                if let Some(mut unshare) = unshare {
-                    namespace::stop(&mut unshare, Some(init)).await;
-                }
-            }
+            Jail::Namespaces(namespaced) => namespaced.shutdown().await?,
             Jail::Plain { .. } => {
-                let (run_id, id) = (self.run_id.clone(), self.id.clone());
-                let processes = blocking(move || {
-                    Ok(process::find_marked(MarkerScope::Sandbox(&run_id, &id))
-                        .into_iter()
-                        .map(|marked| marked.process)
-                        .collect())
-                })
-                .await?;
-                process::kill_all(processes, STOP_WAIT).await;
+                process::kill_all(self.marked_processes().await?, STOP_WAIT).await;
             }
         }
         let dir = self.dir.clone();
@@ -304,13 +499,25 @@ impl Sandbox {
     }
 }
 
-impl Drop for Sandbox {
+impl Drop for Namespaced {
     /// A sandbox dropped without `destroy` (its owner dropped the backend, or
-    /// a claim was cancelled) stops running; its directory is left for
-    /// `reap`.
+    /// a claim was cancelled, even while the sandbox was being probed) stops
+    /// running; its supervisor then exits, and its directory and cgroups are
+    /// left for `reap`.
     fn drop(&mut self) {
-        if let Jail::Namespaces { init, .. } = &self.jail {
-            init.kill();
+        self.init.kill();
+    }
+}
+
+/// The first line where two mount tables differ, for the error.
+fn first_difference(before: &str, now: &str) -> Option<String> {
+    let (mut old, mut new) = (before.lines(), now.lines());
+    loop {
+        match (old.next(), new.next()) {
+            (None, None) => return None,
+            (Some(a), Some(b)) if a == b => continue,
+            (Some(a), None) => return Some(format!("gone: {a}")),
+            (_, Some(b)) => return Some(format!("now: {b}")),
         }
     }
 }
@@ -339,8 +546,24 @@ async fn make_namespaced(
     dir: &Path,
     marker: &str,
     deadline: Instant,
-) -> Result<(Jail, WorkdirCopy), LocalError> {
-    namespace::prepare_dir(dir)?;
+) -> Result<(Jail, WorkdirMode), LocalError> {
+    namespace::prepare_dir(dir, &site.ids)?;
+    let cgroup = match &site.cgroups {
+        Some(cgroups) => {
+            let (made, relative) = (cgroups.clone(), site.cgroup_of(id));
+            let limits = template.resources.cgroup_limits();
+            let dirs = blocking(move || {
+                made.create(&relative, &limits)
+                    .context(|| format!("creating the cgroup of sandbox {}", relative.display()))
+            })
+            .await?;
+            Some((cgroups.clone(), site.cgroup_of(id), dirs))
+        }
+        None => None,
+    };
+    let cgroup_dirs = cgroup
+        .as_ref()
+        .map_or(Vec::new(), |(_, _, dirs)| dirs.clone());
     let spec = InitSpec {
         sandbox_dir: dir,
         image_dir: &template.image_dir,
@@ -348,15 +571,70 @@ async fn make_namespaced(
         sandbox_id: id,
         marker,
         share_network: template.share_network,
-    };
-    let started = namespace::start(&spec, deadline).await?;
-    Ok((
-        Jail::Namespaces {
-            init: started.init,
-            unshare: Mutex::new(Some(started.unshare)),
+        ids: site.ids,
+        etc: &site.etc,
+        sizes: TmpfsSizes {
+            root_mib: template.resources.limits.root_mib,
+            shm_mib: template.resources.limits.shm_mib,
         },
-        started.copy,
-    ))
+        cgroups: &cgroup_dirs,
+    };
+    let running = match namespace::start(&spec, deadline).await {
+        Ok(running) => running,
+        Err(error) => {
+            if let Some((cgroups, relative, _)) = cgroup {
+                let _ = remove_cgroup(cgroups, relative).await;
+            }
+            return Err(error);
+        }
+    };
+    let workdir = running.started.workdir;
+    let mut namespaced = Namespaced {
+        init: running.init,
+        supervisor: Mutex::new(Some(running.supervisor)),
+        cgroup,
+        mounts: String::new(),
+    };
+    match vet(site, template, id, &namespaced).await {
+        Ok(mounts) => {
+            namespaced.mounts = mounts;
+            Ok((Jail::Namespaces(Box::new(namespaced)), workdir))
+        }
+        Err(error) => {
+            if let Err(cleanup) = namespaced.shutdown().await {
+                tracing::warn!(sandbox = id, error = %cleanup, "stopping a sandbox that failed its probe");
+            }
+            Err(error)
+        }
+    }
+}
+
+/// Runs the isolation probe in a new sandbox and returns its mount table
+/// when the probe found nothing wrong.
+async fn vet(
+    site: &Site,
+    template: &Template,
+    id: &str,
+    namespaced: &Namespaced,
+) -> Result<String, LocalError> {
+    let entry = Entry {
+        init: namespaced.init.identity(),
+        own_network: !template.share_network,
+        cgroups: namespaced.cgroup_dirs(),
+        file_size_limit: None,
+    };
+    let mut hidden = site.hidden.clone();
+    hidden.push(template.image_dir.display().to_string());
+    let report = entry.probe(&site.workdir, hidden).await?;
+    if !report.failures.is_empty() {
+        return Err(LocalError::Isolation(format!(
+            "sandbox {id} failed its isolation probe and was destroyed: {}",
+            report.failures.join("; ")
+        )));
+    }
+    let pid = namespaced.init.identity().pid;
+    fs::read_to_string(format!("/proc/{pid}/mountinfo"))
+        .context(|| format!("sandbox {id}: reading its mount table"))
 }
 
 async fn make_plain(
@@ -364,7 +642,7 @@ async fn make_plain(
     template: &Template,
     dir: &Path,
     deadline: Instant,
-) -> Result<(Jail, WorkdirCopy), LocalError> {
+) -> Result<(Jail, WorkdirMode), LocalError> {
     let paths = PathMap::new(dir.join("rootfs"), &site.workdir);
     let workdir = PathBuf::from(paths.host_dir(&site.workdir));
     for created in [
@@ -385,7 +663,7 @@ async fn make_plain(
         workdir.display()
     );
     run_tool(copy, &what, budget).await?;
-    Ok((Jail::Plain { paths }, WorkdirCopy::Copy))
+    Ok((Jail::Plain { paths }, WorkdirMode::Copy))
 }
 
 /// Where a plain sandbox's paths are on the host.
@@ -452,5 +730,13 @@ mod tests {
         assert_eq!(Template::id_prefix("SWE/django__4.2"), "swe-django--4-2");
         assert_eq!(Template::id_prefix("--"), "sandbox");
         assert_eq!(Template::id_prefix(&"x".repeat(99)).len(), 32);
+    }
+
+    #[test]
+    fn mount_tables_are_compared_line_by_line() {
+        assert_eq!(first_difference("a\nb\n", "a\nb\n"), None);
+        assert_eq!(first_difference("a\nb\n", "a\nc\n"), Some("now: c".into()));
+        assert_eq!(first_difference("a\nb\n", "a\n"), Some("gone: b".into()));
+        assert_eq!(first_difference("a\n", "a\nx\n"), Some("now: x".into()));
     }
 }

@@ -8,11 +8,16 @@
 //!     run.json                          run id, owner pid and start time, start time of the run
 //!     templates/<template>.json         templates made ready by the run
 //!     pools/<template>.json             warm pools and their size
-//!     sandboxes/<sandbox-id>/
+//!     sandboxes/<sandbox-id>/            0700, owned by the sandbox's root
 //!       meta.json                       template, isolation, init pid and start time
-//!       init.log                        stderr of the sandbox's init
-//!       upper/ work/ rootfs/            the overlay's upper and work dirs; the root mount point
+//!       init.log                        stderr of the sandbox helper
+//!       rootfs/                         the root mount point
+//!       layer/upper/ layer/work/        the workdir overlay's upper and work dirs
+//!       layer/tmp/ layer/tmpwork/       the same for /tmp
 //! ```
+//!
+//! A run's sandboxes' cgroups are `<hierarchy>/<cgroup_parent>/<run-id>/<sandbox-id>`;
+//! `run.json` names the parent, so a reap removes them too.
 //!
 //! Records are small JSON files written whole (temporary file, then rename),
 //! so a crash never leaves half a record. They are written with blocking
@@ -26,15 +31,16 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use sandfleet_core::{Labels, Owned, Reaped, RunId};
+use sandfleet_core::{Labels, Owned, Reaped, RunId, file_stem};
+use sandfleet_jail::cgroup::Cgroups;
+use sandfleet_jail::protocol::WorkdirMode;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use sha2::{Digest, Sha256};
 
 use crate::blocking;
 use crate::error::{IoContext, LocalError};
 use crate::process::{self, MarkerScope, Process, ProcessIdentity};
-use crate::sandbox::{Isolation, WorkdirCopy};
+use crate::sandbox::Isolation;
 
 /// How long reaping waits for killed processes to exit.
 const REAP_WAIT: Duration = Duration::from_secs(5);
@@ -111,6 +117,10 @@ pub(crate) struct RunRecord {
     pub(crate) owner: ProcessIdentity,
     /// Seconds since the Unix epoch.
     pub(crate) started_at: u64,
+    /// The cgroup its sandboxes' cgroups are in (`<parent>/<run-id>/…`),
+    /// when cgroups limit them.
+    #[serde(default)]
+    pub(crate) cgroup_parent: Option<PathBuf>,
 }
 
 /// `templates/<name>.json`.
@@ -138,7 +148,7 @@ pub(crate) struct SandboxMeta {
     pub(crate) run_id: RunId,
     pub(crate) template: String,
     pub(crate) isolation: Isolation,
-    pub(crate) workdir_copy: WorkdirCopy,
+    pub(crate) workdir_copy: WorkdirMode,
     /// The sandbox's init (namespaced sandboxes only): killing it ends every
     /// process of the sandbox.
     pub(crate) init: Option<ProcessIdentity>,
@@ -154,28 +164,6 @@ pub(crate) fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |since| since.as_secs())
-}
-
-/// A file name for an arbitrary name: safe characters are kept, and a name
-/// that needed changes gets a hash of the original so two names never share
-/// a file.
-pub(crate) fn file_stem(name: &str) -> String {
-    let safe: String = name
-        .chars()
-        .take(64)
-        .enumerate()
-        .map(|(i, c)| {
-            // No leading dot: no hidden files, no `.` or `..`.
-            let allowed = c.is_ascii_alphanumeric() || c == '-' || c == '_' || (c == '.' && i > 0);
-            if allowed { c } else { '_' }
-        })
-        .collect();
-    if safe == name {
-        safe
-    } else {
-        let digest = format!("{:x}", Sha256::digest(name.as_bytes()));
-        format!("{safe}-{}", &digest[..8])
-    }
 }
 
 /// Writes `value` as JSON to `path` atomically, creating parent directories.
@@ -299,16 +287,30 @@ pub async fn list_run(state_dir: &Path, run_id: &RunId) -> Result<Owned, LocalEr
 }
 
 /// Removes everything run `run_id` owns in `state_dir`: kills its processes
-/// (the inits recorded in sandbox metas, and every process carrying the run's
-/// marker), removes its sandbox directories and its records, and returns the
-/// counts. Idempotent: a second call finds nothing. Images are a cache shared
-/// by runs and stay.
+/// (the inits recorded in sandbox metas, every process carrying the run's
+/// marker, and every process in its cgroups), removes its cgroups, sandbox
+/// directories and records, and returns the counts. Idempotent: a second
+/// call finds nothing. Images are a cache shared by runs and stay.
 pub async fn reap_run(state_dir: &Path, run_id: &RunId) -> Result<Reaped, LocalError> {
     let run = StateDir::new(state_dir.to_path_buf()).run(run_id);
     let scan_run = run.clone();
     let scan_id = run_id.clone();
-    let (targets, sandboxes) = blocking(move || find_run_processes(&scan_run, &scan_id)).await?;
-    let processes = process::kill_all(targets, REAP_WAIT).await;
+    let (targets, sandboxes, cgroup) =
+        blocking(move || find_run_processes(&scan_run, &scan_id)).await?;
+    let mut processes = process::kill_all(targets, REAP_WAIT).await;
+    if let Some((cgroups, relative)) = cgroup {
+        // Commands' helpers sit in the cgroups outside the sandboxes' pid
+        // namespaces; they go once their sandbox has.
+        let (scan, path) = (cgroups.clone(), relative.clone());
+        let left = blocking(move || Ok(open_all(scan.processes(&path)))).await?;
+        processes += process::kill_all(left, REAP_WAIT).await;
+        blocking(move || {
+            cgroups
+                .remove(&relative)
+                .context(|| format!("removing cgroup {}", relative.display()))
+        })
+        .await?;
+    }
     blocking(move || {
         let templates = entry_names(&run.templates(), true)?.len();
         let pools = entry_names(&run.pools(), true)?.len();
@@ -326,13 +328,21 @@ pub async fn reap_run(state_dir: &Path, run_id: &RunId) -> Result<Reaped, LocalE
     .await
 }
 
-/// The live processes of a run, deduplicated, and the ids of its sandboxes
-/// (directories and marked processes).
-fn find_run_processes(
-    run: &RunDir,
-    run_id: &RunId,
-) -> Result<(Vec<Process>, BTreeSet<String>), LocalError> {
-    if let Ok(record) = read_record::<RunRecord>(&run.record())
+/// Processes still running among `pids`, held by pidfd.
+fn open_all(pids: Vec<i32>) -> Vec<Process> {
+    pids.into_iter()
+        .filter_map(|pid| ProcessIdentity::of(pid).and_then(Process::open))
+        .collect()
+}
+
+/// What a reap of a run kills and removes.
+type RunRemains = (Vec<Process>, BTreeSet<String>, Option<(Cgroups, PathBuf)>);
+
+/// The live processes of a run, deduplicated, the ids of its sandboxes
+/// (directories and marked processes), and its cgroup.
+fn find_run_processes(run: &RunDir, run_id: &RunId) -> Result<RunRemains, LocalError> {
+    let record = read_record::<RunRecord>(&run.record()).ok();
+    if let Some(record) = &record
         && Process::open(record.owner).is_some()
         && record.owner.pid != std::process::id() as i32
     {
@@ -342,6 +352,9 @@ fn find_run_processes(
             "reaping a run whose owner is still running"
         );
     }
+    let cgroup = record
+        .and_then(|record| record.cgroup_parent)
+        .map(|parent| (Cgroups::detect(), parent.join(run_id.as_str())));
     let mut sandboxes = BTreeSet::new();
     let mut targets: Vec<Process> = Vec::new();
     for id in entry_names(&run.sandboxes(), false)? {
@@ -364,23 +377,12 @@ fn find_run_processes(
         }
         sandboxes.insert(marked.sandbox_id);
     }
-    Ok((targets, sandboxes))
+    Ok((targets, sandboxes, cgroup))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn file_stems_keep_safe_names_and_separate_the_rest() {
-        assert_eq!(file_stem("django-4.2_x"), "django-4.2_x");
-        let slash = file_stem("swe/django");
-        let underscore = file_stem("swe_django");
-        assert!(slash.starts_with("swe_django-"), "{slash}");
-        assert_ne!(slash, underscore);
-        assert!(file_stem("..").starts_with("_.-"), "{}", file_stem(".."));
-        assert!(file_stem(&"x".repeat(200)).len() < 80);
-    }
 
     #[test]
     fn records_round_trip_and_removal_is_idempotent() {

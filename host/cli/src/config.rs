@@ -249,6 +249,8 @@ struct RawFleet {
     disk_mib: Option<NonZeroU32>,
     #[serde(default)]
     network: Option<bool>,
+    #[serde(default)]
+    max_output_mib: Option<NonZeroU32>,
 }
 
 /// A fleet file that cannot be used.
@@ -374,6 +376,9 @@ impl FleetConfig {
             memory_mib: f.memory_mib.map_or(defaults.memory_mib, NonZeroU32::get),
             disk_mib: f.disk_mib.map_or(defaults.disk_mib, NonZeroU32::get),
             network: f.network.unwrap_or(defaults.network),
+            max_output: f
+                .max_output_mib
+                .map_or(defaults.max_output, |mib| u64::from(mib.get()) << 20),
         };
         if fleet.recycle && plugins.reset.is_none() {
             return Err(ConfigError::Invalid {

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::{Context as _, bail};
 use clap::Args;
-use sandfleet_engine::safe_file_name;
+use sandfleet_core::file_stem;
 use sandfleet_plugin::adapter::{
     CommandOutput, GradeStatus, Graded, Setting, SolutionState, Task, TaskAdapter, TestResult,
 };
@@ -179,7 +179,7 @@ pub(crate) fn prepare(args: &PrepareArgs) -> anyhow::Result<ExitCode> {
                 continue;
             }
         };
-        let dir = args.out.join(safe_file_name(&task.id));
+        let dir = args.out.join(file_stem(&task.id));
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         for file in &script.files {
             let name = Path::new(&file.path)
@@ -276,7 +276,7 @@ fn grade_one(
     let task: Task = adapter
         .load(&row.text, settings)
         .map_err(|e| anyhow::anyhow!(message(&e)))?;
-    let dir = log_dir.join(safe_file_name(&task.id));
+    let dir = log_dir.join(file_stem(&task.id));
     let log_path = dir.join("test_output.txt");
     let log = std::fs::read(&log_path)
         .with_context(|| format!("instance `{}`: cannot read {}", task.id, log_path.display()))?;

@@ -55,6 +55,9 @@ pub(crate) fn preflight(config_path: &Path) -> anyhow::Result<ExitCode> {
             )
         });
         println!("{} ({})", cluster.name, cluster.kind);
+        for note in &found.notes {
+            println!("  {note}");
+        }
         for warning in &found.warnings {
             println!("  warning: {warning}");
         }

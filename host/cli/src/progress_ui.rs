@@ -5,7 +5,11 @@ use std::io::IsTerminal;
 use std::sync::Arc;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use sandfleet_engine::{Progress, TaskRecord, TaskStatus};
+use sandfleet_engine::{Progress, TaskRecord, TaskStatus, printable};
+
+/// Characters of a task's error or grade detail shown on its line; the
+/// whole (bounded) message is in results.jsonl.
+const CONSOLE_DETAIL: usize = 300;
 
 /// The progress display for this process's stderr.
 pub(crate) fn for_stderr() -> Arc<dyn Progress> {
@@ -88,8 +92,17 @@ fn line(record: &TaskRecord) -> String {
         .as_deref()
         .or(record.grade.as_ref().map(|g| g.detail.as_str()))
         .unwrap_or("");
+    // Ids and messages come from tasks: escaped, and the detail short.
+    let detail = printable(detail);
+    let shown: String = detail.chars().take(CONSOLE_DETAIL).collect();
+    let cut = if shown.len() < detail.len() {
+        "…"
+    } else {
+        ""
+    };
     format!(
-        "{} {status} ({:.1}s) {detail}",
-        record.task_id, record.timings.total_s
+        "{} {status} ({:.1}s) {shown}{cut}",
+        printable(&record.task_id),
+        record.timings.total_s
     )
 }

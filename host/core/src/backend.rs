@@ -16,6 +16,9 @@ pub struct Preflight {
     pub failures: Vec<String>,
     /// Problems worth knowing about.
     pub warnings: Vec<String>,
+    /// What the backend checked and enforces (isolation, limits), for the
+    /// operator's record.
+    pub notes: Vec<String>,
 }
 
 /// What a backend can hold.
@@ -136,6 +139,13 @@ pub trait Backend: Send + Sync {
 
     /// Reads a file from the sandbox.
     async fn get_file(&self, sandbox: &SandboxHandle, path: &str) -> Result<Vec<u8>, BackendError>;
+
+    /// Makes a claimed sandbox fit to serve another task, before its reset
+    /// check runs: stops every process in it but its init, found from
+    /// outside the sandbox (nothing a task did can hide one), and checks
+    /// that nothing a reset check cannot see has changed (its mounts). An
+    /// error means the sandbox must not be reused.
+    async fn scrub(&self, sandbox: &SandboxHandle) -> Result<(), BackendError>;
 
     /// Destroys the sandbox and everything running in it; idempotent.
     async fn release(&self, sandbox: &SandboxHandle) -> Result<(), BackendError>;

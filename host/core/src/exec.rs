@@ -17,6 +17,11 @@ pub struct ExecRequest {
     pub merge_stderr: bool,
     /// Bytes written to the command's stdin, which is then closed.
     pub stdin: Option<Vec<u8>>,
+    /// Bytes of each stream kept; output past it is dropped, counted in
+    /// [`ExecResult::stdout_dropped`] / [`ExecResult::stderr_dropped`],
+    /// and marked by a line at the end of what was kept. `None` keeps
+    /// everything.
+    pub max_output: Option<u64>,
 }
 
 /// What a command produced.
@@ -32,6 +37,22 @@ pub struct ExecResult {
     pub timed_out: bool,
     /// Wall-clock time it ran.
     pub duration: Duration,
+    /// Bytes of stdout dropped past [`ExecRequest::max_output`].
+    pub stdout_dropped: u64,
+    /// Bytes of stderr dropped past [`ExecRequest::max_output`].
+    pub stderr_dropped: u64,
+}
+
+/// The line that ends a stream cut at [`ExecRequest::max_output`]: kept
+/// output, then this, so whoever reads it (a grader, a log) knows.
+pub fn dropped_marker(stream: OutputStream, dropped: u64, limit: u64) -> String {
+    let name = match stream {
+        OutputStream::Stdout => "stdout",
+        OutputStream::Stderr => "stderr",
+    };
+    format!(
+        "\n[sandfleet: {dropped} more bytes of {name} dropped past the limit of {limit} bytes]\n"
+    )
 }
 
 /// Which stream a chunk of output came from.
@@ -52,7 +73,8 @@ pub struct OutputChunk {
     pub bytes: Vec<u8>,
 }
 
-/// Where streaming exec sends output while the command runs. Sending never
-/// blocks the command: a full or closed channel drops chunks (the complete
-/// output is still in the [`ExecResult`]).
+/// Where streaming exec sends output while the command runs: every chunk the
+/// [`ExecResult`] keeps, in order, then the dropped-output marker if there
+/// is one. A full sink holds the command back (back-pressure), so a sink
+/// must be drained; a closed one stops receiving and the command goes on.
 pub type OutputSink = tokio::sync::mpsc::Sender<OutputChunk>;

@@ -8,11 +8,13 @@
 mod backend;
 mod error;
 mod exec;
+mod names;
 mod run;
 mod sandbox;
 
 pub use backend::{Backend, Capacity, Owned, PoolStatus, Preflight, Reaped};
 pub use error::BackendError;
-pub use exec::{ExecRequest, ExecResult, OutputChunk, OutputSink, OutputStream};
+pub use exec::{ExecRequest, ExecResult, OutputChunk, OutputSink, OutputStream, dropped_marker};
+pub use names::file_stem;
 pub use run::{LABEL_RUN_ID, LABEL_TASK, Labels, RunId};
 pub use sandbox::{DEFAULT_TTL, SandboxHandle, TemplateRef, TemplateSpec};

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sandfleet_backend_local::{ImageSource, LocalBackend, LocalConfig};
+use sandfleet_backend_local::{ImageSource, LimitOverrides, LocalBackend, LocalConfig};
 use sandfleet_core::{Backend, RunId, TemplateSpec};
 use sandfleet_engine::{
     CancellationToken, Cluster, FleetSettings, LogProgress, RunSpec, Strategy, WorkItem,
@@ -51,6 +51,7 @@ fn backend(dir: &std::path::Path, run_id: &RunId, max_sandboxes: u32) -> Arc<Loc
             ImageSource {
                 path: image,
                 git: false,
+                limits: LimitOverrides::default(),
             },
         )]
         .into(),

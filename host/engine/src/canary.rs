@@ -101,7 +101,8 @@ async fn run_twice(spec: &RunSpec, item: &WorkItem) -> Result<CanaryReport, RunE
         let outputs = runner
             .execute(&claimed, item, &script)
             .await
-            .map_err(RunError::Internal)?;
+            .map_err(RunError::Internal)?
+            .outputs;
         runs.push((claimed.handle.id, outputs));
     }
     if let Some(held) = lease {

@@ -26,6 +26,7 @@ mod results;
 mod run;
 mod settings;
 mod task;
+mod text;
 
 pub use canary::{CanaryReport, canary};
 pub use error::RunError;
@@ -40,5 +41,6 @@ pub use results::{
 };
 pub use run::{REPORT_FILE, RunSpec, reap, run};
 pub use settings::{DiskCap, FleetSettings, Strategy};
-pub use task::{WorkItem, safe_file_name};
+pub use task::WorkItem;
+pub use text::printable;
 pub use tokio_util::sync::CancellationToken;

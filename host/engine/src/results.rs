@@ -85,8 +85,13 @@ pub struct TaskRecord {
     pub reuse: u32,
     /// True when a command overran its timeout.
     pub timed_out: bool,
-    /// What went wrong, for `infra_error` and tasks that could not be graded.
+    /// What went wrong, for `infra_error` and tasks that could not be graded
+    /// (at most 4 KiB; longer messages are cut, saying so).
     pub error: Option<String>,
+    /// Bytes the task's commands wrote past the output limit, dropped
+    /// before grading.
+    #[serde(default)]
+    pub output_dropped: u64,
     /// Where the time went.
     pub timings: Timings,
     /// The adapter's grade, when it graded.
@@ -196,6 +201,7 @@ mod tests {
             reuse: 0,
             timed_out: false,
             error: None,
+            output_dropped: 0,
             timings: Timings::default(),
             grade: None,
             finished_at: "2026-01-01T00:00:00Z".to_string(),

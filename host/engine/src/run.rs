@@ -167,6 +167,9 @@ impl Engine {
         let mut failures = Vec::new();
         for cluster in &self.spec.clusters {
             let (name, found) = (&cluster.name, cluster.backend.preflight().await);
+            for note in found.notes {
+                tracing::info!(cluster = %name, "{note}");
+            }
             for warning in found.warnings {
                 // The progress line is what a user sees; the event is for logs.
                 tracing::info!(cluster = %name, "{warning}");

@@ -70,6 +70,9 @@ pub struct FleetSettings {
     pub disk_mib: u32,
     /// Whether sandboxes may use the network.
     pub network: bool,
+    /// Bytes of each command's stdout and of its stderr that are kept (and
+    /// graded); the rest is dropped, counted and marked.
+    pub max_output: u64,
 }
 
 impl Default for FleetSettings {
@@ -95,6 +98,7 @@ impl Default for FleetSettings {
             memory_mib: 2048,
             disk_mib: 4096,
             network: false,
+            max_output: 16 << 20,
         }
     }
 }

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sandfleet_core::{ExecRequest, ExecResult, OutputChunk, OutputStream};
+use sandfleet_core::{ExecRequest, ExecResult, OutputChunk, OutputStream, file_stem};
 use sandfleet_plugin::adapter::{
     Command, CommandOutput, GradeResult, GradeStatus, Script, Task, TaskAdapter, TimeoutRule,
 };
@@ -22,6 +22,10 @@ use crate::fleet::{Claimed, Fleet};
 use crate::phases::{Phase, PhaseTimes};
 use crate::results::{GradeRecord, TaskRecord, TaskStatus, TestRecord, Timings};
 use crate::settings::FleetSettings;
+use crate::text;
+
+/// Bytes of an error or grade detail kept in a result line.
+const MAX_ERROR: usize = 4096;
 
 /// Commands without a timeout of their own get this one.
 const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(600);
@@ -63,6 +67,7 @@ struct Progress {
     cluster: Option<String>,
     sandbox: Option<String>,
     reuse: u32,
+    output_dropped: u64,
 }
 
 impl TaskRunner {
@@ -74,6 +79,7 @@ impl TaskRunner {
             cluster: None,
             sandbox: None,
             reuse: 0,
+            output_dropped: 0,
         };
         let outcome = self.attempt(item, lease, &mut progress).await;
         // Without recycling a sandbox serves one task: give it back now
@@ -109,7 +115,8 @@ impl TaskRunner {
             sandbox: progress.sandbox,
             reuse: progress.reuse,
             timed_out,
-            error,
+            error: error.map(|error| text::truncated(&error, MAX_ERROR)),
+            output_dropped: progress.output_dropped,
             timings: progress.timings,
             grade,
             finished_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now())
@@ -172,7 +179,10 @@ impl TaskRunner {
         self.phases
             .record(Phase::Process, process_started.elapsed());
         let outputs = match outputs {
-            Ok(outputs) => outputs,
+            Ok(ran) => {
+                progress.output_dropped = ran.dropped;
+                ran.outputs
+            }
             Err(error) => {
                 // The sandbox is in an unknown state: never reuse it.
                 if let Some(broken) = lease.take() {
@@ -280,19 +290,28 @@ impl TaskRunner {
             .map_err(|e| e.to_string())?;
         self.run_commands(claimed, &commands, &task.workdir, &[], None)
             .await
+            .map(|ran| ran.outputs)
     }
 
-    /// Resets the held sandbox and asks the reset check whether it is clean.
+    /// Scrubs the held sandbox (the backend stops whatever the last task
+    /// left running, which a reset check inside the sandbox could miss),
+    /// resets it and asks the reset check whether it is clean.
     async fn reset_and_verify(&self, held: &Lease, task: &Task) -> Result<(), String> {
         let check = self.reset.clone().ok_or("no reset check configured")?;
         let baseline = held.baseline.clone().ok_or("no baseline was recorded")?;
+        let backend = &self.fleet.clusters[held.claimed.cluster].backend;
+        backend
+            .scrub(&held.claimed.handle)
+            .await
+            .map_err(|e| format!("scrub: {e}"))?;
         let (reset_check, for_task, base) = (check.clone(), task.clone(), baseline.clone());
         let commands = call_plugin(move || reset_check.reset(&for_task, &base))
             .await
             .map_err(|e| format!("reset: {e}"))?;
         let outputs = self
             .run_commands(&held.claimed, &commands, &task.workdir, &[], None)
-            .await?;
+            .await?
+            .outputs;
         let for_task = task.clone();
         match call_plugin(move || check.verify(&for_task, &baseline, &outputs)).await {
             Ok(Verdict::Clean) => Ok(()),
@@ -302,29 +321,36 @@ impl TaskRunner {
     }
 
     /// Runs the setup commands, writes the script's files, then runs the
-    /// evaluate commands; returns the evaluate commands' outputs.
+    /// evaluate commands; returns the evaluate commands' outputs, and the
+    /// output all commands had dropped past the output limit.
     pub(crate) async fn execute(
         &self,
         claimed: &Claimed,
         item: &WorkItem,
         script: &Script,
-    ) -> Result<Vec<CommandOutput>, String> {
+    ) -> Result<Ran, String> {
         let backend = &self.fleet.clusters[claimed.cluster].backend;
         let env: Vec<(String, String)> = script
             .env
             .iter()
             .map(|s| (s.key.clone(), s.value.clone()))
             .collect();
+        // Distinct ids get distinct files (`col/a` and `col_a` included).
         let log_name = if self.settings.epochs > 1 {
-            format!("{}.epoch{}.log", safe_file_name(&item.task.id), item.epoch)
+            format!("{}.epoch{}.log", file_stem(&item.task.id), item.epoch)
         } else {
-            format!("{}.log", safe_file_name(&item.task.id))
+            format!("{}.log", file_stem(&item.task.id))
         };
         let log = Some(self.logs.join(log_name));
         let setup = self
             .run_commands(claimed, &script.setup, &script.workdir, &env, log.clone())
             .await?;
-        if let Some((index, failed)) = setup.iter().enumerate().find(|(_, o)| o.exit_code != 0) {
+        if let Some((index, failed)) = setup
+            .outputs
+            .iter()
+            .enumerate()
+            .find(|(_, o)| o.exit_code != 0)
+        {
             tracing::info!(task = %item.task.id, "setup command {index} exited {}", failed.exit_code);
         }
         // Files go in only now: they may hold hidden tests an agent working
@@ -335,8 +361,13 @@ impl TaskRunner {
                 .await
                 .map_err(|e| format!("writing {}: {e}", file.path))?;
         }
-        self.run_commands(claimed, &script.evaluate, &script.workdir, &env, log)
-            .await
+        let evaluate = self
+            .run_commands(claimed, &script.evaluate, &script.workdir, &env, log)
+            .await?;
+        Ok(Ran {
+            outputs: evaluate.outputs,
+            dropped: setup.dropped + evaluate.dropped,
+        })
     }
 
     /// Runs commands in order; every command runs even when an earlier one
@@ -348,9 +379,10 @@ impl TaskRunner {
         workdir: &str,
         env: &[(String, String)],
         log: Option<PathBuf>,
-    ) -> Result<Vec<CommandOutput>, String> {
+    ) -> Result<Ran, String> {
         let backend = &self.fleet.clusters[claimed.cluster].backend;
         let mut outputs = Vec::with_capacity(commands.len());
+        let mut dropped = 0;
         for command in commands {
             let request = ExecRequest {
                 argv: command.argv.clone(),
@@ -362,6 +394,7 @@ impl TaskRunner {
                 },
                 merge_stderr: command.merge_stderr,
                 stdin: None,
+                max_output: Some(self.settings.max_output),
             };
             let result = match &log {
                 Some(path) => {
@@ -377,11 +410,25 @@ impl TaskRunner {
                 }
                 None => backend.exec(&claimed.handle, &request, None).await,
             };
-            let result = result.map_err(|e| format!("exec `{}`: {e}", command.argv.join(" ")))?;
+            let result = result.map_err(|e| format!("exec `{}`: {e}", shown(&command.argv)))?;
+            dropped += result.stdout_dropped + result.stderr_dropped;
             outputs.push(command_output(result));
         }
-        Ok(outputs)
+        Ok(Ran { outputs, dropped })
     }
+}
+
+/// The outputs of a sequence of commands.
+pub(crate) struct Ran {
+    pub(crate) outputs: Vec<CommandOutput>,
+    /// Bytes they wrote past the output limit.
+    pub(crate) dropped: u64,
+}
+
+/// A command line for a message: a command's own argv (a whole script,
+/// say) may be far longer than anyone wants in an error.
+fn shown(argv: &[String]) -> String {
+    text::truncated(&argv.join(" "), 200)
 }
 
 enum Outcome {
@@ -404,7 +451,7 @@ fn grade_record(grade: GradeResult) -> GradeRecord {
     GradeRecord {
         status: grade.status.name().to_string(),
         reward: grade.reward,
-        detail: grade.detail,
+        detail: text::truncated(&grade.detail, MAX_ERROR),
         tests: grade
             .tests
             .into_iter()
@@ -456,18 +503,4 @@ fn shell_words(argv: &[String]) -> String {
         })
         .collect::<Vec<_>>()
         .join(" ")
-}
-
-/// A task id as a file or directory name: path separators and other
-/// oddities replaced.
-pub fn safe_file_name(id: &str) -> String {
-    id.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
 }

@@ -6,9 +6,11 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use sandfleet_backend_local::{ImageSource, IsolationMode, LocalBackend, LocalConfig};
+use sandfleet_backend_local::{
+    ImageSource, IsolationMode, LimitOverrides, LocalBackend, LocalConfig,
+};
 use sandfleet_core::{
-    Backend, BackendError, ExecRequest, ExecResult, RunId, SandboxHandle, TemplateRef, TemplateSpec,
+    Backend, ExecRequest, ExecResult, RunId, SandboxHandle, TemplateRef, TemplateSpec,
 };
 
 /// The image every test uses: a small source tree.
@@ -39,6 +41,7 @@ impl Fixture {
                 ImageSource {
                     path: image,
                     git: false,
+                    limits: LimitOverrides::default(),
                 },
             )]),
             ..LocalConfig::default()
@@ -64,17 +67,28 @@ impl Fixture {
 }
 
 /// A fixture with namespaced sandboxes and its backend, or `None` (after
-/// saying why) on a machine whose probe finds no usable namespaces.
-pub(crate) fn namespaced() -> Option<(Fixture, LocalBackend)> {
+/// saying why) on a machine whose preflight finds that sandboxes cannot be
+/// isolated (no user namespaces for this user).
+pub(crate) async fn namespaced() -> Option<(Fixture, LocalBackend)> {
     let fixture = Fixture::new(IsolationMode::Namespaces);
-    match LocalBackend::new("local", fixture.config.clone(), fixture.run_id.clone()) {
-        Ok(backend) => Some((fixture, backend)),
-        Err(BackendError::Unavailable { detail, .. }) => {
-            eprintln!("SKIPPED: Linux namespaces are not available here: {detail}");
+    let backend = fixture.backend();
+    let found = backend.preflight().await;
+    match found.failures.as_slice() {
+        [] => Some((fixture, backend)),
+        [failure] if failure.contains("cannot be isolated") && !rustix_is_root() => {
+            eprintln!("SKIPPED: {failure}");
             None
         }
-        Err(error) => panic!("{error}"),
+        failures => panic!("preflight failed: {failures:?}"),
     }
+}
+
+/// Whether the tests run as root, where isolation must always work.
+fn rustix_is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .any(|line| line.starts_with("Uid:") && line.split_whitespace().nth(2) == Some("0"))
 }
 
 /// A template of [`IMAGE`].
@@ -216,6 +230,40 @@ fn pids() -> impl Iterator<Item = i32> {
     fs::read_dir("/proc")
         .unwrap()
         .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+}
+
+/// The directory template `name`'s sandboxes are made from, from its record.
+pub(crate) fn template_image_dir(fixture: &Fixture, name: &str) -> PathBuf {
+    let record = fixture
+        .state_dir()
+        .join("runs")
+        .join(fixture.run_id.as_str())
+        .join("templates")
+        .join(format!("{name}.json"));
+    let record: serde_json::Value = serde_json::from_slice(&fs::read(record).unwrap()).unwrap();
+    PathBuf::from(record["image_dir"].as_str().unwrap())
+}
+
+/// Running processes of the fixture's run: sandbox inits (by their marker)
+/// and sandbox supervisors (whose stderr is a log in the run's directory).
+pub(crate) fn run_processes(fixture: &Fixture) -> Vec<i32> {
+    let marker = format!("sandfleet-sandbox:{}:", fixture.run_id);
+    let run_dir = fixture
+        .state_dir()
+        .canonicalize()
+        .unwrap()
+        .join("runs")
+        .join(fixture.run_id.as_str());
+    pids()
+        .filter(|&pid| is_running(pid))
+        .filter(|pid| {
+            let marked = fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|cmdline| cmdline.starts_with(marker.as_bytes()));
+            let logs_into_run = fs::read_link(format!("/proc/{pid}/fd/2"))
+                .is_ok_and(|target| target.starts_with(&run_dir));
+            marked || logs_into_run
+        })
+        .collect()
 }
 
 /// Sandbox directories of the run.

@@ -8,7 +8,7 @@ use crate::common::{self, claim, init_of, pid_namespace_members, request, sh, sh
 
 #[tokio::test]
 async fn a_timeout_kills_everything_the_command_started() {
-    let Some((fixture, backend)) = common::namespaced() else {
+    let Some((fixture, backend)) = common::namespaced().await else {
         return;
     };
     let template = template(&backend, "t").await;
@@ -53,7 +53,7 @@ fn processes_with_cmdline(argv: &[&str]) -> Vec<i32> {
 
 #[tokio::test]
 async fn a_timed_out_command_is_reaped_before_exec_returns() {
-    let Some((fixture, backend)) = common::namespaced() else {
+    let Some((fixture, backend)) = common::namespaced().await else {
         return;
     };
     let backend = std::sync::Arc::new(backend);
@@ -93,7 +93,7 @@ async fn a_timed_out_command_is_reaped_before_exec_returns() {
 
 #[tokio::test]
 async fn output_streams_stdin_env_and_workdir() {
-    let Some((_fixture, backend)) = common::namespaced() else {
+    let Some((_fixture, backend)) = common::namespaced().await else {
         return;
     };
     let spec = TemplateSpec {
@@ -167,7 +167,7 @@ async fn output_streams_stdin_env_and_workdir() {
 
 #[tokio::test]
 async fn streaming_sends_chunks_as_they_come() {
-    let Some((_fixture, backend)) = common::namespaced() else {
+    let Some((_fixture, backend)) = common::namespaced().await else {
         return;
     };
     let template = template(&backend, "t").await;
@@ -202,7 +202,7 @@ async fn streaming_sends_chunks_as_they_come() {
 
 #[tokio::test]
 async fn files_go_in_and_out_with_their_mode() {
-    let Some((_fixture, backend)) = common::namespaced() else {
+    let Some((_fixture, backend)) = common::namespaced().await else {
         return;
     };
     let template = template(&backend, "t").await;

@@ -2,14 +2,14 @@
 
 use std::fs;
 
-use sandfleet_backend_local::ImageSource;
+use sandfleet_backend_local::{ImageSource, LimitOverrides};
 use sandfleet_core::Backend;
 
 use crate::common::{self, IMAGE, claim, sh, sh_ok, template};
 
 #[tokio::test]
 async fn a_git_image_is_a_clean_one_commit_repository() {
-    let Some((mut fixture, _)) = common::namespaced() else {
+    let Some((mut fixture, _)) = common::namespaced().await else {
         return;
     };
     // The source's own repository is not part of the image.
@@ -20,6 +20,7 @@ async fn a_git_image_is_a_clean_one_commit_repository() {
         ImageSource {
             path: fixture.image_dir(),
             git: true,
+            limits: LimitOverrides::default(),
         },
     );
     let backend = fixture.backend();

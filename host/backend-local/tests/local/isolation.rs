@@ -8,7 +8,7 @@ use crate::common::{self, claim, sh, sh_ok, snapshot, template};
 
 #[tokio::test]
 async fn sandboxes_do_not_see_each_other_or_the_host() {
-    let Some((fixture, backend)) = common::namespaced() else {
+    let Some((fixture, backend)) = common::namespaced().await else {
         return;
     };
     let template = template(&backend, "t").await;
@@ -65,18 +65,20 @@ async fn sandboxes_do_not_see_each_other_or_the_host() {
     let test_binary = std::env::args().next().unwrap();
     assert!(!cmdlines.contains(&test_binary), "{cmdlines}");
 
-    // The host's system directories are read-only.
+    // The host's system directories are read-only (the sandbox's /etc is
+    // its own, with the host's entries bound read-only).
     let write = sh(
         &backend,
         &a,
-        "touch /usr/sandfleet-test; touch /etc/sandfleet-test",
+        "touch /usr/sandfleet-test; touch /etc/passwd; touch /etc/sandfleet-test",
     )
     .await;
+    assert!(!std::path::Path::new("/etc/sandfleet-test").exists());
+    let stderr = String::from_utf8_lossy(&write.stderr);
     assert!(
-        String::from_utf8_lossy(&write.stderr)
-            .matches("Read-only file system")
-            .count()
-            == 2,
+        stderr.contains("'/usr/sandfleet-test': Read-only file system")
+            && stderr.contains("cannot touch '/etc/passwd'")
+            && !stderr.contains("/etc/sandfleet-test"),
         "{write:?}"
     );
     backend.release(&a).await.unwrap();
@@ -85,7 +87,7 @@ async fn sandboxes_do_not_see_each_other_or_the_host() {
 
 #[tokio::test]
 async fn the_network_is_off_unless_the_config_and_template_allow_it() {
-    let Some((mut fixture, backend)) = common::namespaced() else {
+    let Some((mut fixture, backend)) = common::namespaced().await else {
         return;
     };
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -127,7 +129,7 @@ async fn the_network_is_off_unless_the_config_and_template_allow_it() {
 
 #[tokio::test]
 async fn writes_stay_in_the_sandbox_and_the_image_is_unchanged() {
-    let Some((fixture, backend)) = common::namespaced() else {
+    let Some((fixture, backend)) = common::namespaced().await else {
         return;
     };
     let before = snapshot(&fixture.image_dir());

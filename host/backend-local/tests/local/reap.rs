@@ -10,7 +10,7 @@ use crate::common::{
 
 #[tokio::test]
 async fn a_crashed_run_is_reaped_completely_and_idempotently() {
-    let Some((fixture, backend)) = common::namespaced() else {
+    let Some((fixture, backend)) = common::namespaced().await else {
         return;
     };
     let template = template(&backend, "t").await;
@@ -82,7 +82,7 @@ async fn a_crashed_run_is_reaped_completely_and_idempotently() {
 
 #[tokio::test]
 async fn a_backend_reaps_its_own_run_and_leaves_others_alone() {
-    let Some((fixture, backend)) = common::namespaced() else {
+    let Some((fixture, backend)) = common::namespaced().await else {
         return;
     };
     let other_run = RunId::generate("other");

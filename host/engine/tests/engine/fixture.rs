@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use sandfleet_backend_local::{ImageSource, LocalBackend, LocalConfig};
+use sandfleet_backend_local::{ImageSource, LimitOverrides, LocalBackend, LocalConfig};
 use sandfleet_core::{Backend, RunId};
 use sandfleet_engine::{CancellationToken, Cluster, FleetSettings, LogProgress, RunSpec, WorkItem};
 use sandfleet_plugin::{HostConfig, PluginHost, Registry};
@@ -59,7 +59,14 @@ impl Fixture {
             .map(|entry| {
                 let path = entry.unwrap().path();
                 let name = path.file_name().unwrap().to_string_lossy().into_owned();
-                (name, ImageSource { path, git })
+                (
+                    name,
+                    ImageSource {
+                        path,
+                        git,
+                        limits: LimitOverrides::default(),
+                    },
+                )
             })
             .collect();
         let config = LocalConfig {

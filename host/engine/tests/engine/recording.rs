@@ -104,6 +104,9 @@ impl Backend for Recording {
     async fn get_file(&self, sandbox: &SandboxHandle, path: &str) -> Result<Vec<u8>, BackendError> {
         self.inner.get_file(sandbox, path).await
     }
+    async fn scrub(&self, sandbox: &SandboxHandle) -> Result<(), BackendError> {
+        self.inner.scrub(sandbox).await
+    }
     async fn release(&self, sandbox: &SandboxHandle) -> Result<(), BackendError> {
         self.inner.release(sandbox).await
     }

@@ -1,0 +1,220 @@
+//! `sandfleet-jail enter`: runs one command (or the isolation probe) in a
+//! sandbox.
+//!
+//! It joins the sandbox's cgroups, enters every namespace of its init at
+//! once through a pidfd (so a recycled pid can never be entered), takes the
+//! sandbox's root ids, and forks: the child is in the sandbox's pid
+//! namespace, confines itself ([`crate::confine`]) and executes the command;
+//! the parent stays outside, waits, and exits as the command did.
+
+use std::ffi::{CString, OsStr};
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use rustix::process::{Pid, PidfdFlags, WaitOptions};
+use rustix::thread::{Gid, ThreadNameSpaceType, Uid};
+
+use crate::confine;
+use crate::probe;
+use crate::protocol::{
+    self, Action, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_SETUP, EnterRequest, ProcessRef,
+};
+use crate::sys::{self, Forked};
+
+/// The `PATH` a command gets when its environment has none.
+const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+pub(crate) fn main() -> i32 {
+    match run() {
+        Ok(code) => code,
+        Err(message) => {
+            let _ = writeln!(io::stderr(), "sandfleet-jail: {message}");
+            EXIT_SETUP
+        }
+    }
+}
+
+/// Unbuffered stdin: the header is read exactly, and every byte after it is
+/// left for the command.
+struct RawStdin;
+
+impl Read for RawStdin {
+    fn read(&mut self, buffer: &mut [u8]) -> io::Result<usize> {
+        Ok(rustix::io::read(rustix::stdio::stdin(), buffer)?)
+    }
+}
+
+fn run() -> Result<i32, String> {
+    sys::close_from(3).map_err(|e| format!("closing inherited descriptors: {e}"))?;
+    let request = protocol::read_header(&mut RawStdin)
+        .map_err(|e| format!("reading the request header: {e}"))?;
+    let init = open_init(request.init)?;
+    for dir in &request.cgroups {
+        let procs = dir.join("cgroup.procs");
+        std::fs::write(&procs, "0").map_err(|e| format!("joining {}: {e}", procs.display()))?;
+    }
+    let mut namespaces = ThreadNameSpaceType::USER
+        | ThreadNameSpaceType::MOUNT
+        | ThreadNameSpaceType::PROCESS_ID
+        | ThreadNameSpaceType::INTER_PROCESS_COMMUNICATION
+        | ThreadNameSpaceType::HOST_NAME_AND_NIS_DOMAIN_NAME;
+    if request.own_network {
+        namespaces |= ThreadNameSpaceType::NETWORK;
+    }
+    // Entering the mount namespace also sets the root and the working
+    // directory to its root: the sandbox's.
+    rustix::thread::move_into_thread_name_spaces(init.as_fd(), namespaces)
+        .map_err(|e| format!("entering the sandbox (init pid {}): {e}", request.init.pid))?;
+    become_root()?;
+    match sys::fork().map_err(|e| format!("fork: {e}"))? {
+        Forked::Child => std::process::exit(child(&request)),
+        Forked::Parent(pid) => wait_for(pid),
+    }
+}
+
+/// A pidfd of the sandbox's init, checked to be the process the backend
+/// started.
+fn open_init(init: ProcessRef) -> Result<OwnedFd, String> {
+    let gone = || format!("the sandbox's init (pid {}) is gone", init.pid);
+    let pid = Pid::from_raw(init.pid).ok_or_else(gone)?;
+    let pidfd = rustix::process::pidfd_open(pid, PidfdFlags::empty()).map_err(|_| gone())?;
+    // Checked after opening: the pidfd holds whatever process had the pid.
+    if start_time(init.pid) != Some(init.start_time) {
+        return Err(gone());
+    }
+    Ok(pidfd)
+}
+
+/// Field 22 of `/proc/<pid>/stat`.
+fn start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()
+}
+
+fn become_root() -> Result<(), String> {
+    rustix::thread::set_thread_res_gid(Gid::ROOT, Gid::ROOT, Gid::ROOT)
+        .map_err(|e| format!("setresgid(0): {e}"))?;
+    match rustix::thread::set_thread_groups(&[]) {
+        Ok(()) | Err(rustix::io::Errno::PERM) => {}
+        Err(error) => return Err(format!("setgroups: {error}")),
+    }
+    rustix::thread::set_thread_res_uid(Uid::ROOT, Uid::ROOT, Uid::ROOT)
+        .map_err(|e| format!("setresuid(0): {e}"))
+}
+
+/// Waits for the command and exits as it did.
+fn wait_for(child: i32) -> Result<i32, String> {
+    let pid = Pid::from_raw(child).expect("a child's pid is positive");
+    loop {
+        match rustix::process::waitpid(Some(pid), WaitOptions::empty()) {
+            Ok(Some((_, status))) => {
+                if let Some(code) = status.exit_status() {
+                    return Ok(code);
+                }
+                if let Some(signal) = status.terminating_signal() {
+                    sys::die_by(signal);
+                }
+            }
+            Ok(None) | Err(rustix::io::Errno::INTR) => {}
+            Err(error) => return Err(format!("waiting for the command: {error}")),
+        }
+    }
+}
+
+/// In the sandbox's pid namespace: confine, then run the action.
+fn child(request: &EnterRequest) -> i32 {
+    let fail = |code: i32, message: String| {
+        let _ = writeln!(io::stderr(), "sandfleet-jail: {message}");
+        code
+    };
+    if let Err(error) = rustix::process::chdir(request.workdir.as_str()) {
+        return fail(
+            EXIT_SETUP,
+            format!("cannot change directory to {}: {error}", request.workdir),
+        );
+    }
+    if let Err(error) = confine::apply(request.file_size_limit) {
+        return fail(EXIT_SETUP, error);
+    }
+    match &request.action {
+        Action::Probe(probe) => {
+            let report = probe::run(probe, &request.workdir);
+            let json = serde_json::to_string(&report).expect("reports serialize");
+            match writeln!(io::stdout(), "{json}") {
+                Ok(()) => 0,
+                Err(error) => fail(EXIT_SETUP, format!("writing the probe's report: {error}")),
+            }
+        }
+        Action::Exec { argv } => {
+            let (code, message) = exec_on_path(argv, &request.env);
+            fail(code, message)
+        }
+    }
+}
+
+/// Executes `argv` as `execvpe` would, over the `PATH` in `env`; returns
+/// the exit code and message for the failure when it cannot.
+fn exec_on_path(argv: &[String], env: &[(String, String)]) -> (i32, String) {
+    let Some(program) = argv.first() else {
+        return (EXIT_SETUP, "no program to run".into());
+    };
+    let to_c = |s: &[u8]| CString::new(s).ok();
+    let Some(args) = argv
+        .iter()
+        .map(|a| to_c(a.as_bytes()))
+        .collect::<Option<Vec<_>>>()
+    else {
+        return (
+            EXIT_SETUP,
+            format!("`{program}`: an argument contains a NUL byte"),
+        );
+    };
+    let Some(envp) = env
+        .iter()
+        .map(|(k, v)| to_c(format!("{k}={v}").as_bytes()))
+        .collect::<Option<Vec<_>>>()
+    else {
+        return (
+            EXIT_SETUP,
+            "an environment variable contains a NUL byte".into(),
+        );
+    };
+    let candidates: Vec<std::path::PathBuf> = if program.contains('/') {
+        vec![program.into()]
+    } else {
+        let path = env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "PATH")
+            .map_or(DEFAULT_PATH, |(_, v)| v.as_str());
+        path.split(':')
+            .map(|dir| Path::new(if dir.is_empty() { "." } else { dir }).join(program))
+            .collect()
+    };
+    let mut denied = None;
+    for candidate in candidates {
+        let Some(path) = to_c(OsStr::as_bytes(candidate.as_os_str())) else {
+            continue;
+        };
+        let error = sys::execve(&path, &args, &envp);
+        match error.raw_os_error() {
+            Some(libc::ENOENT | libc::ENOTDIR) => {}
+            Some(libc::EACCES) => denied = Some(error),
+            _ => return (EXIT_NOT_EXECUTABLE, format!("`{program}`: {error}")),
+        }
+    }
+    match denied {
+        Some(error) => (EXIT_NOT_EXECUTABLE, format!("`{program}`: {error}")),
+        None => (
+            EXIT_NOT_FOUND,
+            format!("`{program}`: No such file or directory"),
+        ),
+    }
+}
