@@ -429,48 +429,58 @@ impl Sandbox {
     /// the host: every process in the sandbox's pid namespace, and every
     /// process in its cgroups.
     pub(crate) async fn scrub(&self) -> Result<(), LocalError> {
-        let targets = match &self.jail {
-            Jail::Namespaces(namespaced) => {
-                let init = namespaced.init.identity();
-                let cgroup = namespaced.cgroup.clone();
-                blocking(move || {
-                    let mut pids = process::pid_namespace_members(init.pid);
-                    if let Some((cgroups, relative, _)) = &cgroup {
-                        pids.extend(cgroups.processes(relative));
-                    }
-                    pids.sort_unstable();
-                    pids.dedup();
-                    Ok(pids
-                        .into_iter()
-                        .filter(|&pid| pid != init.pid)
-                        .filter_map(|pid| ProcessIdentity::of(pid).and_then(Process::open))
-                        .collect::<Vec<_>>())
-                })
-                .await?
+        let namespaced = match &self.jail {
+            Jail::Namespaces(namespaced) => namespaced,
+            Jail::Plain { .. } => {
+                process::kill_all(self.marked_processes().await?, STOP_WAIT).await;
+                return Ok(());
             }
-            Jail::Plain { .. } => self.marked_processes().await?,
         };
-        let killed = process::kill_all(targets, STOP_WAIT).await;
-        if killed > 0 {
-            tracing::info!(
-                sandbox = self.id,
-                killed,
-                "scrub stopped processes left behind"
-            );
-        }
-        if let Jail::Namespaces(namespaced) = &self.jail {
-            let pid = namespaced.init.identity().pid;
-            let path = format!("/proc/{pid}/mountinfo");
-            let now = fs::read_to_string(&path)
-                .context(|| format!("sandbox {}: reading {path}", self.id))?;
-            if let Some(changed) = first_difference(&namespaced.mounts, &now) {
+        let init = namespaced.init.identity().pid;
+        let until = Instant::now() + STOP_WAIT;
+        // Killed until none is left: killed processes stay in the namespace
+        // as zombies until the init has reaped them, and a process forking
+        // meanwhile is caught on a later pass.
+        loop {
+            let cgroup = namespaced.cgroup.clone();
+            let left = blocking(move || {
+                let mut pids = process::pid_namespace_members(init);
+                if let Some((cgroups, relative, _)) = &cgroup {
+                    pids.extend(cgroups.processes(relative));
+                }
+                pids.retain(|&pid| pid != init);
+                pids.sort_unstable();
+                pids.dedup();
+                Ok(pids)
+            })
+            .await?;
+            if left.is_empty() {
+                break;
+            }
+            if Instant::now() >= until {
                 return Err(LocalError::Failed(format!(
-                    "sandbox {}: its mounts changed since it was made ({changed})",
+                    "sandbox {}: processes {left:?} are still in it after {STOP_WAIT:?} of killing",
                     self.id
                 )));
             }
+            for process in left
+                .into_iter()
+                .filter_map(|pid| ProcessIdentity::of(pid).and_then(Process::open))
+            {
+                process.kill();
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
         }
-        Ok(())
+        let path = format!("/proc/{init}/mountinfo");
+        let now =
+            fs::read_to_string(&path).context(|| format!("sandbox {}: reading {path}", self.id))?;
+        match first_difference(&namespaced.mounts, &now) {
+            Some(changed) => Err(LocalError::Failed(format!(
+                "sandbox {}: its mounts changed since it was made ({changed})",
+                self.id
+            ))),
+            None => Ok(()),
+        }
     }
 
     async fn marked_processes(&self) -> Result<Vec<Process>, LocalError> {

@@ -4,7 +4,7 @@
 //! reach the host.
 
 use std::fs;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 
 use rustix::fs::{Mode, OFlags};
@@ -183,9 +183,15 @@ fn check_proc(fail: &mut impl FnMut(String)) {
             fail(format!("{path} can be opened for writing"));
         }
     }
-    for path in ["/proc/kcore", "/proc/keys", "/proc/timer_list"] {
-        if fs::read(path).is_ok_and(|bytes| !bytes.is_empty()) {
-            fail(format!("{path} is not masked"));
+    for name in rootfs::MASKED_FILES {
+        let path = Path::new("/proc").join(name);
+        let Ok(meta) = fs::metadata(&path) else {
+            continue;
+        };
+        // Masked by a bind of /dev/null (character device 1:3).
+        let null = meta.file_type().is_char_device() && meta.rdev() == libc::makedev(1, 3);
+        if !null {
+            fail(format!("{} is not masked", path.display()));
         }
     }
 }

@@ -49,7 +49,7 @@ const SYSTEM_DIRS: [&str; 8] = [
 const DEVICES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"];
 
 /// `/proc` files hidden behind `/dev/null`, as container runtimes do.
-const MASKED_FILES: [&str; 7] = [
+pub(crate) const MASKED_FILES: [&str; 7] = [
     "kcore",
     "keys",
     "latency_stats",

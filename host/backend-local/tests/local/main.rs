@@ -1,6 +1,7 @@
 //! The local backend against real processes and namespaces on this machine.
 
 mod common;
+mod escape;
 mod exec;
 mod images;
 mod isolation;

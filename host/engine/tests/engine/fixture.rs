@@ -4,7 +4,9 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use sandfleet_backend_local::{ImageSource, LimitOverrides, LocalBackend, LocalConfig};
+use sandfleet_backend_local::{
+    ImageSource, IsolationMode, LimitOverrides, LocalBackend, LocalConfig,
+};
 use sandfleet_core::{Backend, RunId};
 use sandfleet_engine::{CancellationToken, Cluster, FleetSettings, LogProgress, RunSpec, WorkItem};
 use sandfleet_plugin::{HostConfig, PluginHost, Registry};
@@ -54,6 +56,15 @@ impl Fixture {
     /// The local backend with every fixture image mapped; `git` snapshots
     /// each image as a git repository.
     pub(crate) fn backend_with_images(&self, git: bool) -> Arc<LocalBackend> {
+        self.backend_isolated(git, IsolationMode::Namespaces)
+    }
+
+    /// The local backend with `isolation = "none"`.
+    pub(crate) fn plain_backend(&self) -> Arc<LocalBackend> {
+        self.backend_isolated(false, IsolationMode::None)
+    }
+
+    fn backend_isolated(&self, git: bool, isolation: IsolationMode) -> Arc<LocalBackend> {
         let images = std::fs::read_dir(self.dir.path().join("images"))
             .unwrap()
             .map(|entry| {
@@ -71,6 +82,7 @@ impl Fixture {
             .collect();
         let config = LocalConfig {
             state_dir: Some(self.state_dir()),
+            isolation,
             images,
             ..LocalConfig::default()
         };

@@ -4,6 +4,7 @@
 
 mod breaker;
 mod fixture;
+mod hostile;
 mod recording;
 mod recycle;
 mod resume;

@@ -74,3 +74,48 @@ async fn recycled_sandboxes_are_clean_and_dirt_the_reset_cannot_undo_is_quaranti
     assert_eq!(sandbox_of("sees-clean-files"), sandbox_of("dirty-config"));
     assert_ne!(sandbox_of("dirty-config"), sandbox_of("sees-clean-config"));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_process_a_task_leaves_running_cannot_tamper_with_the_next_task() {
+    let fixture = Fixture::new(1);
+    let rows = vec![
+        // Out of its command's process group, silent, hidden from the
+        // sandbox's /proc if it can be (a bind mount over its entry, which
+        // commands are denied), and waiting for the next task to start (for
+        // 30 s at most) before it rewrites the file that task checks: the
+        // reset check sees a clean tree.
+        row(
+            "leaves-a-tamperer",
+            "img0",
+            "setsid sh -c 'mount --bind /proc/1 /proc/$$ 2>/dev/null; \
+             for i in $(seq 3000); do [ -e /workspace/.next ] && break; sleep 0.01; done; \
+             echo tampered > /workspace/README' </dev/null >/dev/null 2>&1 &",
+            30,
+        ),
+        // Watches the file for a second after telling the tamperer to go.
+        row(
+            "sees-the-file-untouched",
+            "img0",
+            "touch /workspace/.next; for i in $(seq 100); do grep -q tampered README && exit 1; \
+             sleep 0.01; done; grep -q '^image 0$' README",
+            30,
+        ),
+    ];
+    let mut spec = fixture.spec(
+        fixture.backend_with_images(true),
+        FleetSettings {
+            strategy: Strategy::None,
+            max_concurrent: 1,
+            recycle: true,
+            ..FleetSettings::default()
+        },
+        CancellationToken::new(),
+    );
+    spec.reset = Some(fixture.reset_check("git-restore"));
+    let report = sandfleet_engine::run(spec, fixture.items(&rows))
+        .await
+        .unwrap();
+    // Recycled (so the tamperer had its chance), and clean.
+    assert_eq!(report.recycle.reused, 1, "{}", report.render());
+    assert_eq!(report.tasks.ok, 2, "{}", report.render());
+}

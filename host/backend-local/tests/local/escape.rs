@@ -1,0 +1,749 @@
+//! The escape suite: commands an attacker would run in a sandbox, each
+//! tried under the shipped quickstart's own cluster config (its relative
+//! `state_dir`, resolved as `sandfleet run` resolves it, to a path with
+//! `..` in it) and again with an absolute one. Every attack must fail
+//! inside the sandbox and leave the host as it was. A probe that could
+//! change the host only ever writes back the value it read.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use sandfleet_backend_local::{LocalBackend, LocalConfig};
+use sandfleet_core::{Backend, ExecResult, RunId, SandboxHandle, TemplateRef, TemplateSpec};
+use serde::Deserialize;
+
+use crate::common::{self, init_of, pid_namespace_members};
+
+/// The repository's `examples/` directory, reached the way a user's path
+/// might: through `..`.
+fn examples_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples")
+}
+
+/// `[clusters.local]` of `examples/quickstart.toml`, paths resolved against
+/// the file's directory.
+fn quickstart_config() -> LocalConfig {
+    let text = fs::read_to_string(examples_dir().join("quickstart.toml")).unwrap();
+    let file: toml::Table = toml::from_str(&text).unwrap();
+    let local = file["clusters"].as_array().unwrap()[0]["local"].clone();
+    let mut config = LocalConfig::deserialize(local).unwrap();
+    config.resolve_paths(&examples_dir());
+    config
+}
+
+/// A backend under one of the two configs, and the quickstart's `calc`
+/// image as a template.
+struct Setup {
+    label: &'static str,
+    run_id: RunId,
+    backend: LocalBackend,
+    template: TemplateRef,
+    state_dir: PathBuf,
+    _absolute: Option<tempfile::TempDir>,
+}
+
+impl Setup {
+    async fn claim(&self) -> SandboxHandle {
+        self.backend
+            .claim(
+                &self.template,
+                &BTreeMap::new(),
+                Instant::now() + common::PATIENCE,
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", self.label))
+    }
+
+    async fn sh(&self, sandbox: &SandboxHandle, script: &str) -> ExecResult {
+        common::sh(&self.backend, sandbox, script).await
+    }
+
+    /// Runs `script`, which must fail, and returns its stderr.
+    async fn refused(&self, sandbox: &SandboxHandle, script: &str) -> String {
+        let result = self.sh(sandbox, script).await;
+        let stderr = String::from_utf8_lossy(&result.stderr).into_owned();
+        assert_ne!(
+            result.exit_code, 0,
+            "{}: `{script}` succeeded: {stderr}",
+            self.label
+        );
+        stderr
+    }
+
+    async fn sh_ok(&self, sandbox: &SandboxHandle, script: &str) -> String {
+        common::sh_ok(&self.backend, sandbox, script).await
+    }
+}
+
+/// The template every probe uses, with `change` applied.
+fn spec(change: impl Fn(&mut TemplateSpec)) -> TemplateSpec {
+    let mut spec = TemplateSpec {
+        name: "escape".into(),
+        image: "calc".into(),
+        cpu_milli: 1000,
+        memory_mib: 512,
+        disk_mib: 256,
+        network: false,
+        env: BTreeMap::new(),
+        labels: BTreeMap::new(),
+    };
+    change(&mut spec);
+    spec
+}
+
+/// Both setups (relative, then absolute `state_dir`), with `config` and
+/// `template` changes applied.
+async fn setups_with(
+    config: impl Fn(&mut LocalConfig),
+    template: impl Fn(&mut TemplateSpec),
+) -> Vec<Setup> {
+    let mut setups = Vec::new();
+    for label in ["relative state_dir", "absolute state_dir"] {
+        let mut local = quickstart_config();
+        let absolute = (label == "absolute state_dir").then(|| tempfile::tempdir().unwrap());
+        if let Some(dir) = &absolute {
+            local.state_dir = Some(dir.path().canonicalize().unwrap());
+        } else {
+            let state_dir = local.state_dir.as_ref().unwrap();
+            assert!(
+                state_dir.components().any(|c| c.as_os_str() == ".."),
+                "the quickstart's state_dir should resolve to a path with `..`: {}",
+                state_dir.display()
+            );
+        }
+        config(&mut local);
+        let state_dir = local.state_dir.clone().unwrap();
+        let run_id = RunId::generate("escape");
+        let backend = LocalBackend::new("local", local, run_id.clone()).unwrap();
+        let found = backend.preflight().await;
+        assert!(found.failures.is_empty(), "{label}: {:?}", found.failures);
+        let template = backend.ensure_template(&spec(&template)).await.unwrap();
+        setups.push(Setup {
+            label,
+            run_id,
+            backend,
+            template,
+            state_dir,
+            _absolute: absolute,
+        });
+    }
+    setups
+}
+
+async fn setups() -> Vec<Setup> {
+    setups_with(|_| {}, |_| {}).await
+}
+
+/// A name no earlier run used.
+fn unique(setup: &Setup) -> String {
+    format!("sandfleet-escape-{}", setup.run_id)
+}
+
+fn running_as_root() -> bool {
+    fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .any(|line| line.starts_with("Uid:") && line.split_whitespace().nth(2) == Some("0"))
+}
+
+#[tokio::test]
+async fn finding_1_host_system_directories_cannot_be_written() {
+    let dirs = [
+        "/usr",
+        "/usr/bin",
+        "/usr/lib",
+        "/usr/local",
+        "/etc",
+        "/etc/ssl/certs",
+        "/opt",
+        "/bin",
+        "/lib",
+        "/lib64",
+        "/sbin",
+    ];
+    for setup in setups().await {
+        let sandbox = setup.claim().await;
+        let name = unique(&setup);
+        for dir in dirs {
+            let target = format!("{dir}/{name}");
+            let attempt = setup.sh(&sandbox, &format!("touch {target}")).await;
+            assert!(
+                !Path::new(&target).exists(),
+                "{}: `touch {target}` in a sandbox created it on the host ({attempt:?})",
+                setup.label
+            );
+        }
+        // Existing host files cannot be changed either.
+        setup.refused(&sandbox, "echo x >> /usr/bin/env").await;
+        setup.refused(&sandbox, "echo x >> /etc/passwd").await;
+        setup.backend.release(&sandbox).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn finding_2_read_only_cannot_be_undone_from_inside() {
+    for setup in setups().await {
+        let sandbox = setup.claim().await;
+        let name = unique(&setup);
+        let host_file = format!("/usr/{name}");
+        for attack in [
+            format!("mount -o remount,bind,rw /usr && touch {host_file}"),
+            format!("mount -o remount,rw /usr && touch {host_file}"),
+            "umount /usr".to_string(),
+            "umount -l /proc/sys".to_string(),
+            "mount -t tmpfs none /mnt".to_string(),
+            // A user namespace of its own would hold every capability again.
+            format!("unshare -Urm sh -c 'mount -o remount,bind,rw /usr && touch {host_file}'"),
+            "unshare -U true".to_string(),
+            "unshare -m true".to_string(),
+        ] {
+            setup.refused(&sandbox, &attack).await;
+        }
+        assert!(!Path::new(&host_file).exists(), "{}", setup.label);
+        // The host's directories are still there, and still read-only.
+        setup.sh_ok(&sandbox, "test -x /usr/bin/env").await;
+        setup.refused(&sandbox, &format!("touch {host_file}")).await;
+        // Commands hold none of the capabilities that reach mounts.
+        let status = setup
+            .sh_ok(
+                &sandbox,
+                "grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status",
+            )
+            .await;
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix(name))
+                .map(str::trim)
+                .unwrap()
+                .to_string()
+        };
+        for set in ["CapEff:", "CapBnd:"] {
+            let bits = u64::from_str_radix(&field(set), 16).unwrap();
+            assert_eq!(
+                bits & (1 << 21),
+                0,
+                "{}: {set} has CAP_SYS_ADMIN",
+                setup.label
+            );
+        }
+        assert_eq!(field("NoNewPrivs:"), "1", "{}", setup.label);
+        assert_eq!(field("Seccomp:"), "2", "{}", setup.label);
+        setup.backend.release(&sandbox).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn finding_3_host_kernel_settings_are_out_of_reach() {
+    let settings = [
+        "/proc/sys/vm/stat_interval",
+        "/proc/sys/kernel/core_pattern",
+    ];
+    let before: Vec<String> = settings
+        .iter()
+        .map(|s| fs::read_to_string(s).unwrap())
+        .collect();
+    for setup in setups().await {
+        let sandbox = setup.claim().await;
+        for setting in settings {
+            // The value it read, written back: a change would be no change.
+            setup
+                .refused(
+                    &sandbox,
+                    &format!("v=$(cat {setting}) && echo \"$v\" > {setting}"),
+                )
+                .await;
+        }
+        // Masked as container runtimes mask them: the kernel's memory, keys
+        // and timers are /dev/null (character device 1:3) wherever the host
+        // has them, and read nothing.
+        for masked in [
+            "/proc/kcore",
+            "/proc/keys",
+            "/proc/timer_list",
+            "/proc/sched_debug",
+        ] {
+            if !Path::new(masked).exists() {
+                continue;
+            }
+            let seen = setup
+                .sh_ok(
+                    &sandbox,
+                    &format!("stat -c %t:%T {masked}; cat {masked} | wc -c"),
+                )
+                .await;
+            assert_eq!(seen, "1:3\n0\n", "{}: {masked}", setup.label);
+        }
+        // The sandbox's root is not the host's: host uid 0 is mapped to
+        // nothing, and what the sandbox writes is not root's on the host.
+        let map = setup.sh_ok(&sandbox, "cat /proc/self/uid_map").await;
+        let host_root_mapped = map.lines().any(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            fields.get(1) == Some(&"0")
+        });
+        assert!(!host_root_mapped, "{}: {map}", setup.label);
+        let name = unique(&setup);
+        setup
+            .sh_ok(&sandbox, &format!("echo x > /workspace/{name}"))
+            .await;
+        let written = find_named(&setup.state_dir, &name);
+        assert_eq!(written.len(), 1, "{}: {written:?}", setup.label);
+        if running_as_root() {
+            assert_ne!(
+                fs::metadata(&written[0]).unwrap().uid(),
+                0,
+                "{}",
+                setup.label
+            );
+        }
+        setup.backend.release(&sandbox).await.unwrap();
+    }
+    let after: Vec<String> = settings
+        .iter()
+        .map(|s| fs::read_to_string(s).unwrap())
+        .collect();
+    assert_eq!(before, after);
+}
+
+/// Files named `name` anywhere under `dir`.
+fn find_named(dir: &Path, name: &str) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let Ok(entries) = fs::read_dir(dir) else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if entry.file_name() == name {
+            found.push(path.clone());
+        }
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            found.extend(find_named(&path, name));
+        }
+    }
+    found
+}
+
+#[tokio::test]
+async fn finding_4_no_setuid_file_a_host_user_can_reach() {
+    for setup in setups().await {
+        let sandbox = setup.claim().await;
+        let name = unique(&setup);
+        setup
+            .sh_ok(
+                &sandbox,
+                &format!("cp /bin/sh /workspace/{name} && chmod 4755 /workspace/{name}"),
+            )
+            .await;
+        // Inside, the setuid bit gives nothing (nosuid, no_new_privs): a
+        // user running it stays that user.
+        let uid = setup
+            .sh_ok(
+                &sandbox,
+                &format!(
+                    "setpriv --reuid 1000 --regid 1000 --clear-groups /workspace/{name} -p -c 'id -u'"
+                ),
+            )
+            .await;
+        assert_eq!(uid.trim(), "1000", "{}", setup.label);
+        // On the host, the copy is not root's, and no other user can reach
+        // it: some directory above it is closed to others.
+        let copies = find_named(&setup.state_dir, &name);
+        assert_eq!(copies.len(), 1, "{}: {copies:?}", setup.label);
+        let copy = &copies[0];
+        let meta = fs::metadata(copy).unwrap();
+        assert_ne!(meta.permissions().mode() & 0o4000, 0, "the copy is setuid");
+        if running_as_root() {
+            assert_ne!(
+                meta.uid(),
+                0,
+                "{}: a root-owned setuid file on the host",
+                setup.label
+            );
+        }
+        let closed = copy
+            .ancestors()
+            .skip(1)
+            .take_while(|dir| dir.starts_with(&setup.state_dir))
+            .any(|dir| fs::metadata(dir).unwrap().permissions().mode() & 0o001 == 0);
+        assert!(
+            closed,
+            "{}: {} is reachable by any host user",
+            setup.label,
+            copy.display()
+        );
+        setup.backend.release(&sandbox).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn finding_5_inherited_descriptors_do_not_reach_sandboxes() {
+    use rustix::fs::{Mode, OFlags};
+    // What whatever started sandfleet might leave open: the host's root
+    // directory, without close-on-exec, as a shell's `exec 7</` would.
+    let leaked = rustix::fs::open("/", OFlags::DIRECTORY | OFlags::RDONLY, Mode::empty()).unwrap();
+    assert!(
+        !rustix::io::fcntl_getfd(&leaked)
+            .unwrap()
+            .contains(rustix::io::FdFlags::CLOEXEC)
+    );
+    for setup in setups().await {
+        let sandbox = setup.claim().await;
+        // `ls` lists its own descriptor for the directory as well.
+        let open = setup.sh_ok(&sandbox, "ls /proc/self/fd").await;
+        assert_eq!(
+            open.split_whitespace().collect::<Vec<_>>(),
+            ["0", "1", "2", "3"],
+            "{}",
+            setup.label
+        );
+        // Nor do the sandbox's init and its supervisor hold it.
+        let init = init_of(&setup.run_id, &sandbox.id);
+        let supervisor = parent_of(init);
+        for pid in [init, supervisor] {
+            let fds: Vec<PathBuf> = fs::read_dir(format!("/proc/{pid}/fd"))
+                .unwrap()
+                .flatten()
+                .filter_map(|entry| fs::read_link(entry.path()).ok())
+                .collect();
+            assert!(
+                !fds.contains(&PathBuf::from("/")),
+                "{}: pid {pid} holds {fds:?}",
+                setup.label
+            );
+        }
+        setup.backend.release(&sandbox).await.unwrap();
+    }
+    drop(leaked);
+}
+
+fn parent_of(pid: i32) -> i32 {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    stat.rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn finding_6_a_hidden_process_does_not_outlive_the_scrub() {
+    for setup in setups().await {
+        let sandbox = setup.claim().await;
+        let init = init_of(&setup.run_id, &sandbox.id);
+        // A background process out of the command's process group, with
+        // nothing open, that would tamper with the workdir later.
+        setup
+            .sh_ok(
+                &sandbox,
+                "setsid sh -c 'sleep 30; echo tampered > /workspace/tests/test_ops.py' </dev/null >/dev/null 2>&1 &",
+            )
+            .await;
+        assert!(
+            pid_namespace_members(init).len() > 1,
+            "{}: the tamperer did not start",
+            setup.label
+        );
+        setup.backend.scrub(&sandbox).await.unwrap();
+        // Found from the host, by pid namespace: only the init is left.
+        assert_eq!(pid_namespace_members(init), [init], "{}", setup.label);
+        let tests = setup.sh_ok(&sandbox, "head -c 100 tests/test_ops.py").await;
+        assert!(!tests.contains("tampered"), "{}", setup.label);
+        setup.backend.release(&sandbox).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn finding_6_a_changed_mount_table_fails_the_scrub() {
+    if !running_as_root() {
+        eprintln!("SKIPPED: only root can change a sandbox's mounts from outside it");
+        return;
+    }
+    for setup in setups().await {
+        let sandbox = setup.claim().await;
+        let init = init_of(&setup.run_id, &sandbox.id);
+        // What a command that found a way to mount would leave: done from
+        // the host, since no command can.
+        let mounted = std::process::Command::new("nsenter")
+            .args([
+                &format!("--target={init}"),
+                "--mount",
+                "--",
+                "mount",
+                "-t",
+                "tmpfs",
+                "hidden",
+                "/root",
+            ])
+            .status()
+            .unwrap();
+        assert!(mounted.success());
+        let error = setup.backend.scrub(&sandbox).await.unwrap_err().to_string();
+        assert!(
+            error.contains("mounts changed") && error.contains("/root"),
+            "{}: {error}",
+            setup.label
+        );
+        setup.backend.release(&sandbox).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn finding_7_a_fork_bomb_stops_at_the_pids_limit() {
+    let setups = setups_with(|config| config.limits.pids = 64, |_| {}).await;
+    for setup in setups {
+        let sandbox = setup.claim().await;
+        let init = init_of(&setup.run_id, &sandbox.id);
+        // Bounded: 200 forks at most, each a sleep that would last 30 s.
+        let bomb = setup
+            .sh(
+                &sandbox,
+                "for i in $(seq 200); do sleep 30 </dev/null >/dev/null 2>&1 & done; echo done",
+            )
+            .await;
+        let stderr = String::from_utf8_lossy(&bomb.stderr);
+        assert!(
+            stderr.contains("fork") || stderr.contains("Resource temporarily unavailable"),
+            "{}: {stderr}",
+            setup.label
+        );
+        let members = pid_namespace_members(init).len();
+        assert!(members <= 64, "{}: {members} processes", setup.label);
+        // The host can still start processes.
+        assert!(
+            std::process::Command::new("true")
+                .status()
+                .unwrap()
+                .success()
+        );
+        setup.backend.release(&sandbox).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn finding_7_a_memory_hog_is_killed_inside_the_sandbox() {
+    for setup in setups_with(|_| {}, |spec| spec.memory_mib = 64).await {
+        let sandbox = setup.claim().await;
+        let hog = setup
+            .sh(
+                &sandbox,
+                "python3 -c 'b = bytearray(512 << 20); print(\"survived\")'",
+            )
+            .await;
+        assert_ne!(hog.exit_code, 0, "{}", setup.label);
+        assert!(
+            !String::from_utf8_lossy(&hog.stdout).contains("survived"),
+            "{}",
+            setup.label
+        );
+        // The OOM kill stayed inside: the sandbox still works.
+        assert_eq!(
+            setup.sh_ok(&sandbox, "echo alive").await,
+            "alive\n",
+            "{}",
+            setup.label
+        );
+        setup.backend.release(&sandbox).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn finding_7_writes_are_bounded_by_the_disk_and_tmpfs_sizes() {
+    let setups = setups_with(
+        |config| {
+            config.limits.shm_mib = 8;
+            config.limits.root_mib = 8;
+        },
+        |spec| spec.disk_mib = 16,
+    )
+    .await;
+    for setup in setups {
+        let sandbox = setup.claim().await;
+        // One file over the disk: cut at the limit (RLIMIT_FSIZE).
+        let big = setup
+            .sh(
+                &sandbox,
+                "head -c 32M /dev/zero > /workspace/big; r=$?; rm -f /workspace/big; exit $r",
+            )
+            .await;
+        assert_ne!(big.exit_code, 0, "{}: {big:?}", setup.label);
+        // Many files over the disk: the command is stopped and the error
+        // names the limit.
+        let many = setup
+            .backend
+            .exec(
+                &sandbox,
+                &common::request([
+                    "sh",
+                    "-c",
+                    "for i in $(seq 40); do head -c 1M /dev/zero > /tmp/f$i; done",
+                ]),
+                None,
+            )
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            many.contains("disk limit of 16 MiB"),
+            "{}: {many}",
+            setup.label
+        );
+        setup.backend.release(&sandbox).await.unwrap();
+        // /dev/shm and the root filesystem are sized.
+        let sandbox = setup.claim().await;
+        for target in ["/dev/shm/x", "/root/x"] {
+            let stderr = setup
+                .refused(&sandbox, &format!("head -c 16M /dev/zero > {target}"))
+                .await;
+            assert!(
+                stderr.contains("No space left on device"),
+                "{}: {target}: {stderr}",
+                setup.label
+            );
+        }
+        setup.backend.release(&sandbox).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn finding_7_cpu_is_a_quota_of_the_templates_millicores() {
+    if !Path::new("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").exists() {
+        eprintln!("SKIPPED: no cgroup v1 cpu controller to read the quota from");
+        return;
+    }
+    for setup in setups_with(|_| {}, |spec| spec.cpu_milli = 500).await {
+        let sandbox = setup.claim().await;
+        let quota = Path::new("/sys/fs/cgroup/cpu/sandfleet")
+            .join(setup.run_id.as_str())
+            .join(&sandbox.id)
+            .join("cpu.cfs_quota_us");
+        assert_eq!(
+            fs::read_to_string(&quota).unwrap().trim(),
+            "50000",
+            "{}",
+            setup.label
+        );
+        let procs = fs::read_to_string(quota.with_file_name("cgroup.procs")).unwrap();
+        let init = init_of(&setup.run_id, &sandbox.id);
+        assert!(
+            procs.lines().any(|pid| pid == init.to_string()),
+            "{}: {procs}",
+            setup.label
+        );
+        setup.backend.release(&sandbox).await.unwrap();
+        assert!(
+            !quota.exists(),
+            "{}: the cgroup outlived the sandbox",
+            setup.label
+        );
+    }
+}
+
+#[tokio::test]
+async fn finding_8_a_flood_of_output_is_capped_and_counted() {
+    for setup in setups().await {
+        let sandbox = setup.claim().await;
+        let request = sandfleet_core::ExecRequest {
+            max_output: Some(1 << 20),
+            ..common::request(["sh", "-c", "head -c 500M /dev/zero; echo done >&2"])
+        };
+        let result = setup.backend.exec(&sandbox, &request, None).await.unwrap();
+        assert_eq!(result.exit_code, 0, "{}", setup.label);
+        assert_eq!(
+            result.stdout_dropped,
+            (500 << 20) - (1 << 20),
+            "{}",
+            setup.label
+        );
+        assert!(result.stdout.len() < (1 << 20) + 200, "{}", setup.label);
+        assert!(
+            String::from_utf8_lossy(&result.stdout)
+                .ends_with("dropped past the limit of 1048576 bytes]\n")
+        );
+        assert_eq!(result.stderr, b"done\n", "{}", setup.label);
+        setup.backend.release(&sandbox).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn host_secrets_processes_and_state_are_out_of_reach() {
+    let host_pid = std::process::id();
+    for setup in setups().await {
+        let sandbox = setup.claim().await;
+        let other = setup.claim().await;
+        let other_init = init_of(&setup.run_id, &other.id);
+        setup.refused(&sandbox, "cat /etc/shadow").await;
+        setup
+            .refused(&sandbox, "ls /etc/ssh /etc/ssl/private")
+            .await;
+        setup.sh_ok(&sandbox, "grep -q '^root:' /etc/passwd").await;
+        // Host processes, this test and another sandbox's init among them,
+        // can be neither seen nor signalled.
+        for pid in [host_pid as i32, other_init] {
+            setup.refused(&sandbox, &format!("kill -0 {pid}")).await;
+            setup.refused(&sandbox, &format!("ls /proc/{pid}/")).await;
+        }
+        let init_cmdline = setup
+            .sh_ok(&sandbox, "tr '\\0' ' ' < /proc/1/cmdline")
+            .await;
+        assert!(
+            init_cmdline.starts_with("sandfleet-sandbox:"),
+            "{}: {init_cmdline}",
+            setup.label
+        );
+        // Devices cannot be made.
+        setup.refused(&sandbox, "mknod /tmp/mem c 1 1").await;
+        // The state directory (with every sandbox's files) is not there.
+        let state = setup.state_dir.canonicalize().unwrap();
+        setup
+            .refused(&sandbox, &format!("ls {}", state.display()))
+            .await;
+        setup
+            .refused(&sandbox, &format!("ls {}", setup.state_dir.display()))
+            .await;
+        setup.backend.release(&sandbox).await.unwrap();
+        setup.backend.release(&other).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_sandbox_that_fails_its_probe_is_never_served() {
+    let mut local = quickstart_config();
+    let state = tempfile::tempdir().unwrap();
+    local.state_dir = Some(state.path().to_path_buf());
+    // A path every sandbox sees, declared one no sandbox may see.
+    local.hidden_paths = vec![PathBuf::from("/usr/bin")];
+    let run_id = RunId::generate("escape");
+    let backend = LocalBackend::new("local", local, run_id.clone()).unwrap();
+    let found = backend.preflight().await;
+    assert!(
+        found
+            .failures
+            .iter()
+            .any(|f| f.contains("isolation probe") && f.contains("/usr/bin is visible")),
+        "{:?}",
+        found.failures
+    );
+    let template = backend.ensure_template(&spec(|_| {})).await.unwrap();
+    let error = backend
+        .claim(
+            &template,
+            &BTreeMap::new(),
+            Instant::now() + common::PATIENCE,
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("failed its isolation probe") && error.contains("/usr/bin"),
+        "{error}"
+    );
+    // Destroyed: nothing of it is left.
+    assert!(common::sandbox_dirs(state.path(), &run_id).is_empty());
+    assert!(common::marked_inits(&run_id).is_empty());
+}
