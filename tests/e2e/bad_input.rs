@@ -123,3 +123,89 @@ fn an_image_directory_that_does_not_exist_fails_preflight() {
     assert!(!output.status.success(), "{}", crate::stdout(&output));
     assert!(crate::stdout(&output).contains(&expected.replacen("local: ", "FAILED: ", 1)));
 }
+
+/// The scratch fleet file with `extra` appended to its `[clusters.local]`.
+fn with_local_settings(scratch: &Scratch, extra: &str) -> std::path::PathBuf {
+    let fleet = scratch.fleet(&good_rows(), "");
+    let text = std::fs::read_to_string(&fleet)
+        .unwrap()
+        .replace("state_dir = \"state\"\n", &format!("{extra}\n"));
+    std::fs::write(&fleet, text).unwrap();
+    fleet
+}
+
+fn running_as_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .any(|line| line.starts_with("Uid:") && line.split_whitespace().nth(2) == Some("0"))
+}
+
+#[test]
+fn a_state_dir_that_cannot_be_made_is_named() {
+    let scratch = Scratch::new();
+    std::fs::write(scratch.path("a-file"), "").unwrap();
+    for (state_dir, why) in [("a-file", "File exists"), ("/proc/sandfleet-state", "")] {
+        let fleet = with_local_settings(&scratch, &format!("state_dir = {state_dir:?}"));
+        let error = fails(&scratch, &fleet);
+        assert!(
+            error.contains("state_dir")
+                && error.contains("cannot create it")
+                && error.contains(why),
+            "{state_dir}: {error}"
+        );
+    }
+}
+
+#[test]
+fn a_sandbox_uid_range_over_host_users_is_refused() {
+    if !running_as_root() {
+        eprintln!(
+            "SKIPPED: sandbox uids are mapped off the host's only when sandfleet runs as root"
+        );
+        return;
+    }
+    let scratch = Scratch::new();
+    // Ids 1..65537: daemon, bin, nobody and the rest.
+    let fleet = with_local_settings(&scratch, "state_dir = \"state\"\nsandbox_uid_base = 1");
+    let error = fails(&scratch, &fleet);
+    assert!(
+        error.contains("sandbox_uid_base = 1") && error.contains("/etc/passwd"),
+        "{error}"
+    );
+}
+
+#[test]
+fn without_cgroups_preflight_warns_and_says_what_to_set() {
+    use std::os::unix::fs::PermissionsExt;
+    if !running_as_root() {
+        eprintln!("SKIPPED: needs root to run sandfleet as an unprivileged user");
+        return;
+    }
+    let scratch = Scratch::new();
+    let fleet = scratch.fleet(&good_rows(), "");
+    // Everything the unprivileged user needs: the fleet, its images, a state
+    // directory of its own.
+    std::fs::set_permissions(scratch.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::create_dir(scratch.state_dir()).unwrap();
+    std::fs::set_permissions(scratch.state_dir(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let output = std::process::Command::new("setpriv")
+        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_sandfleet"))
+        .args(["preflight", fleet.to_str().unwrap()])
+        .env("HOME", scratch.state_dir())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}{}", stderr(&output));
+    assert!(
+        stdout.contains("warning: cgroup limits are not enforced")
+            && stdout.contains("cgroup_parent"),
+        "{stdout}"
+    );
+    // Still isolated, with the user as the sandboxes' root.
+    assert!(
+        stdout.contains("their root is the calling user (uid 65534)"),
+        "{stdout}"
+    );
+}

@@ -4,6 +4,7 @@
 mod bad_input;
 mod canary;
 mod harness;
+mod hostile;
 mod plan;
 mod quickstart;
 mod signals;

@@ -29,6 +29,7 @@ use std::fs;
 use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sandfleet_core::{Labels, Owned, Reaped, RunId, file_stem};
@@ -172,7 +173,14 @@ pub(crate) fn write_record(path: &Path, value: &impl Serialize) -> Result<(), Lo
     fs::create_dir_all(parent).context(|| format!("creating {}", parent.display()))?;
     let json = serde_json::to_vec_pretty(value)
         .map_err(|e| LocalError::Failed(format!("encoding {}: {e}", path.display())))?;
-    let partial = path.with_extension("json.partial");
+    // Unique per writer: two writers of one record (concurrent claims
+    // making the same template) each rename their own whole file.
+    static WRITES: AtomicU64 = AtomicU64::new(0);
+    let partial = path.with_extension(format!(
+        "json.partial-{}-{}",
+        std::process::id(),
+        WRITES.fetch_add(1, Ordering::Relaxed)
+    ));
     fs::write(&partial, json).context(|| format!("writing {}", partial.display()))?;
     fs::rename(&partial, path).context(|| format!("renaming {} into place", partial.display()))
 }
@@ -383,6 +391,30 @@ fn find_run_processes(run: &RunDir, run_id: &RunId) -> Result<RunRemains, LocalE
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn concurrent_writers_of_one_record_both_succeed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("templates/t.json");
+        std::thread::scope(|scope| {
+            for desired in 0..8 {
+                let path = &path;
+                scope.spawn(move || {
+                    for _ in 0..50 {
+                        let record = PoolRecord {
+                            template: "t".into(),
+                            desired,
+                        };
+                        write_record(path, &record).unwrap();
+                    }
+                });
+            }
+        });
+        let read: PoolRecord = read_record(&path).unwrap();
+        assert!(read.desired < 8);
+        // No partial file is left behind.
+        assert_eq!(fs::read_dir(path.parent().unwrap()).unwrap().count(), 1);
+    }
 
     #[test]
     fn records_round_trip_and_removal_is_idempotent() {

@@ -70,12 +70,12 @@ pub enum HostError {
     #[error("cannot set up the WebAssembly engine: {0:#}")]
     Engine(wasmtime::Error),
     /// The cache directory cannot be created.
-    #[error("cannot use the plugin cache directory {path}: {source}")]
+    #[error("cannot use the plugin cache directory {path}: {error}")]
     Cache {
         /// The directory.
         path: PathBuf,
-        /// Why.
-        source: std::io::Error,
+        /// Why (in the message, not as a source, so it prints once).
+        error: std::io::Error,
     },
 }
 
@@ -191,9 +191,9 @@ impl PluginHost {
         let cache = match &config.cache_dir {
             Some(dir) => {
                 Some(
-                    ArtifactCache::new(dir.clone()).map_err(|source| HostError::Cache {
+                    ArtifactCache::new(dir.clone()).map_err(|error| HostError::Cache {
                         path: dir.clone(),
-                        source,
+                        error,
                     })?,
                 )
             }
