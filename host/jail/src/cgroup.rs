@@ -104,33 +104,20 @@ impl Cgroups {
             let mut fs = fs.split(' ');
             let (fstype, _source, options) = (fs.next(), fs.next(), fs.next().unwrap_or_default());
             let root = PathBuf::from(point);
-            match fstype {
-                Some("cgroup") => {
-                    let names: BTreeSet<&str> = options.split(',').collect();
-                    for controller in Controller::ALL {
-                        if names.contains(controller.name()) {
-                            v1.push(Hierarchy {
-                                controller,
-                                root: root.clone(),
-                                version: Version::V1,
-                            });
-                        }
-                    }
+            let (found, names, version) = match fstype {
+                Some("cgroup") => (&mut v1, options.replace(',', " "), Version::V1),
+                Some("cgroup2") => (&mut v2, v2_controllers(&root), Version::V2),
+                _ => continue,
+            };
+            let names: BTreeSet<&str> = names.split_whitespace().collect();
+            for controller in Controller::ALL {
+                if names.contains(controller.name()) {
+                    found.push(Hierarchy {
+                        controller,
+                        root: root.clone(),
+                        version,
+                    });
                 }
-                Some("cgroup2") => {
-                    let available = v2_controllers(&root);
-                    let names: BTreeSet<&str> = available.split_whitespace().collect();
-                    for controller in Controller::ALL {
-                        if names.contains(controller.name()) {
-                            v2.push(Hierarchy {
-                                controller,
-                                root: root.clone(),
-                                version: Version::V2,
-                            });
-                        }
-                    }
-                }
-                _ => {}
             }
         }
         let mut hierarchies = Vec::new();

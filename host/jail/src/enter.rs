@@ -13,10 +13,11 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use rustix::process::{Pid, PidfdFlags, WaitOptions};
-use rustix::thread::{Gid, ThreadNameSpaceType, Uid};
+use rustix::process::{Pid, PidfdFlags};
+use rustix::thread::ThreadNameSpaceType;
 
 use crate::confine;
+use crate::creds::{self, Ended};
 use crate::probe;
 use crate::protocol::{
     self, Action, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_SETUP, EnterRequest, ProcessRef,
@@ -67,7 +68,7 @@ fn run() -> Result<i32, String> {
     // directory to its root: the sandbox's.
     rustix::thread::move_into_thread_name_spaces(init.as_fd(), namespaces)
         .map_err(|e| format!("entering the sandbox (init pid {}): {e}", request.init.pid))?;
-    become_root()?;
+    creds::become_root()?;
     match sys::fork().map_err(|e| format!("fork: {e}"))? {
         Forked::Child => std::process::exit(child(&request)),
         Forked::Parent(pid) => wait_for(pid),
@@ -98,33 +99,11 @@ fn start_time(pid: i32) -> Option<u64> {
         .ok()
 }
 
-fn become_root() -> Result<(), String> {
-    rustix::thread::set_thread_res_gid(Gid::ROOT, Gid::ROOT, Gid::ROOT)
-        .map_err(|e| format!("setresgid(0): {e}"))?;
-    match rustix::thread::set_thread_groups(&[]) {
-        Ok(()) | Err(rustix::io::Errno::PERM) => {}
-        Err(error) => return Err(format!("setgroups: {error}")),
-    }
-    rustix::thread::set_thread_res_uid(Uid::ROOT, Uid::ROOT, Uid::ROOT)
-        .map_err(|e| format!("setresuid(0): {e}"))
-}
-
 /// Waits for the command and exits as it did.
 fn wait_for(child: i32) -> Result<i32, String> {
-    let pid = Pid::from_raw(child).expect("a child's pid is positive");
-    loop {
-        match rustix::process::waitpid(Some(pid), WaitOptions::empty()) {
-            Ok(Some((_, status))) => {
-                if let Some(code) = status.exit_status() {
-                    return Ok(code);
-                }
-                if let Some(signal) = status.terminating_signal() {
-                    sys::die_by(signal);
-                }
-            }
-            Ok(None) | Err(rustix::io::Errno::INTR) => {}
-            Err(error) => return Err(format!("waiting for the command: {error}")),
-        }
+    match creds::wait_for(child, "the command")? {
+        Ended::Exited(code) => Ok(code),
+        Ended::Killed(signal) => sys::die_by(signal),
     }
 }
 

@@ -31,6 +31,7 @@
 
 pub mod cgroup;
 mod confine;
+mod creds;
 mod enter;
 mod pid1;
 mod probe;

@@ -34,8 +34,8 @@ use rustix::mount::{
     MountFlags, MountPropagationFlags, MoveMountFlags, OpenTreeFlags, UnmountFlags,
 };
 use rustix::process::Signal;
-use rustix::thread::{Gid, Uid};
 
+use crate::creds;
 use crate::protocol::{StartRequest, WorkdirMode};
 use crate::supervise::supervisor_alive;
 use crate::sys::{self, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY};
@@ -112,7 +112,7 @@ fn setup(request: &StartRequest, go: &OwnedFd) -> Result<WorkdirMode, String> {
         Ok(1) => {}
         _ => return Err("the supervisor went away before releasing the init".into()),
     }
-    become_root()?;
+    creds::become_root()?;
     // Changing credentials clears the parent-death signal, so it is set
     // only now, and the supervisor checked for afterwards.
     rustix::process::set_parent_process_death_signal(Some(Signal::KILL))
@@ -126,20 +126,6 @@ fn setup(request: &StartRequest, go: &OwnedFd) -> Result<WorkdirMode, String> {
     rustix::system::sethostname(request.hostname.as_bytes())
         .map_err(|e| format!("sethostname: {e}"))?;
     build(request)
-}
-
-/// Takes uid and gid 0 of the new user namespace (and with them every
-/// capability in it).
-fn become_root() -> Result<(), String> {
-    rustix::thread::set_thread_res_gid(Gid::ROOT, Gid::ROOT, Gid::ROOT)
-        .map_err(|e| format!("setresgid(0): {e}"))?;
-    // Denied (EPERM) when unprivileged: there are no groups to drop then.
-    match rustix::thread::set_thread_groups(&[]) {
-        Ok(()) | Err(rustix::io::Errno::PERM) => {}
-        Err(error) => return Err(format!("setgroups: {error}")),
-    }
-    rustix::thread::set_thread_res_uid(Uid::ROOT, Uid::ROOT, Uid::ROOT)
-        .map_err(|e| format!("setresuid(0): {e}"))
 }
 
 fn build(request: &StartRequest) -> Result<WorkdirMode, String> {

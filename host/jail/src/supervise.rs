@@ -21,6 +21,7 @@ use rustix::fs::{Mode, OFlags};
 use rustix::pipe::{PipeFlags, pipe_with};
 use rustix::process::{Pid, Signal, WaitOptions};
 
+use crate::creds::{self, Ended};
 use crate::protocol::{EXIT_SETUP, IdMap, StartRequest, Started, WorkdirMode};
 use crate::rootfs;
 use crate::sys::{self, Forked};
@@ -154,22 +155,10 @@ fn parse_report(report: &str) -> Result<WorkdirMode, String> {
 
 /// Waits for the init and exits as it did.
 fn wait_for(init: i32) -> Result<i32, String> {
-    let pid = Pid::from_raw(init).expect("the init's pid is positive");
-    loop {
-        match rustix::process::waitpid(Some(pid), WaitOptions::empty()) {
-            Ok(Some((_, status))) => {
-                if let Some(code) = status.exit_status() {
-                    return Ok(code);
-                }
-                if let Some(signal) = status.terminating_signal() {
-                    return Ok(128 + signal);
-                }
-            }
-            Ok(None) => {}
-            Err(rustix::io::Errno::INTR) => {}
-            Err(error) => return Err(format!("waiting for the init: {error}")),
-        }
-    }
+    Ok(match creds::wait_for(init, "the init")? {
+        Ended::Exited(code) => code,
+        Ended::Killed(signal) => 128 + signal,
+    })
 }
 
 /// Kills the init unless the setup got through.

@@ -2,9 +2,28 @@
 //! is clean, and a sandbox the reset cannot clean is quarantined, so the
 //! next task never sees its dirt.
 
-use sandfleet_engine::{CancellationToken, FleetSettings, Strategy};
+use sandfleet_engine::{CancellationToken, FleetSettings, RunReport, Strategy};
 
 use crate::fixture::{Fixture, row};
+
+/// Runs `rows` one at a time on git images, recycling through git-restore.
+async fn run_recycling(fixture: &Fixture, rows: &[String]) -> RunReport {
+    let mut spec = fixture.spec(
+        fixture.backend_with_images(true),
+        FleetSettings {
+            strategy: Strategy::None,
+            max_concurrent: 1,
+            recycle: true,
+            max_reuses: 8,
+            ..FleetSettings::default()
+        },
+        CancellationToken::new(),
+    );
+    spec.reset = Some(fixture.reset_check("git-restore"));
+    sandfleet_engine::run(spec, fixture.items(rows))
+        .await
+        .unwrap()
+}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn recycled_sandboxes_are_clean_and_dirt_the_reset_cannot_undo_is_quarantined() {
@@ -38,21 +57,7 @@ async fn recycled_sandboxes_are_clean_and_dirt_the_reset_cannot_undo_is_quaranti
             30,
         ),
     ];
-    let mut spec = fixture.spec(
-        fixture.backend_with_images(true),
-        FleetSettings {
-            strategy: Strategy::None,
-            max_concurrent: 1,
-            recycle: true,
-            max_reuses: 8,
-            ..FleetSettings::default()
-        },
-        CancellationToken::new(),
-    );
-    spec.reset = Some(fixture.reset_check("git-restore"));
-    let report = sandfleet_engine::run(spec, fixture.items(&rows))
-        .await
-        .unwrap();
+    let report = run_recycling(&fixture, &rows).await;
     assert_eq!(report.tasks.ok, 4, "{}", report.render());
     assert_eq!(report.recycle.quarantined, 1, "{}", report.render());
     assert_eq!(
@@ -101,20 +106,7 @@ async fn a_process_a_task_leaves_running_cannot_tamper_with_the_next_task() {
             30,
         ),
     ];
-    let mut spec = fixture.spec(
-        fixture.backend_with_images(true),
-        FleetSettings {
-            strategy: Strategy::None,
-            max_concurrent: 1,
-            recycle: true,
-            ..FleetSettings::default()
-        },
-        CancellationToken::new(),
-    );
-    spec.reset = Some(fixture.reset_check("git-restore"));
-    let report = sandfleet_engine::run(spec, fixture.items(&rows))
-        .await
-        .unwrap();
+    let report = run_recycling(&fixture, &rows).await;
     // Recycled (so the tamperer had its chance), and clean.
     assert_eq!(report.recycle.reused, 1, "{}", report.render());
     assert_eq!(report.tasks.ok, 2, "{}", report.render());
