@@ -83,7 +83,14 @@ fn an_image_without_a_mapping_is_named() {
     let rows = vec![json!({"id": "t1", "image": "nowhere", "test": "true"})];
     let fleet = scratch.fleet(&rows, "");
     let error = fails(&scratch, &fleet);
-    assert!(error.contains("no cluster maps these images"), "{error}");
+    assert!(
+        error.contains("no cluster can make these images"),
+        "{error}"
+    );
+    assert!(
+        error.contains("mapped under [clusters.local.images]"),
+        "{error}"
+    );
     assert!(
         error.contains("`nowhere` (first needed by task `t1`)"),
         "{error}"

@@ -8,6 +8,7 @@ mod hostile;
 mod plan;
 mod quickstart;
 mod signals;
+mod telemetry;
 
 use std::path::{Path, PathBuf};
 

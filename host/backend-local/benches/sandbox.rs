@@ -47,7 +47,7 @@ impl Bench {
             ..LocalConfig::default()
         };
         let run_id = RunId::generate("bench");
-        let backend = LocalBackend::new("local", config, run_id.clone()).unwrap();
+        let backend = LocalBackend::new("local", config).unwrap();
         let spec = TemplateSpec {
             name: "bench".into(),
             image: "app".into(),
@@ -56,7 +56,7 @@ impl Bench {
             disk_mib: 1024,
             network: false,
             env: BTreeMap::new(),
-            labels: BTreeMap::new(),
+            labels: run_id.labels(),
         };
         let template = runtime.block_on(backend.ensure_template(&spec)).unwrap();
         Bench {
@@ -68,18 +68,10 @@ impl Bench {
     }
 
     async fn wait_ready(&self, ready: u32) {
-        let deadline = Instant::now() + PATIENCE;
-        while self
-            .backend
-            .pool_status(&self.template)
+        self.backend
+            .wait_pool_ready(&self.template, ready, Instant::now() + PATIENCE)
             .await
-            .unwrap()
-            .ready
-            < ready
-        {
-            assert!(Instant::now() < deadline, "the pool did not fill");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+            .expect("the pool did not fill");
     }
 
     /// Times `iters` claims, releasing each (untimed); `warm` waits for a
@@ -93,7 +85,7 @@ impl Bench {
             let start = Instant::now();
             let sandbox = self
                 .backend
-                .claim(&self.template, &BTreeMap::new(), start + PATIENCE)
+                .claim(&self.template, &self.run_id.labels(), start + PATIENCE)
                 .await
                 .unwrap();
             total += start.elapsed();
@@ -120,7 +112,11 @@ fn claim(c: &mut Criterion) {
         b.iter_custom(|iters| runtime.block_on(bench.claims(iters, false)));
     });
     runtime
-        .block_on(bench.backend.warm(&bench.template, 1))
+        .block_on(
+            bench
+                .backend
+                .warm(&bench.template, 1, &bench.run_id.labels()),
+        )
         .unwrap();
     group.bench_function("warm", |b| {
         b.iter_custom(|iters| runtime.block_on(bench.claims(iters, true)));
@@ -144,7 +140,7 @@ fn exec(c: &mut Criterion) {
         let sandbox = runtime
             .block_on(bench.backend.claim(
                 &bench.template,
-                &BTreeMap::new(),
+                &bench.run_id.labels(),
                 Instant::now() + PATIENCE,
             ))
             .unwrap();

@@ -4,7 +4,7 @@
 use std::io;
 use std::time::Duration;
 
-use sandfleet_core::BackendError;
+use sandfleet_core::{BackendError, ErrorKind};
 
 /// Why a local operation failed. Messages name the sandbox, image or path
 /// involved.
@@ -35,6 +35,9 @@ pub enum LocalError {
     /// A sandbox is not isolated as it must be (it failed its probe).
     #[error("{0}")]
     Isolation(String),
+    /// The sandbox is gone (its init died).
+    #[error("{0}")]
+    SandboxLost(String),
     /// Anything else.
     #[error("{0}")]
     Failed(String),
@@ -43,21 +46,21 @@ pub enum LocalError {
 impl LocalError {
     /// The error as the engine sees it, attributed to cluster `backend`.
     pub fn into_backend(self, backend: &str) -> BackendError {
-        let backend = backend.to_string();
-        match self {
-            LocalError::NotFound(what) => BackendError::NotFound { backend, what },
-            LocalError::Rejected(detail) => BackendError::Rejected { backend, detail },
-            LocalError::Timeout { what, after } => BackendError::Timeout {
-                backend,
-                what,
-                after,
-            },
-            error @ (LocalError::Io { .. } | LocalError::Isolation(_) | LocalError::Failed(_)) => {
-                BackendError::Failed {
-                    backend,
-                    detail: error.to_string(),
-                }
+        let kind = match &self {
+            LocalError::NotFound(_) => ErrorKind::NotFound,
+            LocalError::Rejected(_) => ErrorKind::Invalid,
+            LocalError::Timeout { .. } => ErrorKind::Timeout,
+            LocalError::SandboxLost(_) => ErrorKind::SandboxLost,
+            LocalError::Io { .. } | LocalError::Isolation(_) | LocalError::Failed(_) => {
+                ErrorKind::Failed
             }
+        };
+        let message = self.to_string();
+        match self {
+            LocalError::Io { source, .. } => {
+                BackendError::new(kind, backend, message).with_source(source)
+            }
+            _ => BackendError::new(kind, backend, message),
         }
     }
 }

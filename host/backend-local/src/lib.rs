@@ -12,21 +12,28 @@
 //! `<state>/runs/<run-id>/` and in its cgroups, and its processes carry the
 //! run id in a marker, so [`reap_run`] removes what a crashed run left from
 //! the state directory, the cgroups and `/proc` alone (`state`, `process`).
-//! The other modules: `config` (the cluster's TOML table), `backend` (the
-//! [`sandfleet_core::Backend`] implementation), `exec` (one command with
-//! timeout, output caps, the disk limit and streaming), `machine`
-//! (capacity), `error`.
+//! One backend serves any number of runs: `inventory` keeps each run's
+//! templates and pools and the claimed sandboxes; `backend` is the
+//! [`sandfleet_core::Backend`] implementation, with its operations by
+//! concern in `templates`, `warming`, `claims`, `files` and `checks`
+//! (preflight, capacity). The other modules: `config` (the cluster's TOML
+//! table), `exec` (one command with timeout, output caps, the disk limit and
+//! streaming), `machine` (the machine's size), `error`.
 //!
 //! Enforced: the template's memory and cpu (cgroups) and disk (a size check
 //! of the writable layer and `RLIMIT_FSIZE`), processes, tmpfs sizes. Not
 //! enforced: sandbox lifetimes (`renew`). Linux only.
 
 mod backend;
+mod checks;
+mod claims;
 mod config;
 mod error;
 mod exec;
+mod files;
 mod ids;
 mod image;
+mod inventory;
 mod jail;
 mod machine;
 mod namespace;
@@ -34,6 +41,8 @@ mod pool;
 mod process;
 mod sandbox;
 mod state;
+mod templates;
+mod warming;
 
 pub use backend::LocalBackend;
 pub use config::{ImageSource, IsolationMode, LimitOverrides, LocalConfig, SandboxLimits};

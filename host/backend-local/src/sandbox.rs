@@ -39,7 +39,9 @@ use crate::error::{IoContext, LocalError};
 use crate::exec::{DiskLimit, Leader};
 use crate::namespace::{self, Entry, InitSpec, SANDBOX_PATH};
 use crate::process::{self, MARKER_ENV, MarkerScope, Process, ProcessIdentity, run_tool};
-use crate::state::{RunDir, SANDBOX_META, SandboxMeta, remove_tree, unix_now, write_record};
+use crate::state::{
+    RunDir, SANDBOX_META, SandboxMeta, StateDir, remove_tree, unix_now, write_record,
+};
 
 /// How long a plain sandbox's processes get to exit after SIGKILL.
 const STOP_WAIT: Duration = Duration::from_secs(5);
@@ -89,6 +91,8 @@ impl Resources {
 pub(crate) struct Template {
     /// The template's name.
     pub(crate) name: String,
+    /// The run it belongs to, and with it every sandbox made from it.
+    pub(crate) run_id: RunId,
     /// The image name.
     pub(crate) image: String,
     /// The directory sandboxes are copies of (canonical).
@@ -122,13 +126,11 @@ impl Template {
     }
 }
 
-/// Where and how a backend makes its sandboxes.
+/// Where and how a backend makes its sandboxes, for every run.
 #[derive(Debug)]
 pub(crate) struct Site {
-    /// The owning run.
-    pub(crate) run_id: RunId,
-    /// Its directory.
-    pub(crate) run: RunDir,
+    /// The state directory (canonical).
+    pub(crate) state: StateDir,
     /// The workdir inside sandboxes.
     pub(crate) workdir: String,
     /// How sandboxes are isolated.
@@ -149,9 +151,15 @@ pub(crate) struct Site {
 }
 
 impl Site {
-    /// The cgroup of sandbox `id`, relative to each hierarchy.
-    fn cgroup_of(&self, id: &str) -> PathBuf {
-        self.cgroup_parent.join(self.run_id.as_str()).join(id)
+    /// The cgroup of sandbox `id` of run `run_id`, relative to each
+    /// hierarchy.
+    fn cgroup_of(&self, run_id: &RunId, id: &str) -> PathBuf {
+        self.cgroup_parent.join(run_id.as_str()).join(id)
+    }
+
+    /// The directory of run `run_id`.
+    pub(crate) fn run(&self, run_id: &RunId) -> RunDir {
+        self.state.run(run_id)
     }
 }
 
@@ -264,7 +272,8 @@ impl Sandbox {
         deadline: Instant,
     ) -> Result<Sandbox, LocalError> {
         let (id, dir) = allocate_dir(site, &template)?;
-        let marker = process::sandbox_marker(&site.run_id, &id);
+        let run_id = template.run_id.clone();
+        let marker = process::sandbox_marker(&run_id, &id);
         let made = match site.isolation {
             Isolation::Namespaces => {
                 make_namespaced(site, &template, &id, &dir, &marker, deadline).await
@@ -282,7 +291,7 @@ impl Sandbox {
         };
         let sandbox = Sandbox {
             id,
-            run_id: site.run_id.clone(),
+            run_id: run_id.clone(),
             template,
             dir,
             workdir: site.workdir.clone(),
@@ -291,7 +300,7 @@ impl Sandbox {
         };
         let meta = SandboxMeta {
             id: sandbox.id.clone(),
-            run_id: site.run_id.clone(),
+            run_id,
             template: sandbox.template.name.clone(),
             isolation: site.isolation,
             workdir_copy,
@@ -534,7 +543,7 @@ fn first_difference(before: &str, now: &str) -> Option<String> {
 
 /// Picks the next free sandbox id and creates its directory.
 fn allocate_dir(site: &Site, template: &Template) -> Result<(String, PathBuf), LocalError> {
-    let parent = site.run.sandboxes();
+    let parent = site.run(&template.run_id).sandboxes();
     std::fs::create_dir_all(&parent).context(|| format!("creating {}", parent.display()))?;
     loop {
         let number = site.next_id.fetch_add(1, Ordering::Relaxed);
@@ -542,7 +551,7 @@ fn allocate_dir(site: &Site, template: &Template) -> Result<(String, PathBuf), L
         let dir = parent.join(&id);
         match std::fs::create_dir(&dir) {
             Ok(()) => return Ok((id, dir)),
-            // Another backend of the same run took it.
+            // Another process (or backend) made it first.
             Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => continue,
             Err(error) => return Err(error).context(|| format!("creating {}", dir.display())),
         }
@@ -560,14 +569,15 @@ async fn make_namespaced(
     namespace::prepare_dir(dir, &site.ids)?;
     let cgroup = match &site.cgroups {
         Some(cgroups) => {
-            let (made, relative) = (cgroups.clone(), site.cgroup_of(id));
+            let relative = site.cgroup_of(&template.run_id, id);
+            let made = cgroups.clone();
             let limits = template.resources.cgroup_limits();
             let dirs = blocking(move || {
                 made.create(&relative, &limits)
                     .context(|| format!("creating the cgroup of sandbox {}", relative.display()))
             })
             .await?;
-            Some((cgroups.clone(), site.cgroup_of(id), dirs))
+            Some((cgroups.clone(), site.cgroup_of(&template.run_id, id), dirs))
         }
         None => None,
     };

@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use sandfleet_backend_local::LocalConfig;
-use sandfleet_engine::{DiskCap, FleetSettings, Strategy};
+use sandfleet_engine::FleetSettings;
+use sandfleet_engine::settings_de::{duration, positive};
 use sandfleet_plugin::{Kind, KindLimits, Limits};
 use serde::{Deserialize, Deserializer};
 
@@ -162,35 +163,41 @@ pub(crate) struct ClusterConfig {
     pub(crate) backend: BackendConfig,
 }
 
-/// A cluster's backend and its own table.
-#[derive(Debug, Clone)]
+/// A cluster's backend, chosen by its `backend` key, and that backend's own
+/// table (`[clusters.<backend>]`, every key defaulted). A new kind of
+/// backend is a new variant with its table type.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "backend", rename_all = "lowercase", deny_unknown_fields)]
 pub(crate) enum BackendConfig {
-    Local(LocalConfig),
+    /// The embedded local backend.
+    Local {
+        #[serde(default)]
+        local: LocalConfig,
+    },
 }
 
 impl BackendConfig {
     pub(crate) fn kind(&self) -> &'static str {
         match self {
-            BackendConfig::Local(_) => "local",
+            BackendConfig::Local { .. } => "local",
+        }
+    }
+
+    /// Makes relative paths in the backend's table relative to `base`.
+    fn resolve_paths(&mut self, base: &Path) {
+        match self {
+            BackendConfig::Local { local } => local.resolve_paths(base),
         }
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-enum BackendKind {
-    Local,
-}
-
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 struct RawCluster {
     name: String,
-    backend: BackendKind,
     #[serde(default = "one", deserialize_with = "positive")]
     weight: u32,
-    #[serde(default)]
-    local: Option<LocalConfig>,
+    #[serde(flatten)]
+    backend: BackendConfig,
 }
 
 #[derive(Deserialize)]
@@ -199,58 +206,11 @@ struct RawFile {
     run: RunConfig,
     adapter: AdapterConfig,
     #[serde(default)]
-    fleet: RawFleet,
+    fleet: FleetSettings,
     #[serde(default)]
     plugins: Option<PluginsConfig>,
     #[serde(default)]
     clusters: Vec<toml::Spanned<RawCluster>>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct RawFleet {
-    #[serde(default)]
-    strategy: Option<Strategy>,
-    #[serde(default)]
-    max_concurrent: Option<NonZeroU32>,
-    #[serde(default)]
-    max_warmpool_size: Option<NonZeroU32>,
-    #[serde(default)]
-    warm_per_task: Option<bool>,
-    #[serde(default)]
-    warm_create_budget: Option<NonZeroU32>,
-    #[serde(default, deserialize_with = "opt_rate")]
-    create_rate: Option<f64>,
-    #[serde(default, deserialize_with = "opt_factor")]
-    overcommit_factor: Option<f64>,
-    #[serde(default)]
-    max_live_sandboxes: Option<NonZeroU32>,
-    #[serde(default)]
-    keep_warm: Option<bool>,
-    #[serde(default)]
-    recycle: Option<bool>,
-    #[serde(default)]
-    max_reuses: Option<u32>,
-    #[serde(default, deserialize_with = "opt_duration")]
-    claim_timeout: Option<Duration>,
-    #[serde(default, deserialize_with = "opt_duration")]
-    pool_ready_timeout: Option<Duration>,
-    #[serde(default, deserialize_with = "opt_duration")]
-    breaker_interval: Option<Duration>,
-    #[serde(default)]
-    avg_image_mib: Option<u64>,
-    #[serde(default)]
-    disk_headroom_percent: Option<u32>,
-    #[serde(default)]
-    cpu_milli: Option<NonZeroU32>,
-    #[serde(default)]
-    memory_mib: Option<NonZeroU32>,
-    #[serde(default)]
-    disk_mib: Option<NonZeroU32>,
-    #[serde(default)]
-    network: Option<bool>,
-    #[serde(default)]
-    max_output_mib: Option<NonZeroU32>,
 }
 
 /// A fleet file that cannot be used.
@@ -328,13 +288,8 @@ impl FleetConfig {
                     cluster.name
                 )));
             }
-            let backend = match cluster.backend {
-                BackendKind::Local => {
-                    let mut local = cluster.local.unwrap_or_default();
-                    local.resolve_paths(&base);
-                    BackendConfig::Local(local)
-                }
-            };
+            let mut backend = cluster.backend;
+            backend.resolve_paths(&base);
             clusters.push(ClusterConfig {
                 name: cluster.name,
                 weight: cluster.weight,
@@ -342,44 +297,8 @@ impl FleetConfig {
             });
         }
 
-        let f = raw.fleet;
-        let defaults = FleetSettings::default();
-        let fleet = FleetSettings {
-            strategy: f.strategy.unwrap_or(defaults.strategy),
-            max_concurrent: f
-                .max_concurrent
-                .map_or(defaults.max_concurrent, NonZeroU32::get),
-            max_warmpool_size: f
-                .max_warmpool_size
-                .map_or(defaults.max_warmpool_size, NonZeroU32::get),
-            warm_per_task: f.warm_per_task.unwrap_or(defaults.warm_per_task),
-            warm_create_budget: f
-                .warm_create_budget
-                .map_or(defaults.warm_create_budget, NonZeroU32::get),
-            create_rate: f.create_rate.or(defaults.create_rate),
-            overcommit_factor: f.overcommit_factor.unwrap_or(defaults.overcommit_factor),
-            max_live_sandboxes: f
-                .max_live_sandboxes
-                .map_or(defaults.max_live_sandboxes, NonZeroU32::get),
-            epochs: run.epochs,
-            keep_warm: f.keep_warm.unwrap_or(defaults.keep_warm),
-            recycle: f.recycle.unwrap_or(defaults.recycle),
-            max_reuses: f.max_reuses.unwrap_or(defaults.max_reuses),
-            claim_timeout: f.claim_timeout.unwrap_or(defaults.claim_timeout),
-            pool_ready_timeout: f.pool_ready_timeout.unwrap_or(defaults.pool_ready_timeout),
-            breaker_interval: f.breaker_interval.unwrap_or(defaults.breaker_interval),
-            disk: f.avg_image_mib.map(|avg_image_mib| DiskCap {
-                avg_image_mib,
-                headroom_percent: f.disk_headroom_percent.unwrap_or(10),
-            }),
-            cpu_milli: f.cpu_milli.map_or(defaults.cpu_milli, NonZeroU32::get),
-            memory_mib: f.memory_mib.map_or(defaults.memory_mib, NonZeroU32::get),
-            disk_mib: f.disk_mib.map_or(defaults.disk_mib, NonZeroU32::get),
-            network: f.network.unwrap_or(defaults.network),
-            max_output: f
-                .max_output_mib
-                .map_or(defaults.max_output, |mib| u64::from(mib.get()) << 20),
-        };
+        let mut fleet = raw.fleet;
+        fleet.epochs = run.epochs;
         if fleet.recycle && plugins.reset.is_none() {
             return Err(ConfigError::Invalid {
                 location: path.display().to_string(),
@@ -427,40 +346,9 @@ fn one() -> u32 {
     1
 }
 
-fn positive<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u32, D::Error> {
-    NonZeroU32::deserialize(deserializer).map(NonZeroU32::get)
-}
-
-/// Durations as `"90s"`, `"2m"`, `"1h 30m"` (humantime).
+/// A duration, when given.
 fn opt_duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Duration>, D::Error> {
-    let text = String::deserialize(deserializer)?;
-    humantime::parse_duration(&text).map(Some).map_err(|e| {
-        serde::de::Error::custom(format!(
-            "`{text}` is not a duration like \"90s\" or \"2m\": {e}"
-        ))
-    })
-}
-
-fn opt_rate<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<f64>, D::Error> {
-    let rate = f64::deserialize(deserializer)?;
-    if rate > 0.0 && rate.is_finite() {
-        Ok(Some(rate))
-    } else {
-        Err(serde::de::Error::custom(format!(
-            "create_rate must be a positive number of creations per second, not {rate}"
-        )))
-    }
-}
-
-fn opt_factor<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<f64>, D::Error> {
-    let factor = f64::deserialize(deserializer)?;
-    if factor >= 1.0 && factor.is_finite() {
-        Ok(Some(factor))
-    } else {
-        Err(serde::de::Error::custom(format!(
-            "overcommit_factor must be at least 1.0, not {factor}"
-        )))
-    }
+    duration(deserializer).map(Some)
 }
 
 #[cfg(test)]
@@ -504,6 +392,17 @@ backend = "local"
             error.starts_with("/cfg/fleet.toml:6:1: unknown field `colour`"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn unknown_keys_in_a_cluster_and_its_backend_table_are_named() {
+        let text = MINIMAL.replace("backend = \"local\"", "backend = \"local\"\nwieght = 2");
+        let error = parse(&text).unwrap_err();
+        assert!(error.contains("unknown field `wieght`"), "{error}");
+        assert!(error.starts_with("/cfg/fleet.toml:"), "{error}");
+        let text = format!("{MINIMAL}\n[clusters.local]\nmax_sandbox = 3\n");
+        let error = parse(&text).unwrap_err();
+        assert!(error.contains("unknown field `max_sandbox`"), "{error}");
     }
 
     #[test]

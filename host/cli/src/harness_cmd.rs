@@ -46,7 +46,9 @@ impl AdapterArgs {
             cache_dir: crate::default_cache_dir(),
             ..HostConfig::default()
         })?);
-        if let Err(errors) = registry.add_builtins(sandfleet_guests::BUILTINS) {
+        if let Err(errors) =
+            registry.add_builtins(sandfleet_guests::BUILTINS.iter().map(|b| (b.name, b.wasm)))
+        {
             bail!("built-in plugins failed to load: {}", errors[0]);
         }
         if let Some(dir) = &self.plugin_dir
@@ -163,11 +165,11 @@ pub(crate) fn prepare(args: &PrepareArgs) -> anyhow::Result<ExitCode> {
     for row in rows(&args.instances)? {
         let at = format!("{}:{}", args.instances.display(), row.line);
         let prepared = adapter
-            .load(&row.text, &settings)
+            .load_blocking(&row.text, &settings)
             .map_err(|e| message(&e))
             .and_then(|task| {
                 adapter
-                    .prepare(&task, None)
+                    .prepare_blocking(&task, None)
                     .map(|script| (task, script))
                     .map_err(|e| message(&e))
             });
@@ -247,7 +249,7 @@ pub(crate) fn grade(args: &GradeArgs) -> anyhow::Result<ExitCode> {
     for (_, failure) in &failures {
         eprintln!("{failure}");
     }
-    let summary = adapter.summarize(&graded, &settings)?;
+    let summary = adapter.summarize_blocking(&graded, &settings)?;
     let summary: Value = serde_json::from_str(&summary).unwrap_or(Value::String(summary));
     std::fs::write(
         args.log_dir.join("run_report.json"),
@@ -274,7 +276,7 @@ fn grade_one(
     row: &Row,
 ) -> anyhow::Result<Graded> {
     let task: Task = adapter
-        .load(&row.text, settings)
+        .load_blocking(&row.text, settings)
         .map_err(|e| anyhow::anyhow!(message(&e)))?;
     let dir = log_dir.join(file_stem(&task.id));
     let log_path = dir.join("test_output.txt");
@@ -299,7 +301,7 @@ fn grade_one(
         duration_ms: 0,
     }];
     let grade = adapter
-        .grade(&task, solution.as_deref(), &outputs)
+        .grade_blocking(&task, solution.as_deref(), &outputs)
         .map_err(|e| anyhow::anyhow!("instance `{}`: {}", task.id, message(&e)))?;
     // The adapter's report is the harness's own file, byte for byte; `null`
     // where the harness writes none.
@@ -334,7 +336,7 @@ pub(crate) fn parse_log(args: &ParseLogArgs) -> anyhow::Result<ExitCode> {
     let log = std::fs::read(&args.file)
         .with_context(|| format!("{}: cannot read", args.file.display()))?;
     let tests = adapter
-        .parse_log(&args.parser, &String::from_utf8_lossy(&log), &settings)
+        .parse_log_blocking(&args.parser, &String::from_utf8_lossy(&log), &settings)
         .map_err(|e| anyhow::anyhow!("{}: {}", args.file.display(), message(&e)))?;
     let mut text = serde_json::to_string_pretty(&status_map(&tests))?;
     text.push('\n');

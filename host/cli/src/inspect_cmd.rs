@@ -4,8 +4,9 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use sandfleet_core::RunId;
-use sandfleet_engine::{Strategy, plan};
+use anyhow::Context as _;
+use sandfleet_core::Capacity;
+use sandfleet_engine::{Cluster, Strategy, plan};
 
 use crate::config::FleetConfig;
 use crate::setup;
@@ -14,35 +15,57 @@ pub(crate) fn plan(config_path: &Path) -> anyhow::Result<ExitCode> {
     let config = FleetConfig::load(config_path)?;
     let plugins = setup::plugins(&config)?;
     let tasks = setup::tasks(&config, &plugins.adapter)?;
-    setup::check_images(&config, &tasks)?;
-    let (images, counts) = plan::image_table(tasks.iter().map(|t| t.image.as_str()));
-    // Disk caps need the clusters' disk; without one the plan ignores them.
-    let limits = plan::limits(&config.fleet, 0, 0);
-    let planned = plan::plan(&plugins.sizing, images.clone(), counts.clone(), &limits)?;
-    print!("{}", planned.render());
-    if config.fleet.strategy != Strategy::None {
-        let mut per_task = config.fleet.clone();
-        per_task.warm_per_task = true;
-        per_task.strategy = Strategy::Naive;
-        let one_each = plan::plan(
+    let clusters = setup::clusters(&config)?;
+    setup::check_images(&config, &clusters, &tasks)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let capacity = capacity(&clusters).await?;
+        let (images, counts) = plan::image_table(tasks.iter().map(|t| t.image.as_str()));
+        let planned = plan::plan(
             &plugins.sizing,
-            images,
-            counts,
-            &plan::limits(&per_task, 0, 0),
-        )?;
-        println!(
-            "warming one sandbox per task (capped at max_warmpool_size {}) would hold {} at once",
-            config.fleet.max_warmpool_size, one_each.peak_warm
+            &config.fleet,
+            &capacity,
+            images.clone(),
+            counts.clone(),
+        )
+        .await?;
+        print!("{}", planned.render());
+        if config.fleet.strategy != Strategy::None {
+            let mut per_task = config.fleet.clone();
+            per_task.warm_per_task = true;
+            per_task.strategy = Strategy::Naive;
+            let (limits, _) = plan::limits(&per_task, &capacity);
+            let one_each = plugins.sizing.plan(&counts, &limits).await?;
+            println!(
+                "warming one sandbox per task (capped at max_warmpool_size {}) would hold {} at once",
+                limits.max_warmpool_size, one_each.peak_warm
+            );
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// Every cluster's capacity, each failure naming its cluster.
+async fn capacity(clusters: &[Cluster]) -> anyhow::Result<Vec<Capacity>> {
+    let mut capacity = Vec::with_capacity(clusters.len());
+    for cluster in clusters {
+        capacity.push(
+            cluster
+                .backend
+                .capacity()
+                .await
+                .with_context(|| format!("cluster `{}`: cannot read its capacity", cluster.name))?,
         );
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(capacity)
 }
 
 pub(crate) fn preflight(config_path: &Path) -> anyhow::Result<ExitCode> {
     let config = FleetConfig::load(config_path)?;
     setup::plugins(&config)?;
-    let run_id = RunId::generate("preflight");
-    let clusters = setup::clusters(&config, &run_id)?;
+    let clusters = setup::clusters(&config)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -65,10 +88,7 @@ pub(crate) fn preflight(config_path: &Path) -> anyhow::Result<ExitCode> {
             println!("  FAILED: {failure}");
         }
         match capacity {
-            Ok(c) => println!(
-                "  capacity: {} node(s), {} millicores, {} MiB memory, {} MiB disk per node, {} sandbox slots",
-                c.nodes, c.cpu_milli, c.memory_mib, c.disk_mib_per_node, c.sandbox_slots
-            ),
+            Ok(c) => println!("  capacity: {}", describe_capacity(&c)),
             Err(e) => println!("  capacity: unavailable: {e}"),
         }
         failed |= !found.failures.is_empty();
@@ -81,4 +101,20 @@ pub(crate) fn preflight(config_path: &Path) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// `Capacity` for people: what the cluster cannot tell says so.
+fn describe_capacity(capacity: &Capacity) -> String {
+    let known = |value: Option<u64>, unit: &str| match value {
+        Some(value) => format!("{value} {unit}"),
+        None => format!("unknown {unit}"),
+    };
+    [
+        known(capacity.nodes.map(u64::from), "node(s)"),
+        known(capacity.cpu_milli, "millicores"),
+        known(capacity.memory_mib, "MiB memory"),
+        known(capacity.disk_mib_per_node, "MiB disk per node"),
+        known(capacity.sandbox_slots.map(u64::from), "sandbox slots"),
+    ]
+    .join(", ")
 }

@@ -8,6 +8,7 @@ mod progress_ui;
 mod reap_cmd;
 mod run_cmd;
 mod setup;
+mod telemetry;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -84,13 +85,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SANDFLEET_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let _telemetry = telemetry::init();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run {
@@ -114,10 +109,28 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            eprintln!("error: {}", describe(&error));
             ExitCode::FAILURE
         }
     }
+}
+
+/// An error and its causes on one line, each cause said once: a cause
+/// whose words the message already holds (errors that quote their source)
+/// is left out.
+fn describe(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in error.chain() {
+        let said = cause.to_string();
+        if text.contains(&said) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&said);
+    }
+    text
 }
 
 /// Where compiled plugins are cached between runs.
@@ -126,4 +139,18 @@ pub(crate) fn default_cache_dir() -> Option<PathBuf> {
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))?;
     Some(base.join("sandfleet").join("plugins"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn causes_are_said_once() {
+        let io = std::io::Error::other("permission denied");
+        let quoting = anyhow::Error::new(io).context("creating /x: permission denied");
+        assert_eq!(describe(&quoting), "creating /x: permission denied");
+        let plain = anyhow::Error::new(std::io::Error::other("disk full")).context("writing /y");
+        assert_eq!(describe(&plain), "writing /y: disk full");
+    }
 }

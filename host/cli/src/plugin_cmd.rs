@@ -123,7 +123,9 @@ fn test(file: &Path, cases_path: &Path) -> anyhow::Result<ExitCode> {
 fn list(dir: Option<&Path>) -> anyhow::Result<ExitCode> {
     let registry = Registry::new(host(true)?);
     let mut problems = 0;
-    if let Err(errors) = registry.add_builtins(sandfleet_guests::BUILTINS) {
+    if let Err(errors) =
+        registry.add_builtins(sandfleet_guests::BUILTINS.iter().map(|b| (b.name, b.wasm)))
+    {
         problems += errors.len();
     }
     if let Some(dir) = dir

@@ -22,7 +22,7 @@ pub(crate) fn reap(
     let reaped = match config {
         Some(path) => {
             let config = FleetConfig::load(path)?;
-            let clusters = setup::clusters(&config, &run_id)?;
+            let clusters = setup::clusters(&config)?;
             runtime.block_on(sandfleet_engine::reap(&clusters, &run_id))?
         }
         None => {

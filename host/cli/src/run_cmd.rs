@@ -21,7 +21,8 @@ pub(crate) fn run(
     let config = FleetConfig::load(config_path)?;
     let plugins = setup::plugins(&config)?;
     let tasks = setup::tasks(&config, &plugins.adapter)?;
-    setup::check_images(&config, &tasks)?;
+    let clusters = setup::clusters(&config)?;
+    setup::check_images(&config, &clusters, &tasks)?;
     let solutions = setup::solutions(config.run.solutions.as_deref())?;
     let items = setup::work_items(&config, tasks, &solutions);
     let out_dir = out
@@ -31,7 +32,6 @@ pub(crate) fn run(
         Some(id) => RunId::new(id).map_err(anyhow::Error::msg)?,
         None => RunId::generate(&config.run.name),
     };
-    let clusters = setup::clusters(&config, &run_id)?;
     eprintln!(
         "run {run_id}: {} task(s) → {}",
         items.len(),
@@ -142,7 +142,8 @@ pub(crate) fn canary(
         .into_iter()
         .find(|t| t.id == task_id)
         .with_context(|| format!("{}: no task `{task_id}`", config.run.dataset.display()))?;
-    setup::check_images(&config, std::slice::from_ref(&task))?;
+    let clusters = setup::clusters(&config)?;
+    setup::check_images(&config, &clusters, std::slice::from_ref(&task))?;
     let solutions = setup::solutions(config.run.solutions.as_deref())?;
     let item = sandfleet_engine::WorkItem {
         solution: solutions.get(&task.id).cloned().flatten(),
@@ -150,7 +151,6 @@ pub(crate) fn canary(
         epoch: 0,
     };
     let run_id = RunId::generate("canary");
-    let clusters = setup::clusters(&config, &run_id)?;
     let out_dir = match out {
         Some(dir) => dir,
         None => std::env::temp_dir().join(format!("sandfleet-{run_id}")),

@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use anyhow::{Context as _, bail};
 use sandfleet_backend_local::LocalBackend;
-use sandfleet_core::RunId;
 use sandfleet_engine::{Cluster, WorkItem};
 use sandfleet_plugin::adapter::{Setting, TaskAdapter};
 use sandfleet_plugin::placement::PlacementPolicy;
@@ -39,7 +38,9 @@ pub(crate) fn plugins(config: &FleetConfig) -> anyhow::Result<Plugins> {
         ..HostConfig::default()
     })?;
     let registry = Registry::new(host);
-    if let Err(errors) = registry.add_builtins(sandfleet_guests::BUILTINS) {
+    if let Err(errors) =
+        registry.add_builtins(sandfleet_guests::BUILTINS.iter().map(|b| (b.name, b.wasm)))
+    {
         bail!("built-in plugins failed to load:\n{}", lines(&errors));
     }
     if let Some(dir) = &config.plugins.dir
@@ -94,7 +95,7 @@ pub(crate) fn check_settings(
     settings: &[Setting],
     origin: &str,
 ) -> anyhow::Result<()> {
-    let info = adapter.describe()?;
+    let info = adapter.describe_blocking()?;
     let known: Vec<&str> = info.settings.iter().map(|s| s.key.as_str()).collect();
     if let Some(unknown) = settings.iter().find(|s| !known.contains(&s.key.as_str())) {
         bail!(
@@ -155,7 +156,7 @@ pub(crate) fn tasks(
         if row.trim().is_empty() {
             continue;
         }
-        match adapter.load(row, &settings) {
+        match adapter.load_blocking(row, &settings) {
             Ok(task) => {
                 if let Some(first) = seen.insert(task.id.clone(), line) {
                     errors.push(format!(
@@ -246,52 +247,45 @@ pub(crate) fn work_items(
         .collect()
 }
 
-/// Checks that a cluster can make every image the tasks need.
+/// Checks that some cluster can make every image the tasks need.
 pub(crate) fn check_images(
     config: &FleetConfig,
+    clusters: &[Cluster],
     tasks: &[sandfleet_plugin::adapter::Task],
 ) -> anyhow::Result<()> {
-    let mut missing: Vec<String> = Vec::new();
-    for task in tasks {
-        let known = config
+    sandfleet_engine::check_images(
+        clusters,
+        tasks.iter().map(|t| (t.image.clone(), t.id.clone())),
+    )
+    .map_err(|error| {
+        let local: Vec<String> = config
             .clusters
             .iter()
-            .any(|cluster| match &cluster.backend {
-                BackendConfig::Local(local) => local.images.contains_key(&task.image),
-            });
-        if !known
-            && !missing
-                .iter()
-                .any(|m| m.starts_with(&format!("`{}`", task.image)))
-        {
-            missing.push(format!(
-                "`{}` (first needed by task `{}`)",
-                task.image, task.id
-            ));
-        }
-    }
-    if missing.is_empty() {
-        return Ok(());
-    }
-    bail!(
-        "{}: no cluster maps these images; add them under [clusters.local.images]:\n  {}",
-        config.path.display(),
-        missing.join("\n  ")
-    )
+            .filter(|c| matches!(c.backend, BackendConfig::Local { .. }))
+            .map(|c| format!("[clusters.{}.images]", c.name))
+            .collect();
+        let hint = if local.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "\nhint: a local cluster makes only the images mapped under {}",
+                local.join(" or ")
+            )
+        };
+        anyhow::anyhow!("{}: {error}{hint}", config.path.display())
+    })
 }
 
-/// The configured clusters' drivers, owned by `run_id`.
-pub(crate) fn clusters(config: &FleetConfig, run_id: &RunId) -> anyhow::Result<Vec<Cluster>> {
+/// The configured clusters' drivers.
+pub(crate) fn clusters(config: &FleetConfig) -> anyhow::Result<Vec<Cluster>> {
     config
         .clusters
         .iter()
         .map(|cluster| {
             let backend: Arc<dyn sandfleet_core::Backend> = match &cluster.backend {
-                BackendConfig::Local(local) => Arc::new(LocalBackend::new(
-                    &cluster.name,
-                    local.clone(),
-                    run_id.clone(),
-                )?),
+                BackendConfig::Local { local } => {
+                    Arc::new(LocalBackend::new(&cluster.name, local.clone())?)
+                }
             };
             Ok(Cluster {
                 name: cluster.name.clone(),

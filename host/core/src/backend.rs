@@ -1,5 +1,16 @@
 //! The contract between the engine and a sandbox backend.
+//!
+//! A backend is built once per configured cluster and serves any number of
+//! runs at once: everything it creates carries the labels it is given (the
+//! run id among them), and `list_owned` / `reap` are scoped to one run id.
+//! What differs between backends — who sizes warm pools, whether claimed
+//! sandboxes expire, what exec guarantees, which images it can make — is
+//! declared in [`Capabilities`], which the engine reads instead of asking
+//! which kind of backend it has. Every wait is bounded. A backend never
+//! retries a mutating call itself; its errors ([`BackendError`]) say what
+//! kind of failure happened, so the engine can retry what is safe.
 
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -21,19 +32,75 @@ pub struct Preflight {
     pub notes: Vec<String>,
 }
 
-/// What a backend can hold.
+/// What a backend can hold; `None` where it cannot tell.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Capacity {
     /// Nodes (machines) sandboxes can run on.
-    pub nodes: u32,
+    pub nodes: Option<u32>,
     /// Allocatable CPU in millicores.
-    pub cpu_milli: u64,
+    pub cpu_milli: Option<u64>,
     /// Allocatable memory in MiB.
-    pub memory_mib: u64,
+    pub memory_mib: Option<u64>,
     /// Ephemeral disk per node in MiB.
-    pub disk_mib_per_node: u64,
+    pub disk_mib_per_node: Option<u64>,
     /// Sandboxes that can exist at once.
-    pub sandbox_slots: u32,
+    pub sandbox_slots: Option<u32>,
+}
+
+/// Who decides how many warm sandboxes a pool holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PoolSizing {
+    /// The client: `warm` sets the size, the backend keeps it filled.
+    Client,
+    /// The server sizes its own pools; `warm` is a hint.
+    Server,
+    /// There are no warm pools: every claim makes a sandbox.
+    None,
+}
+
+/// What a backend's exec promises.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExecGuarantees {
+    /// Commands are argv lists, run without a shell (else shell strings).
+    pub argv: bool,
+    /// Merged stderr keeps the order in which the command wrote.
+    pub ordered_merge: bool,
+    /// A timeout kills everything the command started, not only the command.
+    pub kills_process_group: bool,
+}
+
+/// Which images a backend can make sandboxes of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Images {
+    /// Only these names (a local image map).
+    Named(BTreeSet<String>),
+    /// Any container image reference the cluster can pull.
+    AnyReference,
+}
+
+impl Images {
+    /// Whether `image` can be made.
+    pub fn can_make(&self, image: &str) -> bool {
+        match self {
+            Images::Named(names) => names.contains(image),
+            Images::AnyReference => !image.is_empty(),
+        }
+    }
+}
+
+/// What a backend does, declared so the engine never branches on its kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Who sizes warm pools.
+    pub pool_sizing: PoolSizing,
+    /// When set, a claimed sandbox expires this long after its last renewal
+    /// (or its claim): the engine renews a lease on every claimed sandbox at
+    /// a third of it.
+    pub lease_ttl: Option<Duration>,
+    /// What exec promises.
+    pub exec: ExecGuarantees,
+    /// Which images it can make.
+    pub images: Images,
 }
 
 /// A warm pool's state.
@@ -78,15 +145,19 @@ impl std::ops::AddAssign for Reaped {
     }
 }
 
-/// A sandbox backend: one configured cluster.
+/// A sandbox backend: one configured cluster, serving any number of runs.
 ///
-/// Everything a backend creates carries the labels of the run it was created
-/// for ([`crate::RunId::labels`]). Every wait is bounded. Mutating calls are
-/// never retried by the backend; `release`, `unwarm` and `reap` are idempotent.
+/// Everything a backend creates carries the labels it is given (which hold
+/// the run id, [`crate::LABEL_RUN_ID`]). Every wait is bounded by its
+/// deadline. Mutating calls are never retried by the backend; `release`,
+/// `unwarm` and `reap` are idempotent.
 #[async_trait]
 pub trait Backend: Send + Sync {
     /// The cluster's configured name.
     fn name(&self) -> &str;
+
+    /// What the backend does (cheap; no I/O).
+    fn capabilities(&self) -> Capabilities;
 
     /// Checks that the backend can be used, before anything is created.
     async fn preflight(&self) -> Preflight;
@@ -97,10 +168,15 @@ pub trait Backend: Send + Sync {
     /// Creates the template if it does not exist; idempotent.
     async fn ensure_template(&self, spec: &TemplateSpec) -> Result<TemplateRef, BackendError>;
 
-    /// Sets the warm pool of `template` to `replicas` sandboxes. Returns once
-    /// the request is accepted; [`Backend::pool_status`] tells when they are
-    /// ready.
-    async fn warm(&self, template: &TemplateRef, replicas: u32) -> Result<(), BackendError>;
+    /// Sets the warm pool of `template` to `replicas` sandboxes, each
+    /// carrying `labels`. Returns once the request is accepted;
+    /// [`Backend::wait_pool_ready`] tells when they are ready.
+    async fn warm(
+        &self,
+        template: &TemplateRef,
+        replicas: u32,
+        labels: &Labels,
+    ) -> Result<(), BackendError>;
 
     /// Removes the warm pool of `template` and its unclaimed sandboxes;
     /// idempotent.
@@ -109,9 +185,19 @@ pub trait Backend: Send + Sync {
     /// The warm pool's state.
     async fn pool_status(&self, template: &TemplateRef) -> Result<PoolStatus, BackendError>;
 
-    /// Claims a sandbox of `template`: a warm one if there is one, else a new
-    /// one. Returns only when the sandbox can run commands, or fails at
-    /// `deadline`.
+    /// Waits until the pool of `template` has at least `at_least` ready
+    /// sandboxes (a watch where the backend has one), and returns its state;
+    /// a [`crate::ErrorKind::Timeout`] at `deadline`.
+    async fn wait_pool_ready(
+        &self,
+        template: &TemplateRef,
+        at_least: u32,
+        deadline: Instant,
+    ) -> Result<PoolStatus, BackendError>;
+
+    /// Claims a sandbox of `template` carrying `labels`: a warm one if there
+    /// is one, else a new one. Returns only when the sandbox can run
+    /// commands, or fails at `deadline`.
     async fn claim(
         &self,
         template: &TemplateRef,
@@ -150,7 +236,8 @@ pub trait Backend: Send + Sync {
     /// Destroys the sandbox and everything running in it; idempotent.
     async fn release(&self, sandbox: &SandboxHandle) -> Result<(), BackendError>;
 
-    /// Extends the sandbox's lifetime to `ttl` from now.
+    /// Extends the sandbox's life to `ttl` from now (where
+    /// [`Capabilities::lease_ttl`] says sandboxes expire).
     async fn renew(&self, sandbox: &SandboxHandle, ttl: Duration) -> Result<(), BackendError>;
 
     /// What `run_id` owns on this backend, including what a crashed run left.
@@ -158,4 +245,18 @@ pub trait Backend: Send + Sync {
 
     /// Removes everything `run_id` owns; idempotent.
     async fn reap(&self, run_id: &RunId) -> Result<Reaped, BackendError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn named_images_are_the_only_ones_a_map_makes() {
+        let named = Images::Named(BTreeSet::from(["calc".to_string()]));
+        assert!(named.can_make("calc"));
+        assert!(!named.can_make("docker.io/library/python:3.11"));
+        assert!(Images::AnyReference.can_make("docker.io/library/python:3.11"));
+        assert!(!Images::AnyReference.can_make(""));
+    }
 }

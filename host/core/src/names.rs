@@ -1,7 +1,46 @@
 //! Names made from arbitrary strings (task ids, image and template names):
-//! safe as file names, and never the same for two different strings.
+//! safe as file names or as Kubernetes object names, and never the same for
+//! two different strings. Hashes are sha256, stable across builds and
+//! toolchains, so a rerun finds what an earlier run made.
 
 use sha2::{Digest, Sha256};
+
+use crate::run::RunId;
+
+/// Hex digits of sha256 in a template name.
+const TEMPLATE_HASH_DIGITS: usize = 10;
+
+/// The name of run `run_id`'s template for `image` on every backend: `sf-`,
+/// the image in lowercase letters, digits and `-` (at most 40), and 10 hex
+/// digits of sha256 over the run and the image — a DNS-1123 label (at most
+/// 63 characters), distinct per run and image.
+pub fn template_name(run_id: &RunId, image: &str) -> String {
+    let stem: String = image
+        .to_ascii_lowercase()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    let stem: String = stem
+        .split('-')
+        .filter(|part| !part.is_empty())
+        .collect::<Vec<_>>()
+        .join("-")
+        .chars()
+        .take(40)
+        .collect();
+    let stem = stem.trim_end_matches('-');
+    let mut hasher = Sha256::new();
+    hasher.update(run_id.as_str().as_bytes());
+    hasher.update([0]);
+    hasher.update(image.as_bytes());
+    let digest = format!("{:x}", hasher.finalize());
+    let hash = &digest[..TEMPLATE_HASH_DIGITS];
+    if stem.is_empty() {
+        format!("sf-{hash}")
+    } else {
+        format!("sf-{stem}-{hash}")
+    }
+}
 
 /// A file name for `name`: safe characters are kept (at most 64), and a
 /// name that needed changes gets the first 8 hex digits of its sha256, so
@@ -41,5 +80,35 @@ mod tests {
         assert_ne!(file_stem(&"x".repeat(200)), file_stem(&"x".repeat(201)));
         // The hash is sha256's, stable across builds and toolchains.
         assert_eq!(file_stem("a b"), "a_b-c8687a08");
+    }
+
+    #[test]
+    fn template_names_are_stable_dns_labels_per_run_and_image() {
+        let run = RunId::new("quickstart-1-abc").unwrap();
+        // Pinned: a rerun after a toolchain update must find its templates.
+        assert_eq!(template_name(&run, "calc"), "sf-calc-7de942bd30");
+        let long = template_name(
+            &run,
+            "docker.io/swebench/sweb.eval.x86_64.django_1776_django-16255:latest",
+        );
+        assert_eq!(
+            long,
+            "sf-docker-io-swebench-sweb-eval-x86-64-djan-d6b86f8d5c"
+        );
+        for name in [template_name(&run, "calc"), long, template_name(&run, "__")] {
+            assert!(name.len() <= 63, "{name}");
+            assert!(
+                name.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                    && !name.ends_with('-'),
+                "{name}"
+            );
+        }
+        let other_run = RunId::new("quickstart-2-abc").unwrap();
+        assert_ne!(
+            template_name(&run, "calc"),
+            template_name(&other_run, "calc")
+        );
+        assert_ne!(template_name(&run, "calc"), template_name(&run, "Calc"));
     }
 }

@@ -3,27 +3,28 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::run::Labels;
+use crate::run::{Labels, RunId};
 
 /// What a template makes: sandboxes of one image with these resources.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TemplateSpec {
-    /// Template name, unique within a run and backend (derived from the image).
+    /// Template name, unique per run and image ([`crate::template_name`]).
     pub name: String,
     /// The image, as the backend knows it (a local image name, a container
     /// image reference).
     pub image: String,
-    /// CPU request in millicores.
+    /// CPU in millicores (request and limit, unless a backend splits them).
     pub cpu_milli: u32,
-    /// Memory request in MiB.
+    /// Memory in MiB.
     pub memory_mib: u32,
-    /// Ephemeral disk request in MiB.
+    /// Ephemeral disk in MiB.
     pub disk_mib: u32,
     /// Whether sandboxes may reach the network.
     pub network: bool,
     /// Environment every command in these sandboxes gets.
     pub env: BTreeMap<String, String>,
-    /// Labels for the template and everything made from it (run id included).
+    /// Labels for the template and everything made from it; the run id
+    /// ([`crate::LABEL_RUN_ID`]) is among them.
     pub labels: Labels,
 }
 
@@ -34,9 +35,14 @@ pub struct TemplateRef {
     pub name: String,
     /// The image it makes sandboxes of.
     pub image: String,
+    /// The run it belongs to.
+    pub run_id: RunId,
 }
 
 /// A claimed sandbox. Returned only once the sandbox can run commands.
+///
+/// Serializable, so a daemon that restarts can find its sandboxes again
+/// from handles it persisted.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct SandboxHandle {
     /// Backend-unique id.
@@ -45,10 +51,17 @@ pub struct SandboxHandle {
     pub cluster: String,
     /// The template it came from.
     pub template: String,
+    /// The run it belongs to.
+    pub run_id: RunId,
     /// Host name inside the sandbox, for logs.
     pub hostname: String,
     /// A network endpoint for the sandbox, where the backend has one.
     pub endpoint: Option<String>,
+    /// What the driver needs to reach the sandbox again (a pod's name and
+    /// namespace, an exec endpoint and its headers), in the driver's own
+    /// serialization; opaque to everyone else. Empty when it needs nothing.
+    #[serde(default)]
+    pub driver: String,
 }
 
 /// How long a claimed sandbox lives without renewal, where the backend

@@ -1,5 +1,5 @@
-//! Engine overhead per task on the local backend: claim + exec + release of
-//! a no-op command, through the whole engine (placement, sizing, results),
+//! Engine overhead per task on the local backend: claim + exec of a no-op
+//! command (release runs off the task's path), through the whole engine (placement, sizing, results),
 //! and the host's RSS while it holds 1,000 warm local sandboxes.
 //!
 //! Run: `cargo bench -p sandfleet-engine --bench overhead` (add
@@ -39,7 +39,7 @@ fn main() {
     }
 }
 
-fn backend(dir: &std::path::Path, run_id: &RunId, max_sandboxes: u32) -> Arc<LocalBackend> {
+fn backend(dir: &std::path::Path, max_sandboxes: u32) -> Arc<LocalBackend> {
     let image = dir.join("image");
     std::fs::create_dir_all(&image).unwrap();
     std::fs::write(image.join("README"), "bench\n").unwrap();
@@ -57,21 +57,23 @@ fn backend(dir: &std::path::Path, run_id: &RunId, max_sandboxes: u32) -> Arc<Loc
         .into(),
         ..LocalConfig::default()
     };
-    Arc::new(LocalBackend::new("local", config, run_id.clone()).unwrap())
+    Arc::new(LocalBackend::new("local", config).unwrap())
 }
 
 async fn overhead_per_task(pool: u32, label: &str) {
     let dir = tempfile::tempdir().unwrap();
     let run_id = RunId::generate("bench-overhead");
     let registry = Registry::new(PluginHost::new(HostConfig::default()).unwrap());
-    registry.add_builtins(sandfleet_guests::BUILTINS).unwrap();
+    registry
+        .add_builtins(sandfleet_guests::BUILTINS.iter().map(|b| (b.name, b.wasm)))
+        .unwrap();
     let adapter = registry.adapter("generic").unwrap();
     let items: Vec<WorkItem> = (0..TASKS)
         .map(|i| {
             let row =
                 serde_json::json!({"id": format!("noop-{i}"), "image": "bench", "test": "true"});
             WorkItem {
-                task: adapter.load(&row.to_string(), &[]).unwrap(),
+                task: adapter.load_blocking(&row.to_string(), &[]).unwrap(),
                 solution: None,
                 epoch: 0,
             }
@@ -90,7 +92,7 @@ async fn overhead_per_task(pool: u32, label: &str) {
             name: "local".into(),
             kind: "local".into(),
             weight: 1,
-            backend: backend(dir.path(), &run_id, pool + 8),
+            backend: backend(dir.path(), pool + 8),
         }],
         adapter,
         placement: registry.placement("least-loaded").unwrap(),
@@ -107,18 +109,18 @@ async fn overhead_per_task(pool: u32, label: &str) {
     let results = std::fs::read_to_string(dir.path().join("out/results.jsonl")).unwrap();
     let mut per_task: Vec<f64> = Vec::new();
     let mut overhead: Vec<f64> = Vec::new();
-    let mut steps: [Vec<f64>; 3] = Default::default();
+    let mut steps: [Vec<f64>; 2] = Default::default();
     for line in results.lines() {
         let record: serde_json::Value = serde_json::from_str(line).unwrap();
         let t = &record["timings"];
         let seconds = |key: &str| t[key].as_f64().unwrap();
-        per_task.push(seconds("claim_s") + seconds("process_s") + seconds("release_s"));
+        per_task.push(seconds("claim_s") + seconds("process_s"));
         overhead.push(seconds("total_s"));
-        for (samples, key) in steps.iter_mut().zip(["claim_s", "process_s", "release_s"]) {
+        for (samples, key) in steps.iter_mut().zip(["claim_s", "process_s"]) {
             samples.push(seconds(key));
         }
     }
-    for (samples, step) in steps.iter_mut().zip(["claim", "exec (process)", "release"]) {
+    for (samples, step) in steps.iter_mut().zip(["claim", "exec (process)"]) {
         let (p50, p99) = percentiles(samples);
         println!(
             "engine/no-op task ({label}), {step}: median {:.3} ms, p99 {:.3} ms",
@@ -129,7 +131,7 @@ async fn overhead_per_task(pool: u32, label: &str) {
     let (p50, p99) = percentiles(&mut per_task);
     let (t50, t99) = percentiles(&mut overhead);
     println!(
-        "engine/no-op task ({label}), claim+exec+release: median {:.3} ms, p99 {:.3} ms ({TASKS} tasks, one at a time)",
+        "engine/no-op task ({label}), claim+exec: median {:.3} ms, p99 {:.3} ms ({TASKS} tasks, one at a time)",
         p50 * 1e3,
         p99 * 1e3
     );
@@ -145,7 +147,7 @@ async fn rss_with_warm_sandboxes(count: u32) {
     let dir = tempfile::tempdir().unwrap();
     let run_id = RunId::generate("bench-rss");
     let before = rss_kib();
-    let backend = backend(dir.path(), &run_id, count + 8);
+    let backend = backend(dir.path(), count + 8);
     let template = backend
         .ensure_template(&TemplateSpec {
             name: "bench".into(),
@@ -160,18 +162,14 @@ async fn rss_with_warm_sandboxes(count: u32) {
         .await
         .unwrap();
     let started = Instant::now();
-    backend.warm(&template, count).await.unwrap();
-    loop {
-        let ready = backend.pool_status(&template).await.unwrap().ready;
-        if ready >= count {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(900),
-            "only {ready} of {count} became ready"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    backend
+        .warm(&template, count, &run_id.labels())
+        .await
+        .unwrap();
+    backend
+        .wait_pool_ready(&template, count, started + Duration::from_secs(900))
+        .await
+        .unwrap();
     let held = rss_kib();
     println!(
         "backend-local/{count} warm sandboxes: host RSS {:.1} MiB (was {:.1} MiB before the backend); ready after {:.1} s",

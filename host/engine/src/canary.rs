@@ -7,12 +7,16 @@ use std::sync::Arc;
 
 use sandfleet_plugin::adapter::CommandOutput;
 
-use crate::blocking::call_plugin;
+use crate::checks;
 use crate::error::RunError;
-use crate::fleet::Fleet;
+use crate::fleet::{Fleet, FleetSpec};
 use crate::phases::PhaseTimes;
-use crate::run::{RunSpec, reap};
-use crate::task::{Lease, TaskRunner, WorkItem};
+use crate::reap::reap;
+use crate::recycle::Held;
+use crate::release::ReleaseQueue;
+use crate::retry::Retries;
+use crate::run::RunSpec;
+use crate::task::{TaskRunner, WorkItem};
 
 /// What a canary found.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -49,28 +53,34 @@ async fn run_twice(spec: &RunSpec, item: &WorkItem) -> Result<CanaryReport, RunE
             "a canary needs a reset check ([plugins] reset)".into(),
         ));
     };
-    for cluster in &spec.clusters {
-        let found = cluster.backend.preflight().await;
-        if !found.failures.is_empty() {
-            return Err(RunError::Preflight(found.failures));
-        }
-    }
-    let mut capacity = Vec::new();
-    for cluster in &spec.clusters {
-        capacity.push(cluster.backend.capacity().await?);
-    }
+    checks::preflight(&spec.clusters, spec.progress.as_ref()).await?;
+    checks::images_made(
+        &spec.clusters,
+        [(item.task.image.clone(), item.task.id.clone())],
+    )?;
+    let capacity = checks::capacity(&spec.clusters).await?;
     let mut settings = spec.settings.clone();
     settings.recycle = true;
     settings.max_reuses = settings.max_reuses.max(1);
     let phases = Arc::new(PhaseTimes::default());
+    let retries = Arc::new(Retries::new(settings.retry_budget));
     let fleet = Arc::new(Fleet::new(
-        spec.run_id.clone(),
-        spec.clusters.clone(),
-        capacity,
-        vec![item.task.image.clone()],
-        settings.clone(),
-        spec.placement.clone(),
+        FleetSpec {
+            run_id: spec.run_id.clone(),
+            clusters: spec.clusters.clone(),
+            capacity,
+            images: vec![item.task.image.clone()],
+            settings: settings.clone(),
+            placement: spec.placement.clone(),
+        },
         phases.clone(),
+        retries.clone(),
+    ));
+    let releases = Arc::new(ReleaseQueue::start(
+        fleet.clone(),
+        phases.clone(),
+        retries.clone(),
+        1,
     ));
     let runner = TaskRunner {
         fleet,
@@ -78,26 +88,26 @@ async fn run_twice(spec: &RunSpec, item: &WorkItem) -> Result<CanaryReport, RunE
         reset: Some(reset),
         settings,
         phases,
+        retries,
+        releases: releases.clone(),
         logs: spec.out_dir.join("logs"),
     };
     std::fs::create_dir_all(&runner.logs)?;
-    let (adapter, task, solution) = (
-        spec.adapter.clone(),
-        item.task.clone(),
-        item.solution.clone(),
-    );
-    let script = call_plugin(move || adapter.prepare(&task, solution.as_deref())).await?;
+    let script = spec
+        .adapter
+        .prepare(&item.task, item.solution.as_deref())
+        .await?;
 
-    let mut lease: Option<Lease> = None;
+    let mut held: Option<Held> = None;
     let mut runs = Vec::new();
     for _ in 0..2 {
         runner
-            .sandbox_for(0, &item.task, &mut lease)
+            .sandbox_for(0, &item.task, &mut held)
             .await
             .map_err(RunError::Internal)?;
-        let held = lease.as_mut().expect("sandbox_for leaves a lease");
-        held.served += 1;
-        let claimed = held.claimed.clone();
+        let current = held.as_mut().expect("sandbox_for leaves a sandbox");
+        current.served += 1;
+        let claimed = current.claimed.clone();
         let outputs = runner
             .execute(&claimed, item, &script)
             .await
@@ -105,9 +115,10 @@ async fn run_twice(spec: &RunSpec, item: &WorkItem) -> Result<CanaryReport, RunE
             .outputs;
         runs.push((claimed.handle.id, outputs));
     }
-    if let Some(held) = lease {
-        runner.release(held).await;
+    if let Some(done) = held {
+        runner.release(done);
     }
+    releases.drain().await;
     let (second_sandbox, second) = runs.pop().expect("two runs");
     let (first_sandbox, first) = runs.pop().expect("two runs");
     let differences = compare(&first, &second);

@@ -12,6 +12,9 @@ pub enum RunError {
     /// A plugin call the run depends on (sizing, placement) failed.
     #[error(transparent)]
     Plugin(#[from] CallError),
+    /// The run cannot be planned.
+    #[error(transparent)]
+    Plan(#[from] crate::plan::PlanError),
     /// A backend operation the run depends on failed.
     #[error(transparent)]
     Backend(#[from] BackendError),

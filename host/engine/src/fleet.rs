@@ -1,23 +1,30 @@
 //! The fleet as the engine sees it: clusters, the templates and warm pools
 //! it made on them, and placement decisions. Keeps its own count of what it
 //! asked for, because asking every backend before every decision is slow.
+//! Every request that is safe to repeat goes through the run's retries.
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Instant;
 
 use sandfleet_core::{
-    Backend, BackendError, Capacity, LABEL_TASK, RunId, SandboxHandle, TemplateRef, TemplateSpec,
+    Backend, BackendError, Capabilities, Capacity, LABEL_TASK, PoolSizing, RunId, SandboxHandle,
+    TemplateRef, TemplateSpec, label_value, template_name,
 };
 use sandfleet_plugin::placement::{ClusterState, Clusters, Demand, DemandKind, PlacementPolicy};
 use tokio::sync::Mutex;
+use tracing::Instrument;
 
-use crate::blocking::call_plugin;
 use crate::error::RunError;
 use crate::phases::{Phase, PhaseTimes};
 use crate::rate::CreateRate;
+use crate::retry::Retries;
 use crate::settings::FleetSettings;
+
+/// Consecutive failures after which placement treats a cluster as
+/// unhealthy, until a request to it succeeds again.
+const UNHEALTHY_AFTER: u32 = 3;
 
 /// One configured backend instance.
 #[derive(Clone)]
@@ -62,32 +69,50 @@ pub(crate) struct Fleet {
     pub(crate) run_id: RunId,
     pub(crate) clusters: Vec<Cluster>,
     capacity: Vec<Capacity>,
+    capabilities: Vec<Capabilities>,
     pub(crate) images: Vec<String>,
     settings: FleetSettings,
     placement: PlacementPolicy,
     rate: Option<CreateRate>,
     phases: Arc<PhaseTimes>,
+    retries: Arc<Retries>,
     books: Mutex<Books>,
+    /// Consecutive failed requests per cluster.
+    failures: Vec<AtomicU32>,
     sequence: AtomicU64,
     pub(crate) counts: FleetCounts,
 }
 
+/// What a fleet is made of.
+pub(crate) struct FleetSpec {
+    pub(crate) run_id: RunId,
+    pub(crate) clusters: Vec<Cluster>,
+    /// Per cluster, what it said it can hold.
+    pub(crate) capacity: Vec<Capacity>,
+    /// The run's images; sandboxes and pools refer to them by index.
+    pub(crate) images: Vec<String>,
+    pub(crate) settings: FleetSettings,
+    pub(crate) placement: PlacementPolicy,
+}
+
 impl Fleet {
-    pub(crate) fn new(
-        run_id: RunId,
-        clusters: Vec<Cluster>,
-        capacity: Vec<Capacity>,
-        images: Vec<String>,
-        settings: FleetSettings,
-        placement: PlacementPolicy,
-        phases: Arc<PhaseTimes>,
-    ) -> Self {
+    pub(crate) fn new(spec: FleetSpec, phases: Arc<PhaseTimes>, retries: Arc<Retries>) -> Self {
+        let FleetSpec {
+            run_id,
+            clusters,
+            capacity,
+            images,
+            settings,
+            placement,
+        } = spec;
         let books = Books {
             claimed: vec![0; clusters.len()],
             ..Books::default()
         };
         Fleet {
             rate: settings.create_rate.map(CreateRate::new),
+            capabilities: clusters.iter().map(|c| c.backend.capabilities()).collect(),
+            failures: clusters.iter().map(|_| AtomicU32::new(0)).collect(),
             run_id,
             clusters,
             capacity,
@@ -95,14 +120,28 @@ impl Fleet {
             settings,
             placement,
             phases,
+            retries,
             books: Mutex::new(books),
             sequence: AtomicU64::new(0),
             counts: FleetCounts::default(),
         }
     }
 
+    /// Notes how a request to `cluster` went, for its health.
+    fn health<T>(&self, cluster: usize, result: &Result<T, BackendError>) {
+        let failures = &self.failures[cluster];
+        match result {
+            Ok(_) => failures.store(0, Ordering::Relaxed),
+            Err(_) => {
+                failures.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
     /// Warms the pools of `images` with `replicas` each, in waves of at most
     /// `warm_create_budget` new sandboxes, waiting for each wave to be ready.
+    /// Clusters whose backend has no pools are skipped (every claim there
+    /// is made on demand).
     pub(crate) async fn warm(&self, images: &[(usize, u32)]) -> Result<(), RunError> {
         let mut placed = Vec::new();
         for &(image, replicas) in images.iter().filter(|(_, r)| *r > 0) {
@@ -119,12 +158,16 @@ impl Fleet {
             }
             let started = Instant::now();
             let cluster = self.place(DemandKind::Pool, image, replicas).await?;
+            if self.capabilities[cluster].pool_sizing == PoolSizing::None {
+                continue;
+            }
             let template = self.template(cluster, image).await?;
             self.phases.record(Phase::CreateWarmpool, started.elapsed());
             placed.push((cluster, image, template, replicas));
         }
         let budget = self.settings.warm_create_budget.max(1);
         let mut asked: Vec<u32> = vec![0; placed.len()];
+        let labels = self.run_id.labels();
         while asked.iter().zip(&placed).any(|(a, p)| *a < p.3) {
             let mut left = budget;
             let started = Instant::now();
@@ -138,16 +181,27 @@ impl Fleet {
                 }
                 asked[slot] += more;
                 left -= more;
-                self.clusters[*cluster]
-                    .backend
-                    .warm(template, asked[slot])
-                    .await?;
-                self.note_warm(*image, *cluster, asked[slot]).await;
+                let size = asked[slot];
+                let backend = &self.clusters[*cluster].backend;
+                let warmed = self
+                    .retries
+                    .idempotent("warm", || backend.warm(template, size, &labels))
+                    .await;
+                self.health(*cluster, &warmed);
+                warmed?;
+                self.note_warm(*image, *cluster, size).await;
             }
             self.phases.record(Phase::CreateWarmpool, started.elapsed());
             let started = Instant::now();
             for (slot, (cluster, _, template, _)) in placed.iter().enumerate() {
-                self.wait_ready(*cluster, template, asked[slot]).await?;
+                let backend = &self.clusters[*cluster].backend;
+                let deadline = Instant::now() + self.settings.pool_ready_timeout;
+                let at_least = asked[slot];
+                self.retries
+                    .idempotent("a pool's readiness", || {
+                        backend.wait_pool_ready(template, at_least, deadline)
+                    })
+                    .await?;
             }
             self.phases.record(Phase::WaitPoolReady, started.elapsed());
         }
@@ -162,7 +216,10 @@ impl Fleet {
                 continue;
             };
             let template = self.template(cluster, image).await?;
-            self.clusters[cluster].backend.unwarm(&template).await?;
+            let backend = &self.clusters[cluster].backend;
+            self.retries
+                .idempotent("unwarm", || backend.unwarm(&template))
+                .await?;
             self.books.lock().await.warm_now -= replicas;
         }
         Ok(())
@@ -179,43 +236,65 @@ impl Fleet {
     pub(crate) async fn claim(&self, image: usize, task_id: &str) -> Result<Claimed, RunError> {
         let started = Instant::now();
         let cluster = self.place(DemandKind::Claim, image, 1).await?;
-        let template = self.template(cluster, image).await?;
-        let warm_there = self
-            .books
-            .lock()
-            .await
-            .pools
-            .get(&image)
-            .is_some_and(|&(c, _)| c == cluster);
-        if !warm_there && let Some(rate) = &self.rate {
-            rate.acquire(1).await;
+        let span = tracing::info_span!(
+            "claim",
+            cluster = %self.clusters[cluster].name,
+            image = %self.images[image],
+            sandbox = tracing::field::Empty,
+        );
+        let recorded = span.clone();
+        async {
+            let template = self.template(cluster, image).await?;
+            let warm_there = self
+                .books
+                .lock()
+                .await
+                .pools
+                .get(&image)
+                .is_some_and(|&(c, _)| c == cluster);
+            if !warm_there && let Some(rate) = &self.rate {
+                rate.acquire(1).await;
+            }
+            let mut labels = self.run_id.labels();
+            labels.insert(LABEL_TASK.to_string(), label_value(task_id));
+            let deadline = Instant::now() + self.settings.claim_timeout;
+            let backend = &self.clusters[cluster].backend;
+            let claimed = self
+                .retries
+                .idempotent("claim", || backend.claim(&template, &labels, deadline))
+                .await;
+            self.health(cluster, &claimed);
+            let handle = claimed?;
+            recorded.record("sandbox", handle.id.as_str());
+            tracing::debug!("claimed");
+            self.books.lock().await.claimed[cluster] += 1;
+            self.counts.claims.fetch_add(1, Ordering::Relaxed);
+            self.phases.record(Phase::Claim, started.elapsed());
+            Ok(Claimed {
+                cluster,
+                image,
+                handle,
+            })
         }
-        let mut labels = self.run_id.labels();
-        labels.insert(LABEL_TASK.to_string(), label_value(task_id));
-        let deadline = Instant::now() + self.settings.claim_timeout;
-        let handle = self.clusters[cluster]
-            .backend
-            .claim(&template, &labels, deadline)
-            .await?;
-        self.books.lock().await.claimed[cluster] += 1;
-        self.counts.claims.fetch_add(1, Ordering::Relaxed);
-        self.phases.record(Phase::Claim, started.elapsed());
-        Ok(Claimed {
-            cluster,
-            image,
-            handle,
-        })
+        .instrument(span)
+        .await
     }
 
-    /// Releases a claimed sandbox; idempotent on the backend.
-    pub(crate) async fn release(&self, claimed: &Claimed) -> Result<(), BackendError> {
-        let result = self.clusters[claimed.cluster]
+    /// Releases a claimed sandbox on its backend (idempotent there); the
+    /// books are kept by [`Fleet::forget_claim`], once.
+    pub(crate) async fn release_on_backend(&self, claimed: &Claimed) -> Result<(), BackendError> {
+        let released = self.clusters[claimed.cluster]
             .backend
             .release(&claimed.handle)
             .await;
+        self.health(claimed.cluster, &released);
+        released
+    }
+
+    /// Takes a released (or abandoned) sandbox off the books.
+    pub(crate) async fn forget_claim(&self, claimed: &Claimed) {
         let mut books = self.books.lock().await;
         books.claimed[claimed.cluster] = books.claimed[claimed.cluster].saturating_sub(1);
-        result
     }
 
     /// Sandboxes of this run that exist on every cluster, as the backends see them.
@@ -240,13 +319,16 @@ impl Fleet {
             count,
             sequence: self.sequence.fetch_add(1, Ordering::Relaxed),
         };
-        let policy = self.placement.clone();
-        let index = call_plugin(move || policy.place(&demand, &clusters)).await?;
+        let index = self.placement.place(&demand, &clusters).await?;
         Ok(index as usize)
     }
 
+    /// The placement table for a decision about `image`: a cluster that
+    /// cannot make the image, or whose last requests failed, is unhealthy;
+    /// what a cluster cannot tell about itself counts as unbounded.
     async fn table(&self, image: usize) -> Clusters {
         let books = self.books.lock().await;
+        let image_name = &self.images[image];
         let states: Vec<ClusterState> = self
             .clusters
             .iter()
@@ -260,10 +342,22 @@ impl Fleet {
                     .sum::<u32>();
                 let live = books.claimed[index] + warm_here;
                 let capacity = self.capacity[index];
+                let used = |per_sandbox: u32| u64::from(live) * u64::from(per_sandbox);
+                let free = |total: Option<u64>, per_sandbox: u32| {
+                    total.map_or(u32::MAX, |total| {
+                        total
+                            .saturating_sub(used(per_sandbox))
+                            .min(u64::from(u32::MAX)) as u32
+                    })
+                };
+                let healthy = self.capabilities[index].images.can_make(image_name)
+                    && self.failures[index].load(Ordering::Relaxed) < UNHEALTHY_AFTER;
                 ClusterState {
-                    healthy: true,
+                    healthy,
                     has_image: books.templates.contains_key(&(index, image)),
-                    free_slots: capacity.sandbox_slots.saturating_sub(live),
+                    free_slots: capacity
+                        .sandbox_slots
+                        .map_or(u32::MAX, |slots| slots.saturating_sub(live)),
                     live,
                     warm_ready: books
                         .pools
@@ -271,8 +365,8 @@ impl Fleet {
                         .filter(|(c, _)| *c == index)
                         .map_or(0, |(_, r)| *r),
                     weight: cluster.weight,
-                    cpu_free_milli: capacity.cpu_milli.min(u64::from(u32::MAX)) as u32,
-                    memory_free_mib: capacity.memory_mib.min(u64::from(u32::MAX)) as u32,
+                    cpu_free_milli: free(capacity.cpu_milli, self.settings.cpu_milli),
+                    memory_free_mib: free(capacity.memory_mib, self.settings.memory_mib),
                 }
             })
             .collect();
@@ -284,7 +378,7 @@ impl Fleet {
             return Ok(template.clone());
         }
         let spec = TemplateSpec {
-            name: template_name(&self.images[image]),
+            name: template_name(&self.run_id, &self.images[image]),
             image: self.images[image].clone(),
             cpu_milli: self.settings.cpu_milli,
             memory_mib: self.settings.memory_mib,
@@ -293,10 +387,13 @@ impl Fleet {
             env: Default::default(),
             labels: self.run_id.labels(),
         };
-        let template = self.clusters[cluster]
-            .backend
-            .ensure_template(&spec)
-            .await?;
+        let backend = &self.clusters[cluster].backend;
+        let made = self
+            .retries
+            .idempotent("ensure_template", || backend.ensure_template(&spec))
+            .await;
+        self.health(cluster, &made);
+        let template = made?;
         self.books
             .lock()
             .await
@@ -318,87 +415,5 @@ impl Fleet {
         self.counts
             .warm_peak
             .fetch_max(u64::from(books.warm_now), Ordering::Relaxed);
-    }
-
-    async fn wait_ready(
-        &self,
-        cluster: usize,
-        template: &TemplateRef,
-        replicas: u32,
-    ) -> Result<(), RunError> {
-        let backend = &self.clusters[cluster].backend;
-        let deadline = Instant::now() + self.settings.pool_ready_timeout;
-        let mut pause = Duration::from_millis(10);
-        loop {
-            let status = backend.pool_status(template).await?;
-            if status.ready >= replicas {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                return Err(BackendError::Timeout {
-                    backend: self.clusters[cluster].name.clone(),
-                    what: format!(
-                        "warm pool of `{}` to reach {replicas} ready (it has {})",
-                        template.image, status.ready
-                    ),
-                    after: self.settings.pool_ready_timeout,
-                }
-                .into());
-            }
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_millis(500));
-        }
-    }
-}
-
-/// A template name from an image name: lowercase letters, digits and `-`,
-/// with a short hash so distinct images never collide.
-pub(crate) fn template_name(image: &str) -> String {
-    use std::hash::{DefaultHasher, Hash, Hasher};
-    let mut hasher = DefaultHasher::new();
-    image.hash(&mut hasher);
-    let stem: String = image
-        .to_ascii_lowercase()
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-        .take(40)
-        .collect();
-    format!("{}-{:08x}", stem.trim_matches('-'), hasher.finish() as u32)
-}
-
-/// A task id as a label value (at most 63 characters of `[a-zA-Z0-9-_.]`).
-fn label_value(task_id: &str) -> String {
-    task_id
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
-                c
-            } else {
-                '_'
-            }
-        })
-        .take(63)
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn template_names_are_clean_and_distinct() {
-        let a = template_name("swebench/sweb.eval.x86_64.django_1776_django-16255:latest");
-        assert!(
-            a.starts_with("swebench-sweb-eval-x86-64-django-1776-dj-"),
-            "{a}"
-        );
-        assert_eq!(a.len(), 40 + 1 + 8);
-        assert!(
-            a.chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        );
-        assert_ne!(template_name("calc"), template_name("Calc"));
-        assert_eq!(label_value("django__django-16255"), "django__django-16255");
-        assert_eq!(label_value("a/b c"), "a_b_c");
     }
 }

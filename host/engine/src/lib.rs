@@ -13,34 +13,46 @@
 //!
 //! [`Backend`]: sandfleet_core::Backend
 
-mod blocking;
+mod breaker;
 mod canary;
+mod checks;
+mod commands;
 mod error;
 mod fleet;
+mod lease;
+mod logs;
 mod phases;
 pub mod plan;
 mod progress;
 mod rate;
+mod reap;
+mod recycle;
+mod release;
 mod report;
 mod results;
+mod retry;
 mod run;
 mod settings;
 mod task;
 mod text;
+mod workers;
 
 pub use canary::{CanaryReport, canary};
+pub use checks::images_made as check_images;
 pub use error::RunError;
 pub use fleet::Cluster;
 pub use phases::{Phase, PhaseStats};
 pub use progress::{LogProgress, Progress};
+pub use reap::reap;
 pub use report::{
-    ClusterInfo, Environment, Machine, RecycleCounts, RunReport, TaskCounts, WarmCounts,
+    ClusterInfo, Environment, Machine, RecycleCounts, ReleaseCounts, RunReport, TaskCounts,
+    WarmCounts,
 };
 pub use results::{
     GradeRecord, RESULTS_FILE, ResultsStore, TaskRecord, TaskStatus, TestRecord, Timings,
 };
-pub use run::{REPORT_FILE, RunSpec, reap, run};
-pub use settings::{DiskCap, FleetSettings, Strategy};
+pub use run::{REPORT_FILE, RunSpec, run};
+pub use settings::{DiskCap, FleetSettings, Strategy, de as settings_de};
 pub use task::WorkItem;
 pub use text::printable;
 pub use tokio_util::sync::CancellationToken;

@@ -1,5 +1,13 @@
-//! The plan: the run's image table and what the sizing policy makes of it.
+//! The plan: the run's image table, the bounds the clusters' capacity puts
+//! on it, and what the sizing policy makes of it.
+//!
+//! Capacity a cluster cannot tell bounds nothing: an unknown disk leaves
+//! the disk budget to the clusters that know theirs, and unknown slots
+//! leave concurrency unbounded. Known slots clamp it: the plan never asks
+//! the clusters for more sandboxes, warm and claimed together, than they
+//! hold, and says which bound it applied.
 
+use sandfleet_core::Capacity;
 use sandfleet_plugin::CallError;
 use sandfleet_plugin::sizing::{DiskBudget, Limits, SizingPolicy, Strategy as WitStrategy};
 
@@ -18,6 +26,11 @@ pub struct Plan {
     pub windows: Vec<Vec<usize>>,
     /// Most warm sandboxes held at once.
     pub peak_warm: u32,
+    /// Tasks that run at once (`max_concurrent`, clamped to capacity).
+    pub concurrent: u32,
+    /// The bounds capacity put on the plan, and those it could not, one
+    /// sentence each.
+    pub bounds: Vec<String>,
 }
 
 /// The image table of `task_images` (one entry per task): names in order of
@@ -37,41 +50,140 @@ pub fn image_table<'a>(task_images: impl IntoIterator<Item = &'a str>) -> (Vec<S
     (images, tasks)
 }
 
-/// The sizing contract's limits for `settings`; `disk_per_node_mib` and
-/// `nodes` come from the backends' capacity.
-pub fn limits(settings: &FleetSettings, disk_per_node_mib: u64, nodes: u32) -> Limits {
-    Limits {
+/// The sizing contract's limits for `settings` on clusters of `capacity`,
+/// and the bounds that shaped them.
+pub fn limits(settings: &FleetSettings, capacity: &[Capacity]) -> (Limits, Vec<String>) {
+    let mut bounds = Vec::new();
+    let warms = settings.strategy != Strategy::None;
+    let mut max_concurrent = settings.max_concurrent;
+    let mut max_warmpool_size = settings.max_warmpool_size;
+    let slots: Option<Vec<u32>> = capacity.iter().map(|c| c.sandbox_slots).collect();
+    match &slots {
+        Some(slots) if !slots.is_empty() => {
+            let total: u32 = slots.iter().sum();
+            // Claimed sandboxes and the pools refilling behind them share
+            // the slots: half each when there are pools.
+            let room = if warms {
+                (total / 2).max(1)
+            } else {
+                total.max(1)
+            };
+            if max_concurrent > room {
+                bounds.push(format!(
+                    "max_concurrent {max_concurrent} lowered to {room}: the clusters hold {total} \
+                     sandboxes{}",
+                    if warms {
+                        ", half of them for warm pools"
+                    } else {
+                        ""
+                    }
+                ));
+                max_concurrent = room;
+            }
+            // One pool lives on one cluster.
+            let largest = slots.iter().copied().max().unwrap_or(0);
+            let pool_room = if warms {
+                largest
+                    .saturating_sub(max_concurrent.min(largest / 2))
+                    .max(1)
+            } else {
+                largest.max(1)
+            };
+            if warms && max_warmpool_size > pool_room {
+                bounds.push(format!(
+                    "max_warmpool_size {max_warmpool_size} lowered to {pool_room}: the largest \
+                     cluster holds {largest} sandboxes"
+                ));
+                max_warmpool_size = pool_room;
+            }
+        }
+        _ => bounds.push(
+            "sandbox slots not bounded: some cluster cannot tell how many it holds".to_string(),
+        ),
+    }
+    let disk = settings.disk().and_then(|disk| {
+        let known: Vec<&Capacity> = capacity
+            .iter()
+            .filter(|c| c.disk_mib_per_node.is_some())
+            .collect();
+        if known.is_empty() {
+            bounds.push(
+                "the disk bound (avg_image_mib) is not applied: no cluster can tell its disk"
+                    .to_string(),
+            );
+            return None;
+        }
+        if known.len() < capacity.len() {
+            bounds.push(format!(
+                "the disk bound uses the {} of {} clusters that can tell their disk",
+                known.len(),
+                capacity.len()
+            ));
+        }
+        Some(DiskBudget {
+            avg_image_mib: disk.avg_image_mib,
+            node_disk_mib: known
+                .iter()
+                .filter_map(|c| c.disk_mib_per_node)
+                .min()
+                .unwrap_or(0),
+            nodes: known.iter().map(|c| c.nodes.unwrap_or(1)).sum(),
+            headroom_percent: disk.headroom_percent,
+        })
+    });
+    let limits = Limits {
         strategy: match settings.strategy {
             Strategy::None => WitStrategy::None,
             Strategy::Naive => WitStrategy::Naive,
             Strategy::Sliding => WitStrategy::Sliding,
             Strategy::Pipelined => WitStrategy::Pipelined,
         },
-        max_concurrent: settings.max_concurrent,
-        max_warmpool_size: settings.max_warmpool_size,
+        max_concurrent,
+        max_warmpool_size,
         warm_per_task: settings.warm_per_task,
-        disk: settings.disk.map(|disk| DiskBudget {
-            avg_image_mib: disk.avg_image_mib,
-            node_disk_mib: disk_per_node_mib,
-            nodes,
-            headroom_percent: disk.headroom_percent,
-        }),
-    }
+        disk,
+    };
+    (limits, bounds)
 }
 
-/// Asks the sizing policy for the plan of `images` with `tasks` each.
+/// Why a plan cannot run on the clusters.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// The sizing policy failed or declined.
+    #[error(transparent)]
+    Policy(#[from] CallError),
+    /// The plan holds more sandboxes at once than the clusters do.
+    #[error(
+        "the plan holds {needed} sandboxes at once ({warm} warm + {concurrent} running) but the clusters hold {slots}; lower max_concurrent or max_warmpool_size, or use the sliding strategy"
+    )]
+    TooBig {
+        /// Sandboxes the plan needs at once.
+        needed: u32,
+        /// Of which warm.
+        warm: u32,
+        /// Of which running tasks.
+        concurrent: u32,
+        /// What the clusters hold.
+        slots: u32,
+    },
+}
+
+/// Asks the sizing policy for the plan of `images` with `tasks` each, on
+/// clusters of `capacity`.
 ///
 /// # Errors
 ///
-/// When the policy fails or declines.
-pub fn plan(
+/// When the policy fails or declines, or its plan does not fit.
+pub async fn plan(
     sizing: &SizingPolicy,
+    settings: &FleetSettings,
+    capacity: &[Capacity],
     images: Vec<String>,
     tasks: Vec<u32>,
-    limits: &Limits,
-) -> Result<Plan, CallError> {
-    let fleet = sizing.plan(&tasks, limits)?;
-    Ok(Plan {
+) -> Result<Plan, PlanError> {
+    let (limits, bounds) = limits(settings, capacity);
+    let fleet = sizing.plan(&tasks, &limits).await?;
+    let plan = Plan {
         images,
         tasks,
         replicas: fleet.replicas,
@@ -81,7 +193,22 @@ pub fn plan(
             .map(|w| w.images.into_iter().map(|i| i as usize).collect())
             .collect(),
         peak_warm: fleet.peak_warm,
-    })
+        concurrent: limits.max_concurrent,
+        bounds,
+    };
+    let slots: Option<u32> = capacity.iter().map(|c| c.sandbox_slots).sum();
+    if let Some(slots) = slots {
+        let needed = plan.peak_warm + plan.concurrent;
+        if needed > slots {
+            return Err(PlanError::TooBig {
+                needed,
+                warm: plan.peak_warm,
+                concurrent: plan.concurrent,
+                slots,
+            });
+        }
+    }
+    Ok(plan)
 }
 
 impl Plan {
@@ -90,14 +217,14 @@ impl Plan {
         self.replicas.iter().sum()
     }
 
-    /// Sandboxes the run expects to exist at once: the warm peak plus one
-    /// claimed sandbox per concurrent task. The breaker compares live
-    /// sandboxes with this.
-    pub fn expected_live(&self, max_concurrent: u32) -> u32 {
-        self.peak_warm + max_concurrent
+    /// Sandboxes the run expects to exist at once: the warm peak, one
+    /// claimed sandbox per concurrent task, and as many again waiting in
+    /// the release queue. The breaker compares live sandboxes with this.
+    pub fn expected_live(&self) -> u32 {
+        self.peak_warm + 2 * self.concurrent
     }
 
-    /// A human-readable summary, one image per line.
+    /// A human-readable summary, one image per line, then the bounds.
     pub fn render(&self) -> String {
         use std::fmt::Write as _;
         let mut out = String::new();
@@ -130,14 +257,18 @@ impl Plan {
         let tasks: u32 = self.tasks.iter().sum();
         writeln!(
             out,
-            "{} tasks over {} images in {} window(s); {} warm replicas in all, at most {} warm at once",
+            "{} tasks over {} images in {} window(s); {} warm replicas in all, at most {} warm at once; {} running at once",
             tasks,
             self.images.len(),
             self.windows.len(),
             self.total_warm(),
-            self.peak_warm
+            self.peak_warm,
+            self.concurrent
         )
         .expect("write to String");
+        for bound in &self.bounds {
+            writeln!(out, "bound: {bound}").expect("write to String");
+        }
         out
     }
 }
@@ -146,10 +277,80 @@ impl Plan {
 mod tests {
     use super::*;
 
+    fn known(slots: u32, disk: u64) -> Capacity {
+        Capacity {
+            nodes: Some(1),
+            cpu_milli: Some(2000),
+            memory_mib: Some(8192),
+            disk_mib_per_node: Some(disk),
+            sandbox_slots: Some(slots),
+        }
+    }
+
     #[test]
     fn the_image_table_keeps_first_appearance_order() {
         let (images, tasks) = image_table(["b", "a", "b", "c", "a", "b"]);
         assert_eq!(images, ["b", "a", "c"]);
         assert_eq!(tasks, [3, 2, 1]);
+    }
+
+    #[test]
+    fn concurrency_above_the_clusters_is_clamped_and_said() {
+        let settings = FleetSettings {
+            max_concurrent: 32,
+            ..FleetSettings::default()
+        };
+        let (limits, bounds) = limits(&settings, &[known(8, 1000)]);
+        assert_eq!(limits.max_concurrent, 4);
+        assert!(
+            limits.max_warmpool_size <= 4,
+            "{}",
+            limits.max_warmpool_size
+        );
+        assert!(
+            bounds[0].contains("max_concurrent 32 lowered to 4"),
+            "{bounds:?}"
+        );
+        // Without pools every slot can run a task.
+        let none = FleetSettings {
+            strategy: Strategy::None,
+            ..settings
+        };
+        assert_eq!(limits_of(&none, &[known(8, 1000)]).max_concurrent, 8);
+    }
+
+    fn limits_of(settings: &FleetSettings, capacity: &[Capacity]) -> Limits {
+        limits(settings, capacity).0
+    }
+
+    #[test]
+    fn unknown_capacity_bounds_nothing() {
+        let settings = FleetSettings {
+            max_concurrent: 32,
+            avg_image_mib: Some(100),
+            ..FleetSettings::default()
+        };
+        let unknown = Capacity::default();
+        let (applied, bounds) = limits(&settings, &[unknown, known(64, 5000)]);
+        assert_eq!(applied.max_concurrent, 32);
+        // The disk budget comes from the cluster that knows its disk, not 0.
+        let disk = applied.disk.unwrap();
+        assert_eq!((disk.node_disk_mib, disk.nodes), (5000, 1));
+        assert!(
+            bounds
+                .iter()
+                .any(|b| b.contains("sandbox slots not bounded")),
+            "{bounds:?}"
+        );
+        assert!(
+            bounds.iter().any(|b| b.contains("1 of 2 clusters")),
+            "{bounds:?}"
+        );
+        let (nothing, bounds) = limits(&settings, &[unknown]);
+        assert!(nothing.disk.is_none());
+        assert!(
+            bounds.iter().any(|b| b.contains("not applied")),
+            "{bounds:?}"
+        );
     }
 }

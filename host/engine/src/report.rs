@@ -2,11 +2,15 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 use serde::Serialize;
 
+use crate::fleet::FleetCounts;
 use crate::phases::{Phase, PhaseStats};
 use crate::results::{TaskRecord, TaskStatus};
+use crate::run::Engine;
 
 /// Task outcomes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -39,6 +43,15 @@ pub struct RecycleCounts {
     pub reused: usize,
     /// Sandboxes released because their reset failed or was not clean.
     pub quarantined: usize,
+}
+
+/// Sandbox releases, made off the tasks' path.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ReleaseCounts {
+    /// Released by the backend.
+    pub released: u64,
+    /// Still failing after their retries; the run's reap removed them.
+    pub failed: u64,
 }
 
 /// One cluster in the environment section.
@@ -102,6 +115,10 @@ pub struct RunReport {
     pub warm: WarmCounts,
     /// Recycling totals.
     pub recycle: RecycleCounts,
+    /// Release totals.
+    pub releases: ReleaseCounts,
+    /// Requests retried, by the kind of error that caused the retry.
+    pub retries: BTreeMap<String, u64>,
     /// Timing per phase.
     pub phases: BTreeMap<&'static str, PhaseStats>,
     /// Where it ran.
@@ -162,6 +179,22 @@ impl RunReport {
             self.recycle.quarantined
         )
         .expect("write to String");
+        if self.releases.failed > 0 {
+            writeln!(
+                out,
+                "releases: {} failed after retries (reaped at teardown)",
+                self.releases.failed
+            )
+            .expect("write to String");
+        }
+        if !self.retries.is_empty() {
+            let retried: Vec<String> = self
+                .retries
+                .iter()
+                .map(|(kind, count)| format!("{count} {kind}"))
+                .collect();
+            writeln!(out, "retried: {}", retried.join(", ")).expect("write to String");
+        }
         writeln!(
             out,
             "{:<16} {:>6} {:>10} {:>9} {:>9} {:>9}",
@@ -183,5 +216,82 @@ impl RunReport {
             writeln!(out, "stopped: {error}").expect("write to String");
         }
         out
+    }
+}
+
+impl Engine {
+    /// The report of a run that started at `started` with `total` tasks,
+    /// `resumed` of them finished by an earlier run.
+    pub(crate) fn report(
+        &self,
+        started: Instant,
+        total: usize,
+        resumed: usize,
+        error: Option<String>,
+    ) -> RunReport {
+        let records = self.records.lock().unwrap_or_else(|e| e.into_inner());
+        let mut all = self.results.previous().to_vec();
+        all.extend(records.iter().cloned());
+        let mut tasks = count(&all);
+        tasks.resumed = resumed;
+        tasks.not_run = total.saturating_sub(resumed + records.len());
+        let fleet = self.fleet.as_ref().map(|fleet| &fleet.counts);
+        let fleet_count = |count: fn(&FleetCounts) -> &AtomicU64| {
+            fleet.map_or(0, |counts| count(counts).load(Ordering::Relaxed))
+        };
+        let releases = self.releases.as_ref().map(|queue| &queue.counts);
+        let phases = self.phases.stats();
+        RunReport {
+            run_id: self.spec.run_id.to_string(),
+            wall_s: started.elapsed().as_secs_f64(),
+            tasks,
+            claims: fleet_count(|c| &c.claims),
+            warm: WarmCounts {
+                total: fleet_count(|c| &c.warm_total),
+                peak: fleet_count(|c| &c.warm_peak),
+            },
+            recycle: RecycleCounts {
+                reused: records.iter().filter(|r| r.reuse > 0).count(),
+                quarantined: phases[Phase::Quarantine.name()].count,
+            },
+            releases: ReleaseCounts {
+                released: releases.map_or(0, |c| c.released.load(Ordering::Relaxed)),
+                failed: releases.map_or(0, |c| c.failed.load(Ordering::Relaxed)),
+            },
+            retries: self.retries.spent(),
+            phases,
+            environment: self.environment(),
+            error,
+        }
+    }
+
+    fn environment(&self) -> Environment {
+        let spec = &self.spec;
+        Environment {
+            sandfleet: env!("CARGO_PKG_VERSION").to_string(),
+            clusters: spec
+                .clusters
+                .iter()
+                .map(|c| ClusterInfo {
+                    name: c.name.clone(),
+                    backend: c.kind.clone(),
+                })
+                .collect(),
+            machine: Machine::current(),
+            plugins: [
+                ("adapter", spec.adapter.version()),
+                ("placement", spec.placement.version()),
+                ("sizing", spec.sizing.version()),
+            ]
+            .into_iter()
+            .chain(spec.reset.as_ref().map(|r| ("reset", r.version())))
+            .map(|(role, info)| {
+                (
+                    role.to_string(),
+                    format!("{} {}", info.plugin.name, info.plugin.version),
+                )
+            })
+            .collect(),
+        }
     }
 }

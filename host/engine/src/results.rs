@@ -36,8 +36,6 @@ pub struct Timings {
     pub process_s: f64,
     /// The adapter's grade call.
     pub grade_s: f64,
-    /// Releasing the sandbox (zero when it is kept for recycling).
-    pub release_s: f64,
     /// From start to finish.
     pub total_s: f64,
 }

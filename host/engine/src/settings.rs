@@ -1,6 +1,10 @@
-//! How a run uses its fleet: the `[fleet]` settings, already validated.
+//! How a run uses its fleet: the `[fleet]` settings. They are read from
+//! the fleet file as they are (`Deserialize`), with a default for every key
+//! and a check of every value, so the file and the engine share one list.
 
 use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
 
 /// How warm pools follow the run (see the sizing contract).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -25,27 +29,35 @@ pub struct DiskCap {
     pub headroom_percent: u32,
 }
 
-/// The fleet settings of a run.
-#[derive(Debug, Clone, PartialEq)]
+/// The fleet settings of a run (`[fleet]`; every key is optional).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct FleetSettings {
     /// Warm pool strategy.
     pub strategy: Strategy,
     /// Tasks that run at once.
+    #[serde(deserialize_with = "de::positive")]
     pub max_concurrent: u32,
     /// Upper bound of one image's pool.
+    #[serde(deserialize_with = "de::positive")]
     pub max_warmpool_size: u32,
     /// Warm one sandbox per task instead of sharing `max_concurrent`.
     pub warm_per_task: bool,
     /// Sandboxes created per warm wave; the next wave starts when these are ready.
+    #[serde(deserialize_with = "de::positive")]
     pub warm_create_budget: u32,
     /// Sandbox creations per second across the host; `None` is unlimited.
+    #[serde(deserialize_with = "de::rate")]
     pub create_rate: Option<f64>,
     /// The breaker trips when live sandboxes exceed the plan's expectation
     /// times this factor.
+    #[serde(deserialize_with = "de::factor")]
     pub overcommit_factor: f64,
     /// The breaker trips above this many live sandboxes, whatever the plan.
+    #[serde(deserialize_with = "de::positive")]
     pub max_live_sandboxes: u32,
-    /// Passes over the dataset.
+    /// Passes over the dataset (from `[run] epochs`).
+    #[serde(skip)]
     pub epochs: u32,
     /// Keep pools warm until the run ends instead of releasing them per
     /// window and epoch.
@@ -55,24 +67,37 @@ pub struct FleetSettings {
     /// Tasks one sandbox serves before it is released (with `recycle`).
     pub max_reuses: u32,
     /// How long a claim may wait for a sandbox.
+    #[serde(deserialize_with = "de::duration")]
     pub claim_timeout: Duration,
     /// How long a warm wave may take to become ready.
+    #[serde(deserialize_with = "de::duration")]
     pub pool_ready_timeout: Duration,
     /// How often the breaker counts live sandboxes.
+    #[serde(deserialize_with = "de::duration")]
     pub breaker_interval: Duration,
-    /// Optional disk cap for sizing.
-    pub disk: Option<DiskCap>,
-    /// Sandbox resources requested per template.
+    /// Average image size in MiB: with it, warm sandboxes held at once are
+    /// capped by the nodes' disk.
+    pub avg_image_mib: Option<u64>,
+    /// Share of the nodes' disk kept free, in percent (with `avg_image_mib`).
+    pub disk_headroom_percent: u32,
+    /// CPU per sandbox, in millicores.
+    #[serde(deserialize_with = "de::positive")]
     pub cpu_milli: u32,
     /// Memory per sandbox in MiB.
+    #[serde(deserialize_with = "de::positive")]
     pub memory_mib: u32,
     /// Ephemeral disk per sandbox in MiB.
+    #[serde(deserialize_with = "de::positive")]
     pub disk_mib: u32,
     /// Whether sandboxes may use the network.
     pub network: bool,
     /// Bytes of each command's stdout and of its stderr that are kept (and
-    /// graded); the rest is dropped, counted and marked.
+    /// graded); the rest is dropped, counted and marked. Written in MiB.
+    #[serde(rename = "max_output_mib", deserialize_with = "de::mib")]
     pub max_output: u64,
+    /// Retries the run may spend on requests that are safe to repeat
+    /// (claims, pool sizes, releases) after errors that may pass.
+    pub retry_budget: u32,
 }
 
 impl Default for FleetSettings {
@@ -93,12 +118,73 @@ impl Default for FleetSettings {
             claim_timeout: Duration::from_secs(120),
             pool_ready_timeout: Duration::from_secs(300),
             breaker_interval: Duration::from_secs(1),
-            disk: None,
+            avg_image_mib: None,
+            disk_headroom_percent: 10,
             cpu_milli: 1000,
             memory_mib: 2048,
             disk_mib: 4096,
             network: false,
             max_output: 16 << 20,
+            retry_budget: 200,
+        }
+    }
+}
+
+impl FleetSettings {
+    /// The disk cap for sizing, when an average image size is given.
+    pub fn disk(&self) -> Option<DiskCap> {
+        self.avg_image_mib.map(|avg_image_mib| DiskCap {
+            avg_image_mib,
+            headroom_percent: self.disk_headroom_percent,
+        })
+    }
+}
+
+/// Deserializers that check values as they are read, for the fleet file's
+/// other tables too.
+pub mod de {
+    use super::*;
+
+    /// A whole number of at least 1.
+    pub fn positive<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u32, D::Error> {
+        std::num::NonZeroU32::deserialize(deserializer).map(std::num::NonZeroU32::get)
+    }
+
+    /// A duration written as `"90s"`, `"2m"`, `"1h 30m"` (humantime).
+    pub fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        humantime::parse_duration(&text).map_err(|e| {
+            serde::de::Error::custom(format!(
+                "`{text}` is not a duration like \"90s\" or \"2m\": {e}"
+            ))
+        })
+    }
+
+    pub(super) fn mib<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
+        positive(deserializer).map(|mib| u64::from(mib) << 20)
+    }
+
+    pub(super) fn rate<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<f64>, D::Error> {
+        let rate = f64::deserialize(deserializer)?;
+        if rate > 0.0 && rate.is_finite() {
+            Ok(Some(rate))
+        } else {
+            Err(serde::de::Error::custom(format!(
+                "create_rate must be a positive number of creations per second, not {rate}"
+            )))
+        }
+    }
+
+    pub(super) fn factor<'de, D: Deserializer<'de>>(deserializer: D) -> Result<f64, D::Error> {
+        let factor = f64::deserialize(deserializer)?;
+        if factor >= 1.0 && factor.is_finite() {
+            Ok(factor)
+        } else {
+            Err(serde::de::Error::custom(format!(
+                "overcommit_factor must be at least 1.0, not {factor}"
+            )))
         }
     }
 }

@@ -84,7 +84,7 @@ mod native {
 fn registry(config: HostConfig) -> Arc<Registry> {
     let registry = Registry::new(PluginHost::new(config).expect("host"));
     registry
-        .add_builtins(sandfleet_guests::BUILTINS)
+        .add_builtins(sandfleet_guests::BUILTINS.iter().map(|b| (b.name, b.wasm)))
         .expect("built-ins load");
     registry
 }
@@ -98,11 +98,11 @@ fn plugin_call(c: &mut Criterion) {
         let clusters = clusters(n);
         let native_clusters = native::clusters(&clusters);
         let expected = policy_least_loaded::place(&native::DEMAND, &native_clusters).unwrap();
-        assert_eq!(reused.place(&DEMAND, &clusters).unwrap(), expected);
+        assert_eq!(reused.place_blocking(&DEMAND, &clusters).unwrap(), expected);
         group.bench_function(format!("wasm/{n}"), |b| {
             b.iter(|| {
                 reused
-                    .place(black_box(&DEMAND), black_box(&clusters))
+                    .place_blocking(black_box(&DEMAND), black_box(&clusters))
                     .unwrap()
             })
         });
@@ -123,7 +123,7 @@ fn plugin_call(c: &mut Criterion) {
     group.bench_function("instantiate/64", |b| {
         b.iter(|| {
             fresh
-                .place(black_box(&DEMAND), black_box(&clusters))
+                .place_blocking(black_box(&DEMAND), black_box(&clusters))
                 .unwrap()
         })
     });
@@ -136,13 +136,13 @@ fn plugin_call(c: &mut Criterion) {
     baseline_registry.install(compiled).unwrap();
     let baseline = baseline_registry.placement("baseline").unwrap();
     assert_eq!(
-        baseline.place(&DEMAND, &clusters).unwrap(),
-        reused.place(&DEMAND, &clusters).unwrap()
+        baseline.place_blocking(&DEMAND, &clusters).unwrap(),
+        reused.place_blocking(&DEMAND, &clusters).unwrap()
     );
     group.bench_function("wasm-baseline/64", |b| {
         b.iter(|| {
             baseline
-                .place(black_box(&DEMAND), black_box(&clusters))
+                .place_blocking(black_box(&DEMAND), black_box(&clusters))
                 .unwrap()
         })
     });

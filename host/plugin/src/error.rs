@@ -65,7 +65,10 @@ impl CallError {
     pub fn is_plugin_fault(&self) -> bool {
         !matches!(
             self.kind,
-            CallErrorKind::Declined { .. } | CallErrorKind::InvalidArguments(_)
+            CallErrorKind::Declined { .. }
+                | CallErrorKind::InvalidArguments(_)
+                | CallErrorKind::HostPanic(_)
+                | CallErrorKind::Cancelled
         )
     }
 }
@@ -102,6 +105,13 @@ pub enum CallErrorKind {
     /// A fresh instance could not be created.
     #[error("could not be instantiated: {0}")]
     Instantiate(String),
+    /// The host panicked while running the call: a bug in sandfleet, not
+    /// in the plugin. The panic's message.
+    #[error("panicked the host: {0}")]
+    HostPanic(String),
+    /// The async runtime shut down before the call could run.
+    #[error("was cancelled: the runtime shut down before it ran")]
+    Cancelled,
 }
 
 /// A component that could not be loaded. The running host is unaffected: the

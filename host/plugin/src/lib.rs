@@ -12,20 +12,34 @@
 //! use sandfleet_plugin::placement::{ClusterState, Clusters, Demand, DemandKind};
 //!
 //! let registry = Registry::new(PluginHost::new(HostConfig::default())?);
-//! registry.add_builtins(sandfleet_guests::BUILTINS).expect("built-ins load");
+//! registry
+//!     .add_builtins(sandfleet_guests::BUILTINS.iter().map(|b| (b.name, b.wasm)))
+//!     .expect("built-ins load");
 //! let policy = registry.placement("least-loaded")?;
 //! let demand = Demand { kind: DemandKind::Claim, image: 0, count: 1, sequence: 0 };
 //! let idle = ClusterState {
 //!     healthy: true, has_image: false, free_slots: 8, live: 0, warm_ready: 0,
 //!     weight: 1, cpu_free_milli: 4000, memory_free_mib: 8192,
 //! };
-//! let cluster = policy.place(&demand, &Clusters::from_states(&[idle]))?;
+//! let clusters = Clusters::from_states(&[idle]);
+//! // From async code: the call runs on tokio's blocking pool.
+//! # let runtime = tokio::runtime::Builder::new_current_thread().build()?;
+//! # runtime.block_on(async {
+//! let cluster = policy.place(&demand, &clusters).await?;
+//! # Ok::<(), Box<dyn std::error::Error>>(()) })?;
+//! // From a thread that is no async runtime's worker: on that thread.
+//! let cluster = policy.place_blocking(&demand, &clusters)?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! Calls are synchronous and short (microseconds; at most the deadline).
-//! WASI's blocking shims must not run on an async runtime's worker thread, so
-//! async code calls plugins through `spawn_blocking` or a thread of its own.
+//! Calls are short (microseconds; at most the deadline) and run wasm to
+//! completion without yielding; a guest's stdout and stderr go through
+//! WASI's blocking shims, which must not run on an async runtime's worker
+//! thread. So every call of the typed wrappers comes in two forms: an async
+//! one (`place`) that moves the call onto tokio's blocking pool, for async
+//! code, and `place_blocking`, for plain threads. Every call runs in a
+//! `plugin_call` span (debug level) with `plugin`, `version` and `function`
+//! fields.
 
 mod bindings;
 mod cache;
@@ -48,7 +62,7 @@ pub use error::{CallError, CallErrorKind, LoadError, LookupError, PluginRef, Sou
 pub use host::{Compiled, HostConfig, HostError, PluginHost, Tier};
 pub use limits::{DEFAULT_DEADLINE, DEFAULT_MEMORY_CAP, KindLimits, Limits};
 pub use loaded::VersionInfo;
-pub use registry::{LoadCounts, PluginStatus, Registry};
+pub use registry::{Builtin, LoadCounts, PluginStatus, Registry};
 pub use wasmtime::component::Val;
 pub use wasmtime::component::types::Type;
 pub use watch::{DEBOUNCE, PluginWatcher, WatchError};

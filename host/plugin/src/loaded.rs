@@ -106,12 +106,22 @@ impl<W: World> Loaded<W> {
     /// Runs `call` on an instance under this plugin's limits.
     ///
     /// A trap of any kind drops the instance (wasmtime refuses further calls
-    /// on it); the next call gets a fresh one.
+    /// on it); the next call gets a fresh one. The call runs in a
+    /// `plugin_call` span (debug level) with the plugin's name, version and
+    /// the function, so the plugin's own log lines and the caller's can be
+    /// told apart per call.
     pub(crate) fn call<R>(
         &self,
         function: &'static str,
         call: impl FnOnce(&W::Instance, &mut Store<StoreState>) -> wasmtime::Result<R>,
     ) -> Result<R, CallError> {
+        let span = tracing::debug_span!(
+            "plugin_call",
+            plugin = &*self.info.plugin.name,
+            version = &*self.info.plugin.version,
+            function,
+        );
+        let _entered = span.enter();
         let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
         let mut live = match idle {
             Some(live) => live,

@@ -42,6 +42,21 @@ pub struct PluginStatus {
     pub last_error_at: Option<SystemTime>,
 }
 
+/// A plugin compiled into the embedding binary, for [`Registry::add_builtins`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Builtin {
+    /// The plugin's name; a file `<name>.wasm` in the plugin directory overrides it.
+    pub name: &'static str,
+    /// The component's bytes.
+    pub wasm: &'static [u8],
+}
+
+impl From<(&'static str, &'static [u8])> for Builtin {
+    fn from((name, wasm): (&'static str, &'static [u8])) -> Self {
+        Builtin { name, wasm }
+    }
+}
+
 /// Loads seen by a registry since it was created.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LoadCounts {
@@ -158,15 +173,20 @@ impl Registry {
     /// overrides one brings the built-in back. A plugin already loaded from a
     /// file under the same name keeps serving.
     ///
+    /// The embedding binary hands them over as bytes, e.g. from
+    /// `sandfleet-guests`:
+    /// `registry.add_builtins(BUILTINS.iter().map(|b| (b.name, b.wasm)))`.
+    ///
     /// # Errors
     ///
     /// Every built-in that failed to load (a broken build), after loading the rest.
     pub fn add_builtins(
         &self,
-        builtins: &[sandfleet_guests::Builtin],
+        builtins: impl IntoIterator<Item: Into<Builtin>>,
     ) -> Result<(), Vec<LoadError>> {
         let mut errors = Vec::new();
         for builtin in builtins {
+            let builtin: Builtin = builtin.into();
             self.write()
                 .builtins
                 .insert(builtin.name.to_string(), builtin.wasm);

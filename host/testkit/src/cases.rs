@@ -26,7 +26,8 @@
 //! to a healthy, empty cluster of weight 1. `expect` holds exactly one of `ok` (compared with the answer;
 //! tables compare only the keys they list), `error` (the plugin's `failure`
 //! kind) or `fault` (`deadline`, `memory-cap`, `out-of-fuel`, `trap` or
-//! `contract`: the host stopped or rejected the call).
+//! `contract`: the host stopped or rejected the call; `host` when the host
+//! itself failed, which no case should expect).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -394,6 +395,7 @@ impl Expectation {
                     CallErrorKind::Contract(_) => "contract",
                     CallErrorKind::InvalidArguments(_) => "invalid-arguments",
                     CallErrorKind::Declined { .. } => "declined",
+                    CallErrorKind::HostPanic(_) | CallErrorKind::Cancelled => "host",
                 };
                 let mut problems = Vec::new();
                 if found != fault {

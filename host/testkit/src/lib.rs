@@ -9,7 +9,7 @@
 //! let plugin = TestPlugin::load("target/wasm32-wasip2/release/my_policy.wasm")?;
 //! let policy = plugin.placement()?;
 //! let clusters = fixtures::clusters(&[fixtures::cluster(1), fixtures::cluster(5)]);
-//! assert_eq!(policy.place(&fixtures::claim(0), &clusters)?, 1);
+//! assert_eq!(policy.place_blocking(&fixtures::claim(0), &clusters)?, 1);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!

@@ -17,14 +17,14 @@ const ROW: &str = r#"{"id": "calc-add", "image": "calc", "test": "python3 -m uni
 #[test]
 fn a_row_becomes_a_task_and_a_script() {
     let adapter = adapter();
-    let task = adapter.load(ROW, &[]).unwrap();
+    let task = adapter.load_blocking(ROW, &[]).unwrap();
     assert_eq!(
         (task.id.as_str(), task.image.as_str(), task.workdir.as_str()),
         ("calc-add", "calc", "/workspace")
     );
 
     let script = adapter
-        .prepare(&task, Some("diff --git a/x b/x\n"))
+        .prepare_blocking(&task, Some("diff --git a/x b/x\n"))
         .unwrap();
     assert_eq!(script.files.len(), 1);
     assert_eq!(script.files[0].path, "/tmp/sandfleet/solution.patch");
@@ -41,7 +41,7 @@ fn a_row_becomes_a_task_and_a_script() {
     );
 
     // Without a solution there is nothing to apply.
-    let script = adapter.prepare(&task, None).unwrap();
+    let script = adapter.prepare_blocking(&task, None).unwrap();
     assert!(script.files.is_empty());
     assert_eq!(script.evaluate.len(), 1);
 }
@@ -49,12 +49,12 @@ fn a_row_becomes_a_task_and_a_script() {
 #[test]
 fn grading_follows_the_exit_code_apply_and_timeout() {
     let adapter = adapter();
-    let task = adapter.load(ROW, &[]).unwrap();
+    let task = adapter.load_blocking(ROW, &[]).unwrap();
     let patch = Some("diff");
     let log = "test_add (tests.test_calc.TestCalc.test_add) ... ok\ntest_sub (tests.test_calc.TestCalc.test_sub) ... FAIL\n";
 
     let passed = adapter
-        .grade(
+        .grade_blocking(
             &task,
             patch,
             &[fixtures::output(0, ""), fixtures::output(0, log)],
@@ -76,7 +76,7 @@ fn grading_follows_the_exit_code_apply_and_timeout() {
     );
 
     let failed = adapter
-        .grade(
+        .grade_blocking(
             &task,
             patch,
             &[fixtures::output(0, ""), fixtures::output(1, log)],
@@ -89,7 +89,7 @@ fn grading_follows_the_exit_code_apply_and_timeout() {
     rejected.stderr =
         "error: patch failed: calc.py:3\nerror: calc.py: patch does not apply\n".into();
     let error = adapter
-        .grade(&task, patch, &[rejected, fixtures::output(1, log)])
+        .grade_blocking(&task, patch, &[rejected, fixtures::output(1, log)])
         .unwrap();
     assert_eq!(error.status, GradeStatus::Error);
     assert_eq!(
@@ -99,7 +99,7 @@ fn grading_follows_the_exit_code_apply_and_timeout() {
 
     let mut overran = fixtures::output(-1, "");
     overran.timed_out = true;
-    let timed_out = adapter.grade(&task, None, &[overran]).unwrap();
+    let timed_out = adapter.grade_blocking(&task, None, &[overran]).unwrap();
     assert_eq!(timed_out.status, GradeStatus::Failed);
     assert_eq!(timed_out.detail, "the test command timed out after 30 s");
     let report: serde_json::Value = serde_json::from_str(&timed_out.report).unwrap();
@@ -130,7 +130,7 @@ fn bad_rows_name_the_field() {
         ("[1, 2]", "a row must be a JSON object"),
         ("{", "not valid JSON"),
     ] {
-        let error = adapter.load(row, &[]).unwrap_err();
+        let error = adapter.load_blocking(row, &[]).unwrap_err();
         match error.kind {
             CallErrorKind::Declined {
                 kind: "invalid-input",
@@ -151,14 +151,14 @@ fn settings_give_defaults_and_unknown_settings_are_refused() {
         value: "/src".into(),
     }];
     let task = adapter
-        .load(r#"{"id": "t", "image": "i", "test": "true"}"#, &settings)
+        .load_blocking(r#"{"id": "t", "image": "i", "test": "true"}"#, &settings)
         .unwrap();
     assert_eq!(task.workdir, "/src");
     let bad = [Setting {
         key: "colour".into(),
         value: "red".into(),
     }];
-    let error = adapter.load(ROW, &bad).unwrap_err().to_string();
+    let error = adapter.load_blocking(ROW, &bad).unwrap_err().to_string();
     assert!(error.contains("unknown setting `colour`"), "{error}");
 }
 
@@ -166,11 +166,14 @@ fn settings_give_defaults_and_unknown_settings_are_refused() {
 fn parse_log_and_summarize() {
     let adapter = adapter();
     let tests = adapter
-        .parse_log("tap", "ok 1 - a\nnot ok 2 - b\n", &[])
+        .parse_log_blocking("tap", "ok 1 - a\nnot ok 2 - b\n", &[])
         .unwrap();
     assert_eq!(tests.len(), 2);
     assert_eq!(tests[1].status, TestStatus::Failed);
-    let error = adapter.parse_log("junit", "", &[]).unwrap_err().to_string();
+    let error = adapter
+        .parse_log_blocking("junit", "", &[])
+        .unwrap_err()
+        .to_string();
     assert!(
         error.contains("unknown parser `junit` (parsers: unittest, tap)"),
         "{error}"
@@ -182,7 +185,7 @@ fn parse_log_and_summarize() {
         solution,
     };
     let summary = adapter
-        .summarize(
+        .summarize_blocking(
             &[
                 graded("a", GradeStatus::Passed, SolutionState::Present),
                 graded("b", GradeStatus::Error, SolutionState::Present),

@@ -161,9 +161,10 @@ echo 'a,b' > data.csv
     }
 
     fn baseline(&self) -> Vec<CommandOutput> {
-        let outputs = self
-            .sandbox
-            .run_all(&self.check.baseline(&self.task).unwrap(), &self.repo());
+        let outputs = self.sandbox.run_all(
+            &self.check.baseline_blocking(&self.task).unwrap(),
+            &self.repo(),
+        );
         for output in &outputs {
             assert_eq!(output.exit_code, 0, "baseline: {}", output.stderr);
         }
@@ -172,8 +173,8 @@ echo 'a,b' > data.csv
 
     /// The reset's commands: its actions, then the baseline's probes again.
     fn reset_commands(&self, baseline: &[CommandOutput]) -> Vec<Command> {
-        let commands = self.check.reset(&self.task, baseline).unwrap();
-        let probes = self.check.baseline(&self.task).unwrap();
+        let commands = self.check.reset_blocking(&self.task, baseline).unwrap();
+        let probes = self.check.baseline_blocking(&self.task).unwrap();
         let actions = commands.len() - probes.len();
         assert!(actions > 0, "the reset has actions");
         let argvs = |commands: &[Command]| -> Vec<Vec<String>> {
@@ -196,7 +197,9 @@ echo 'a,b' > data.csv
     }
 
     fn verify(&self, baseline: &[CommandOutput], outputs: &[CommandOutput]) -> Verdict {
-        self.check.verify(&self.task, baseline, outputs).unwrap()
+        self.check
+            .verify_blocking(&self.task, baseline, outputs)
+            .unwrap()
     }
 
     /// Every difference after the reset, beyond the five a verdict names:

@@ -126,7 +126,7 @@ fn task_for(adapter: &TaskAdapter, case: &Case) -> Task {
         "parsed_commit_content": "{\"file_diffs\": []}",
         "expected_output_json": case.input.expected_output_json,
     });
-    adapter.load(&row.to_string(), &[]).unwrap()
+    adapter.load_blocking(&row.to_string(), &[]).unwrap()
 }
 
 #[test]
@@ -147,7 +147,7 @@ fn every_r2e_reference_case_matches_r2e_gym() {
         let task = task_for(&adapter, &case);
 
         // The command R2E-Gym executes, byte for byte.
-        let script = adapter.prepare(&task, None).unwrap();
+        let script = adapter.prepare_blocking(&task, None).unwrap();
         let run_command = script
             .evaluate
             .iter()
@@ -160,7 +160,7 @@ fn every_r2e_reference_case_matches_r2e_gym() {
         let raw = fixtures::output(case.input.exit_code, &case.input.output);
         let outputs = [fixtures::output(0, ""), raw, fixtures::output(0, "")];
         assert_eq!(outputs.len(), script.evaluate.len(), "{name}");
-        let result = adapter.grade(&task, None, &outputs).unwrap();
+        let result = adapter.grade_blocking(&task, None, &outputs).unwrap();
         let report: Report = serde_json::from_str(&result.report)
             .unwrap_or_else(|error| panic!("{name}: {error}: {}", result.report));
 
@@ -172,7 +172,7 @@ fn every_r2e_reference_case_matches_r2e_gym() {
             "{name}: error code"
         );
         let from_run_output = adapter
-            .parse_log("parse_log_pytest", &expected.run_tests.output, &[])
+            .parse_log_blocking("parse_log_pytest", &expected.run_tests.output, &[])
             .unwrap();
         assert_eq!(
             expected_pairs(&report.parse_logs),
@@ -187,7 +187,7 @@ fn every_r2e_reference_case_matches_r2e_gym() {
             "{name}: parse_logs"
         );
         let from_raw = adapter
-            .parse_log("parse_log_pytest", &case.input.output, &[])
+            .parse_log_blocking("parse_log_pytest", &case.input.output, &[])
             .unwrap();
         assert_eq!(
             pairs(&from_raw),
@@ -229,7 +229,7 @@ fn the_real_sympy_log_parses_as_r2e_gym_parses_it() {
     let log = fs::read_to_string(dir.join("test_output.txt")).unwrap();
     let example: SympyExample = read(&dir.join("expected_status_map.json"));
     for parser in ["parse_log_pytest", "r2e_parse_log_pytest"] {
-        let parsed = adapter.parse_log(parser, &log, &[]).unwrap();
+        let parsed = adapter.parse_log_blocking(parser, &log, &[]).unwrap();
         assert_eq!(
             pairs(&parsed),
             expected_pairs(&example.r2e_parse_log_pytest),

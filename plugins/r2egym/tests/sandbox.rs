@@ -187,11 +187,11 @@ fn task(adapter: &TaskAdapter, grading: &str) -> Task {
         key: "grading".into(),
         value: grading.into(),
     }];
-    adapter.load(&row.to_string(), &settings).unwrap()
+    adapter.load_blocking(&row.to_string(), &settings).unwrap()
 }
 
 fn prepare(adapter: &TaskAdapter, task: &Task, solution: Option<&str>) -> Script {
-    adapter.prepare(task, solution).unwrap()
+    adapter.prepare_blocking(task, solution).unwrap()
 }
 
 fn graded(
@@ -200,7 +200,7 @@ fn graded(
     solution: Option<&str>,
     outputs: &[CommandOutput],
 ) -> GradeResult {
-    adapter.grade(task, solution, outputs).unwrap()
+    adapter.grade_blocking(task, solution, outputs).unwrap()
 }
 
 #[test]

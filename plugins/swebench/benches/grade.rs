@@ -46,7 +46,7 @@ struct Case {
 
 impl Case {
     fn grade(&self, adapter: &TaskAdapter) {
-        let result = adapter.grade(
+        let result = adapter.grade_blocking(
             black_box(&self.task),
             black_box(self.patch.as_deref()),
             black_box(std::slice::from_ref(&self.output)),
@@ -83,7 +83,7 @@ fn real_case(
     Case {
         id: format!("real/{id}"),
         task: adapter
-            .load(&row.to_string(), &common::grader("swebench-5.0.2"))
+            .load_blocking(&row.to_string(), &common::grader("swebench-5.0.2"))
             .unwrap(),
         patch: Some("patch".into()),
         output: common::output(&common::read(log)),
@@ -140,7 +140,7 @@ fn cases(adapter: &TaskAdapter) -> Vec<Case> {
             cases.push(Case {
                 id: format!("golden/{name}@{}", grader.trim_start_matches("swebench-")),
                 task: adapter
-                    .load(&input["instance"].to_string(), &common::grader(grader))
+                    .load_blocking(&input["instance"].to_string(), &common::grader(grader))
                     .unwrap(),
                 patch: input["prediction"]["model_patch"]
                     .as_str()

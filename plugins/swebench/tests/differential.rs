@@ -32,7 +32,7 @@ fn random_cases_match_the_official_harness() {
     for (index, case) in logs.iter().enumerate() {
         let log = case["log"].as_str().unwrap();
         for (parser, expected) in case["parsed"].as_object().unwrap() {
-            let got = match adapter.parse_log(parser, log, &settings) {
+            let got = match adapter.parse_log_blocking(parser, log, &settings) {
                 Ok(tests) => json!({ "status_map": common::status_map(&tests) }),
                 Err(error) => {
                     let message = common::declined::<()>(Err(error));
@@ -45,9 +45,11 @@ fn random_cases_match_the_official_harness() {
                 &format!("log case {index}, {parser}: {log:?}"),
             );
         }
-        let task = adapter.load(&case["row"].to_string(), &settings).unwrap();
+        let task = adapter
+            .load_blocking(&case["row"].to_string(), &settings)
+            .unwrap();
         let outcome = adapter
-            .grade(&task, case["patch"].as_str(), &[common::output(log)])
+            .grade_blocking(&task, case["patch"].as_str(), &[common::output(log)])
             .unwrap();
         let report: Value = serde_json::from_str(&outcome.report).unwrap();
         let expected = case["graded"].get("report").unwrap_or(&Value::Null);
@@ -76,8 +78,8 @@ fn random_cases_match_the_official_harness() {
             "base_commit": BASE_COMMIT,
             "test_patch": patch,
         });
-        let task = adapter.load(&row.to_string(), &settings).unwrap();
-        let prepared = adapter.prepare(&task, Some("diff"));
+        let task = adapter.load_blocking(&row.to_string(), &settings).unwrap();
+        let prepared = adapter.prepare_blocking(&task, Some("diff"));
         let Some(files) = case["modified_files"]["files"].as_array() else {
             // unidiff raised; the harness builds no eval script either.
             assert_eq!(

@@ -21,13 +21,13 @@ fn settings(grader: &str, namespace: Option<&str>) -> Vec<Setting> {
 
 fn load(adapter: &TaskAdapter, row: &Value, settings: &[Setting]) -> Task {
     adapter
-        .load(&row.to_string(), settings)
+        .load_blocking(&row.to_string(), settings)
         .unwrap_or_else(|error| panic!("load: {error}"))
 }
 
 fn prepare(adapter: &TaskAdapter, task: &Task, patch: Option<&str>) -> Script {
     adapter
-        .prepare(task, patch)
+        .prepare_blocking(task, patch)
         .unwrap_or_else(|error| panic!("prepare: {error}"))
 }
 

@@ -30,7 +30,7 @@ fn every_grading_case_matches_both_versions() {
 
 fn check_case(adapter: &TaskAdapter, input: &Value, expected: &Value, grader: &str, context: &str) {
     let task = adapter
-        .load(&input["instance"].to_string(), &common::grader(grader))
+        .load_blocking(&input["instance"].to_string(), &common::grader(grader))
         .unwrap_or_else(|error| panic!("{context}: load: {error}"));
     // What `load` fixed for grading, as the task carries it.
     let data: Value = serde_json::from_str(&task.data).expect("task data is JSON");
@@ -135,7 +135,7 @@ fn grade(
     context: &str,
 ) -> GradeResult {
     adapter
-        .grade(task, patch, &[common::output(log)])
+        .grade_blocking(task, patch, &[common::output(log)])
         .unwrap_or_else(|error| panic!("{context}: grade: {error}"))
 }
 

@@ -22,7 +22,7 @@ fn every_parser_case_matches_both_versions() {
             let expected: Value = common::read_json(&expected_path);
             for grader in common::GRADERS {
                 let want = &expected[grader];
-                let got = match adapter.parse_log(&parser, &log, &common::grader(grader)) {
+                let got = match adapter.parse_log_blocking(&parser, &log, &common::grader(grader)) {
                     Ok(tests) => json!({ "status_map": common::status_map(&tests) }),
                     Err(error) => {
                         let message = common::declined::<()>(Err(error));

@@ -50,9 +50,9 @@ fn swesmith_eval_logs_grade_to_their_reports() {
             "eval_type": "pass_and_fail",
             "image": "swesmith.x86_64",
         });
-        let task = adapter.load(&row.to_string(), &v5).unwrap();
+        let task = adapter.load_blocking(&row.to_string(), &v5).unwrap();
         let outcome = adapter
-            .grade(&task, Some("patch"), &[common::output(&log)])
+            .grade_blocking(&task, Some("patch"), &[common::output(&log)])
             .unwrap();
 
         common::assert_same_json(
@@ -79,7 +79,8 @@ fn swesmith_eval_logs_grade_to_their_reports() {
         });
     }
     let run_report = common::read_json(&logs("swesmith-eval/run_report.json"));
-    let summary: Value = serde_json::from_str(&adapter.summarize(&graded, &v5).unwrap()).unwrap();
+    let summary: Value =
+        serde_json::from_str(&adapter.summarize_blocking(&graded, &v5).unwrap()).unwrap();
     assert_eq!(summary["resolved_ids"], run_report["ids_resolved"]);
     assert_eq!(summary["resolved_instances"], json!(3));
 }
@@ -92,7 +93,7 @@ fn swesmith_validation_logs_parse_to_their_maps() {
         let log = common::read(&logs(&format!("swesmith-validation/{file}")));
         for grader in common::GRADERS {
             let tests = adapter
-                .parse_log("parse_log_pytest_v2", &log, &common::grader(grader))
+                .parse_log_blocking("parse_log_pytest_v2", &log, &common::grader(grader))
                 .unwrap();
             common::assert_same_json(
                 &common::status_map(&tests),
@@ -109,7 +110,7 @@ fn r2e_sympy_log_parses_like_swebench_5() {
     let log = common::read(&logs("r2e-gym-sympy-example/test_output.txt"));
     let expected = common::read_json(&logs("r2e-gym-sympy-example/expected_status_map.json"));
     let tests = adapter
-        .parse_log("parse_log_pytest", &log, &common::grader("swebench-5.0.2"))
+        .parse_log_blocking("parse_log_pytest", &log, &common::grader("swebench-5.0.2"))
         .unwrap();
     common::assert_same_json(
         &common::status_map(&tests),

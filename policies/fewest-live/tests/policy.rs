@@ -14,7 +14,9 @@ fn the_cluster_running_the_fewest_sandboxes_wins() {
     let mut quiet = cluster(2);
     quiet.live = 1;
     assert_eq!(
-        policy.place(&claim(0), &clusters(&[busy, quiet])).unwrap(),
+        policy
+            .place_blocking(&claim(0), &clusters(&[busy, quiet]))
+            .unwrap(),
         1
     );
 }
@@ -32,13 +34,13 @@ fn full_and_unhealthy_clusters_are_skipped() {
     open.live = 3;
     assert_eq!(
         policy
-            .place(&claim(0), &clusters(&[full, sick, open]))
+            .place_blocking(&claim(0), &clusters(&[full, sick, open]))
             .unwrap(),
         2
     );
 
     let error = policy
-        .place(&claim(0), &clusters(&[full, sick]))
+        .place_blocking(&claim(0), &clusters(&[full, sick]))
         .unwrap_err();
     assert!(
         matches!(

@@ -10,7 +10,8 @@ use sandfleet_backend_local::{
     ImageSource, IsolationMode, LimitOverrides, LocalBackend, LocalConfig,
 };
 use sandfleet_core::{
-    Backend, ExecRequest, ExecResult, RunId, SandboxHandle, TemplateRef, TemplateSpec,
+    Backend, BackendError, ExecRequest, ExecResult, Labels, RunId, SandboxHandle, TemplateRef,
+    TemplateSpec,
 };
 
 /// The image every test uses: a small source tree.
@@ -61,15 +62,50 @@ impl Fixture {
         self.dir.path().join("state")
     }
 
-    pub(crate) fn backend(&self) -> LocalBackend {
-        LocalBackend::new("local", self.config.clone(), self.run_id.clone()).unwrap()
+    pub(crate) fn backend(&self) -> TestBackend {
+        TestBackend {
+            backend: LocalBackend::new("local", self.config.clone()).unwrap(),
+            run_id: self.run_id.clone(),
+        }
+    }
+}
+
+/// A local backend and the run the test makes things for. Dereferences to
+/// the backend; `warm` and `labels` fill in the run.
+pub(crate) struct TestBackend {
+    pub(crate) backend: LocalBackend,
+    pub(crate) run_id: RunId,
+}
+
+impl std::ops::Deref for TestBackend {
+    type Target = LocalBackend;
+
+    fn deref(&self) -> &LocalBackend {
+        &self.backend
+    }
+}
+
+impl TestBackend {
+    /// The labels of the test's run.
+    pub(crate) fn labels(&self) -> Labels {
+        self.run_id.labels()
+    }
+
+    pub(crate) async fn warm(
+        &self,
+        template: &TemplateRef,
+        replicas: u32,
+    ) -> Result<(), BackendError> {
+        self.backend
+            .warm(template, replicas, &template.run_id.labels())
+            .await
     }
 }
 
 /// A fixture with namespaced sandboxes and its backend, or `None` (after
 /// saying why) on a machine whose preflight finds that sandboxes cannot be
 /// isolated (no user namespaces for this user).
-pub(crate) async fn namespaced() -> Option<(Fixture, LocalBackend)> {
+pub(crate) async fn namespaced() -> Option<(Fixture, TestBackend)> {
     let fixture = Fixture::new(IsolationMode::Namespaces);
     let backend = fixture.backend();
     let found = backend.preflight().await;
@@ -91,8 +127,8 @@ fn rustix_is_root() -> bool {
         .any(|line| line.starts_with("Uid:") && line.split_whitespace().nth(2) == Some("0"))
 }
 
-/// A template of [`IMAGE`].
-pub(crate) fn spec(name: &str) -> TemplateSpec {
+/// A template of [`IMAGE`] for `run_id`.
+pub(crate) fn spec(run_id: &RunId, name: &str) -> TemplateSpec {
     TemplateSpec {
         name: name.to_string(),
         image: IMAGE.to_string(),
@@ -101,17 +137,30 @@ pub(crate) fn spec(name: &str) -> TemplateSpec {
         disk_mib: 1024,
         network: false,
         env: BTreeMap::new(),
-        labels: BTreeMap::new(),
+        labels: run_id.labels(),
     }
 }
 
-pub(crate) async fn template(backend: &LocalBackend, name: &str) -> TemplateRef {
-    backend.ensure_template(&spec(name)).await.unwrap()
+pub(crate) async fn template(backend: &TestBackend, name: &str) -> TemplateRef {
+    template_for(backend, &backend.run_id, name).await
 }
 
+pub(crate) async fn template_for(
+    backend: &LocalBackend,
+    run_id: &RunId,
+    name: &str,
+) -> TemplateRef {
+    backend.ensure_template(&spec(run_id, name)).await.unwrap()
+}
+
+/// Claims a sandbox of `template` for the template's run.
 pub(crate) async fn claim(backend: &LocalBackend, template: &TemplateRef) -> SandboxHandle {
     backend
-        .claim(template, &BTreeMap::new(), Instant::now() + PATIENCE)
+        .claim(
+            template,
+            &template.run_id.labels(),
+            Instant::now() + PATIENCE,
+        )
         .await
         .unwrap()
 }
@@ -148,17 +197,14 @@ pub(crate) fn request<const N: usize>(argv: [&str; N]) -> ExecRequest {
     }
 }
 
-/// Waits until the pool of `template` has `ready` sandboxes.
+/// Waits until the pool of `template` has `ready` sandboxes (exactly: a
+/// pool that overshot is a failure).
 pub(crate) async fn wait_ready(backend: &LocalBackend, template: &TemplateRef, ready: u32) {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let status = backend.pool_status(template).await.unwrap();
-        if status.ready == ready {
-            return;
-        }
-        assert!(Instant::now() < deadline, "pool stuck at {status:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let status = backend
+        .wait_pool_ready(template, ready, Instant::now() + PATIENCE)
+        .await
+        .unwrap();
+    assert_eq!(status.ready, ready, "{status:?}");
 }
 
 /// Host pids of processes whose argv[0] is the marker of a sandbox of

@@ -50,7 +50,7 @@ impl Setup {
         self.backend
             .claim(
                 &self.template,
-                &BTreeMap::new(),
+                &self.run_id.labels(),
                 Instant::now() + common::PATIENCE,
             )
             .await
@@ -79,7 +79,7 @@ impl Setup {
 }
 
 /// The template every probe uses, with `change` applied.
-fn spec(change: impl Fn(&mut TemplateSpec)) -> TemplateSpec {
+fn spec(run_id: &RunId, change: impl Fn(&mut TemplateSpec)) -> TemplateSpec {
     let mut spec = TemplateSpec {
         name: "escape".into(),
         image: "calc".into(),
@@ -88,7 +88,7 @@ fn spec(change: impl Fn(&mut TemplateSpec)) -> TemplateSpec {
         disk_mib: 256,
         network: false,
         env: BTreeMap::new(),
-        labels: BTreeMap::new(),
+        labels: run_id.labels(),
     };
     change(&mut spec);
     spec
@@ -117,10 +117,13 @@ async fn setups_with(
         config(&mut local);
         let state_dir = local.state_dir.clone().unwrap();
         let run_id = RunId::generate("escape");
-        let backend = LocalBackend::new("local", local, run_id.clone()).unwrap();
+        let backend = LocalBackend::new("local", local).unwrap();
         let found = backend.preflight().await;
         assert!(found.failures.is_empty(), "{label}: {:?}", found.failures);
-        let template = backend.ensure_template(&spec(&template)).await.unwrap();
+        let template = backend
+            .ensure_template(&spec(&run_id, &template))
+            .await
+            .unwrap();
         setups.push(Setup {
             label,
             run_id,
@@ -719,7 +722,7 @@ async fn a_sandbox_that_fails_its_probe_is_never_served() {
     // A path every sandbox sees, declared one no sandbox may see.
     local.hidden_paths = vec![PathBuf::from("/usr/bin")];
     let run_id = RunId::generate("escape");
-    let backend = LocalBackend::new("local", local, run_id.clone()).unwrap();
+    let backend = LocalBackend::new("local", local).unwrap();
     let found = backend.preflight().await;
     assert!(
         found
@@ -729,11 +732,14 @@ async fn a_sandbox_that_fails_its_probe_is_never_served() {
         "{:?}",
         found.failures
     );
-    let template = backend.ensure_template(&spec(|_| {})).await.unwrap();
+    let template = backend
+        .ensure_template(&spec(&run_id, |_| {}))
+        .await
+        .unwrap();
     let error = backend
         .claim(
             &template,
-            &BTreeMap::new(),
+            &run_id.labels(),
             Instant::now() + common::PATIENCE,
         )
         .await

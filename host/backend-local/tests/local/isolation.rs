@@ -115,7 +115,7 @@ async fn the_network_is_off_unless_the_config_and_template_allow_it() {
     let backend = fixture.backend();
     let spec = TemplateSpec {
         network: true,
-        ..common::spec("online")
+        ..common::spec(&fixture.run_id, "online")
     };
     let template = backend.ensure_template(&spec).await.unwrap();
     let online = claim(&backend, &template).await;

@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use sandfleet_core::{Backend, BackendError, PoolStatus, TemplateSpec};
+use sandfleet_core::{Backend, BackendError, ErrorKind, PoolStatus, TemplateSpec};
 
 use crate::common::{self, claim, sandbox_dirs, sh_ok, template, wait_ready};
 
@@ -39,12 +39,12 @@ async fn warm_claim_exec_release_round_trip() {
         .exec(&sandbox, &common::request(["true"]), None)
         .await
         .unwrap_err();
-    assert!(matches!(error, BackendError::NotFound { .. }), "{error}");
+    assert!(error.kind() == ErrorKind::NotFound, "{error}");
     let error = backend
         .renew(&sandbox, Duration::from_secs(60))
         .await
         .unwrap_err();
-    assert!(matches!(error, BackendError::NotFound { .. }), "{error}");
+    assert!(error.kind() == ErrorKind::NotFound, "{error}");
 
     backend.unwarm(&template).await.unwrap();
     backend.unwarm(&template).await.unwrap();
@@ -114,14 +114,13 @@ async fn pools_shrink_and_respect_max_sandboxes() {
     let error = backend
         .claim(
             &template,
-            &Default::default(),
+            &backend.labels(),
             Instant::now() + Duration::from_millis(200),
         )
         .await
         .unwrap_err();
     assert!(
-        matches!(error, BackendError::Timeout { .. })
-            && error.to_string().contains("max_sandboxes"),
+        error.kind() == ErrorKind::Timeout && error.to_string().contains("max_sandboxes"),
         "{error}"
     );
     // A release frees a slot, and the pool takes it.
@@ -138,10 +137,10 @@ async fn templates_are_checked_against_the_config() {
     };
     let unknown = TemplateSpec {
         image: "nope".into(),
-        ..common::spec("t")
+        ..common::spec(&fixture.run_id, "t")
     };
     let error = backend.ensure_template(&unknown).await.unwrap_err();
-    assert!(matches!(error, BackendError::NotFound { .. }), "{error}");
+    assert!(error.kind() == ErrorKind::NotFound, "{error}");
     assert!(
         error.to_string().contains("image `nope`") && error.to_string().contains("app"),
         "{error}"
@@ -149,7 +148,7 @@ async fn templates_are_checked_against_the_config() {
 
     let networked = TemplateSpec {
         network: true,
-        ..common::spec("t")
+        ..common::spec(&fixture.run_id, "t")
     };
     let error = backend.ensure_template(&networked).await.unwrap_err();
     assert!(error.to_string().contains("network = true"), "{error}");
@@ -158,25 +157,41 @@ async fn templates_are_checked_against_the_config() {
     assert_eq!(template(&backend, "t").await, first);
     let changed = TemplateSpec {
         env: [("A".into(), "1".into())].into(),
-        ..common::spec("t")
+        ..common::spec(&fixture.run_id, "t")
     };
-    assert!(matches!(
-        backend.ensure_template(&changed).await,
-        Err(BackendError::Rejected { .. })
-    ));
+    fn kind<T: std::fmt::Debug>(result: Result<T, BackendError>) -> ErrorKind {
+        result.unwrap_err().kind()
+    }
+    assert_eq!(
+        kind(backend.ensure_template(&changed).await),
+        ErrorKind::Invalid
+    );
+    // Labels every backend accepts, and the run among them.
+    let unlabelled = TemplateSpec {
+        labels: Default::default(),
+        ..common::spec(&fixture.run_id, "u")
+    };
+    let error = backend.ensure_template(&unlabelled).await.unwrap_err();
+    assert!(error.to_string().contains("sandfleet.io/run-id"), "{error}");
+    let badly_labelled = TemplateSpec {
+        labels: [("sandfleet.io/run-id".into(), "_bad".into())].into(),
+        ..common::spec(&fixture.run_id, "u")
+    };
+    assert_eq!(
+        kind(backend.ensure_template(&badly_labelled).await),
+        ErrorKind::Invalid
+    );
 
     let missing = sandfleet_core::TemplateRef {
         name: "never".into(),
         image: "app".into(),
+        run_id: fixture.run_id.clone(),
     };
-    assert!(matches!(
-        backend.pool_status(&missing).await,
-        Err(BackendError::NotFound { .. })
-    ));
-    assert!(matches!(
-        backend.warm(&missing, 1).await,
-        Err(BackendError::NotFound { .. })
-    ));
+    assert_eq!(
+        kind(backend.pool_status(&missing).await),
+        ErrorKind::NotFound
+    );
+    assert_eq!(kind(backend.warm(&missing, 1).await), ErrorKind::NotFound);
     backend.unwarm(&missing).await.unwrap();
     assert_eq!(
         backend.list_owned(&fixture.run_id).await.unwrap().templates,
@@ -194,10 +209,10 @@ async fn preflight_and_capacity_describe_this_machine() {
     assert!(preflight.warnings.is_empty(), "{preflight:?}");
     let capacity = backend.capacity().await.unwrap();
     let cores = std::thread::available_parallelism().unwrap().get() as u64;
-    assert_eq!(capacity.nodes, 1);
-    assert_eq!(capacity.cpu_milli, cores * 1000);
-    assert_eq!(u64::from(capacity.sandbox_slots), 4 * cores);
-    assert!(capacity.memory_mib > 0 && capacity.disk_mib_per_node > 0);
+    assert_eq!(capacity.nodes, Some(1));
+    assert_eq!(capacity.cpu_milli, Some(cores * 1000));
+    assert_eq!(capacity.sandbox_slots.map(u64::from), Some(4 * cores));
+    assert!(capacity.memory_mib > Some(0) && capacity.disk_mib_per_node > Some(0));
 }
 
 #[tokio::test]
@@ -212,13 +227,13 @@ async fn a_sandbox_that_cannot_start_fails_cleanly() {
     let error = backend
         .claim(
             &template,
-            &Default::default(),
+            &backend.labels(),
             Instant::now() + common::PATIENCE,
         )
         .await
         .unwrap_err();
     let message = error.to_string();
-    assert!(matches!(error, BackendError::Failed { .. }), "{message}");
+    assert!(error.kind() == ErrorKind::Failed, "{message}");
     // The helper's own words: the image it could not mount.
     assert!(
         message.contains("setting it up failed") && message.contains(&image.display().to_string()),
@@ -234,7 +249,7 @@ async fn a_cancelled_claim_leaves_no_process_running() {
         return;
     };
     let template = template(&backend, "t").await;
-    let labels = Default::default();
+    let labels = backend.labels();
     // Cancelled at several points of a sandbox's making.
     let mut cancelled = 0;
     for delay_ms in [0, 1, 2, 4, 8, 16, 32] {

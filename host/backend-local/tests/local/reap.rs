@@ -1,6 +1,6 @@
 //! Finding and removing what a run left, from the state directory alone.
 
-use sandfleet_backend_local::{IsolationMode, LocalBackend, list_run, reap_run};
+use sandfleet_backend_local::{IsolationMode, list_run, reap_run};
 use sandfleet_core::{Backend, Reaped, RunId};
 
 use crate::common::{
@@ -81,14 +81,14 @@ async fn a_crashed_run_is_reaped_completely_and_idempotently() {
 }
 
 #[tokio::test]
-async fn a_backend_reaps_its_own_run_and_leaves_others_alone() {
+async fn two_runs_on_one_backend_each_reap_only_their_own() {
     let Some((fixture, backend)) = common::namespaced().await else {
         return;
     };
+    // The same backend instance serves a second run.
     let other_run = RunId::generate("other");
-    let other = LocalBackend::new("local", fixture.config.clone(), other_run.clone()).unwrap();
-    let other_template = template(&other, "t").await;
-    let survivor = claim(&other, &other_template).await;
+    let other_template = common::template_for(&backend, &other_run, "t").await;
+    let survivor = claim(&backend, &other_template).await;
 
     let template = template(&backend, "t").await;
     backend.warm(&template, 1).await.unwrap();
@@ -121,10 +121,14 @@ async fn a_backend_reaps_its_own_run_and_leaves_others_alone() {
         "the template was reaped too"
     );
 
-    // The other run, in the same state directory, is untouched.
-    assert_eq!(sh_ok(&other, &survivor, "echo alive").await, "alive\n");
-    other.release(&survivor).await.unwrap();
-    assert_eq!(other.reap(&other_run).await.unwrap().templates, 1);
+    // The other run, on the same backend, is untouched.
+    assert_eq!(sh_ok(&backend, &survivor, "echo alive").await, "alive\n");
+    assert_eq!(
+        backend.pool_status(&other_template).await.unwrap().desired,
+        0
+    );
+    backend.release(&survivor).await.unwrap();
+    assert_eq!(backend.reap(&other_run).await.unwrap().templates, 1);
 }
 
 #[tokio::test]

@@ -37,9 +37,10 @@ async fn the_breaker_trips_against_a_backend_that_over_creates() {
     let RunError::Breaker(reason) = &error else {
         panic!("expected the breaker, got {error}");
     };
-    // No warm pools planned, two tasks at a time: 2 expected, limit 3.
+    // No warm pools planned, two tasks at a time and as many sandboxes
+    // waiting for release: 4 expected, limit 6.
     assert!(
-        reason.contains("exceed the limit of 3 (expected 2 × overcommit_factor 1.5"),
+        reason.contains("exceed the limit of 6 (expected 4 × overcommit_factor 1.5"),
         "{reason}"
     );
 

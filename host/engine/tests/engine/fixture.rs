@@ -27,7 +27,9 @@ impl Fixture {
             std::fs::write(image.join("README"), format!("image {i}\n")).unwrap();
         }
         let registry = Registry::new(PluginHost::new(HostConfig::default()).unwrap());
-        registry.add_builtins(sandfleet_guests::BUILTINS).unwrap();
+        registry
+            .add_builtins(sandfleet_guests::BUILTINS.iter().map(|b| (b.name, b.wasm)))
+            .unwrap();
         Fixture {
             run_id: RunId::generate("engine-test"),
             dir,
@@ -86,7 +88,7 @@ impl Fixture {
             images,
             ..LocalConfig::default()
         };
-        Arc::new(LocalBackend::new("local", config, self.run_id.clone()).unwrap())
+        Arc::new(LocalBackend::new("local", config).unwrap())
     }
 
     /// Work items from generic-adapter rows.
@@ -94,7 +96,7 @@ impl Fixture {
         let adapter = self.registry.adapter("generic").unwrap();
         rows.iter()
             .map(|row| WorkItem {
-                task: adapter.load(row, &[]).unwrap(),
+                task: adapter.load_blocking(row, &[]).unwrap(),
                 solution: None,
                 epoch: 0,
             })

@@ -3,6 +3,7 @@
 //! per concern.
 
 mod breaker;
+mod contract;
 mod fixture;
 mod hostile;
 mod recording;

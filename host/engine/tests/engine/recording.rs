@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use sandfleet_core::{
-    Backend, BackendError, Capacity, ExecRequest, ExecResult, Labels, OutputSink, Owned,
-    PoolStatus, Preflight, Reaped, RunId, SandboxHandle, TemplateRef, TemplateSpec,
+    Backend, BackendError, Capabilities, Capacity, ExecRequest, ExecResult, Labels, OutputSink,
+    Owned, PoolStatus, Preflight, Reaped, RunId, SandboxHandle, TemplateRef, TemplateSpec,
 };
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,6 +48,9 @@ impl Backend for Recording {
     fn name(&self) -> &str {
         self.inner.name()
     }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
     async fn preflight(&self) -> Preflight {
         self.inner.preflight().await
     }
@@ -57,9 +60,14 @@ impl Backend for Recording {
     async fn ensure_template(&self, spec: &TemplateSpec) -> Result<TemplateRef, BackendError> {
         self.inner.ensure_template(spec).await
     }
-    async fn warm(&self, template: &TemplateRef, replicas: u32) -> Result<(), BackendError> {
+    async fn warm(
+        &self,
+        template: &TemplateRef,
+        replicas: u32,
+        labels: &Labels,
+    ) -> Result<(), BackendError> {
         self.record(Event::Warm(template.image.clone(), replicas));
-        self.inner.warm(template, replicas).await
+        self.inner.warm(template, replicas, labels).await
     }
     async fn unwarm(&self, template: &TemplateRef) -> Result<(), BackendError> {
         self.record(Event::Unwarm(template.image.clone()));
@@ -67,6 +75,16 @@ impl Backend for Recording {
     }
     async fn pool_status(&self, template: &TemplateRef) -> Result<PoolStatus, BackendError> {
         self.inner.pool_status(template).await
+    }
+    async fn wait_pool_ready(
+        &self,
+        template: &TemplateRef,
+        at_least: u32,
+        deadline: Instant,
+    ) -> Result<PoolStatus, BackendError> {
+        self.inner
+            .wait_pool_ready(template, at_least, deadline)
+            .await
     }
     async fn claim(
         &self,
@@ -79,7 +97,7 @@ impl Backend for Recording {
         if self.leak_per_claim > 0 {
             let asked = self.inner.pool_status(template).await?.desired;
             self.inner
-                .warm(template, asked + self.leak_per_claim)
+                .warm(template, asked + self.leak_per_claim, labels)
                 .await?;
         }
         Ok(handle)

@@ -1,6 +1,6 @@
 //! The `task-adapter` world.
 
-use super::check_commands;
+use super::{check_commands, off_runtime};
 use crate::bindings::latest::adapter as bindings;
 use crate::error::CallError;
 use crate::store::StoreState;
@@ -56,26 +56,132 @@ super::typed_world!(
 );
 
 impl TaskAdapter {
-    /// Name, version and accepted settings.
+    /// [`TaskAdapter::describe_blocking`] on tokio's blocking pool; the form
+    /// to call from async code (see [`TaskAdapter`]). So are the other
+    /// methods without a `_blocking` suffix.
+    ///
+    /// # Errors
+    ///
+    /// As [`TaskAdapter::describe_blocking`]; [`CallErrorKind::HostPanic`]
+    /// when the host panicked during the call.
+    ///
+    /// [`CallErrorKind::HostPanic`]: crate::CallErrorKind::HostPanic
+    pub fn describe(
+        &self,
+    ) -> impl Future<Output = Result<AdapterInfo, CallError>> + Send + 'static + use<> {
+        let this = self.clone();
+        off_runtime(self.0.plugin(), "describe", move || {
+            this.describe_blocking()
+        })
+    }
+
+    /// As [`TaskAdapter::load_blocking`], on tokio's blocking pool.
+    ///
+    /// # Errors
+    ///
+    /// As [`TaskAdapter::load_blocking`], and as [`TaskAdapter::describe`].
+    pub fn load(
+        &self,
+        row: &str,
+        settings: &[Setting],
+    ) -> impl Future<Output = Result<Task, CallError>> + Send + 'static + use<> {
+        let (this, row, settings) = (self.clone(), row.to_string(), settings.to_vec());
+        off_runtime(self.0.plugin(), "load", move || {
+            this.load_blocking(&row, &settings)
+        })
+    }
+
+    /// As [`TaskAdapter::prepare_blocking`], on tokio's blocking pool.
+    ///
+    /// # Errors
+    ///
+    /// As [`TaskAdapter::prepare_blocking`], and as [`TaskAdapter::describe`].
+    pub fn prepare(
+        &self,
+        task: &Task,
+        solution: Option<&str>,
+    ) -> impl Future<Output = Result<Script, CallError>> + Send + 'static + use<> {
+        let (this, task) = (self.clone(), task.clone());
+        let solution = solution.map(str::to_string);
+        off_runtime(self.0.plugin(), "prepare", move || {
+            this.prepare_blocking(&task, solution.as_deref())
+        })
+    }
+
+    /// As [`TaskAdapter::grade_blocking`], on tokio's blocking pool.
+    ///
+    /// # Errors
+    ///
+    /// As [`TaskAdapter::grade_blocking`], and as [`TaskAdapter::describe`].
+    pub fn grade(
+        &self,
+        task: &Task,
+        solution: Option<&str>,
+        outputs: &[CommandOutput],
+    ) -> impl Future<Output = Result<GradeResult, CallError>> + Send + 'static + use<> {
+        let (this, task, outputs) = (self.clone(), task.clone(), outputs.to_vec());
+        let solution = solution.map(str::to_string);
+        off_runtime(self.0.plugin(), "grade", move || {
+            this.grade_blocking(&task, solution.as_deref(), &outputs)
+        })
+    }
+
+    /// As [`TaskAdapter::parse_log_blocking`], on tokio's blocking pool.
+    ///
+    /// # Errors
+    ///
+    /// As [`TaskAdapter::parse_log_blocking`], and as [`TaskAdapter::describe`].
+    pub fn parse_log(
+        &self,
+        parser: &str,
+        log: &str,
+        settings: &[Setting],
+    ) -> impl Future<Output = Result<Vec<TestResult>, CallError>> + Send + 'static + use<> {
+        let (this, parser) = (self.clone(), parser.to_string());
+        let (log, settings) = (log.to_string(), settings.to_vec());
+        off_runtime(self.0.plugin(), "parse-log", move || {
+            this.parse_log_blocking(&parser, &log, &settings)
+        })
+    }
+
+    /// As [`TaskAdapter::summarize_blocking`], on tokio's blocking pool.
+    ///
+    /// # Errors
+    ///
+    /// As [`TaskAdapter::summarize_blocking`], and as [`TaskAdapter::describe`].
+    pub fn summarize(
+        &self,
+        results: &[Graded],
+        settings: &[Setting],
+    ) -> impl Future<Output = Result<String, CallError>> + Send + 'static + use<> {
+        let (this, results, settings) = (self.clone(), results.to_vec(), settings.to_vec());
+        off_runtime(self.0.plugin(), "summarize", move || {
+            this.summarize_blocking(&results, &settings)
+        })
+    }
+
+    /// Name, version and accepted settings, on the calling thread, which
+    /// must not be an async runtime's worker.
     ///
     /// # Errors
     ///
     /// When the plugin traps or overruns a limit.
-    pub fn describe(&self) -> Result<AdapterInfo, CallError> {
+    pub fn describe_blocking(&self) -> Result<AdapterInfo, CallError> {
         let plugin = self.0.current();
         plugin.call("describe", |instance, store| {
             instance.sandfleet_plugin_adapter().call_describe(store)
         })
     }
 
-    /// Reads one dataset row (a JSON object) into a task.
+    /// Reads one dataset row (a JSON object) into a task, on the calling
+    /// thread.
     ///
     /// # Errors
     ///
     /// When the plugin declines (a malformed row: the message names the
     /// field), traps, overruns a limit, or returns a task without an id,
     /// image or absolute workdir.
-    pub fn load(&self, row: &str, settings: &[Setting]) -> Result<Task, CallError> {
+    pub fn load_blocking(&self, row: &str, settings: &[Setting]) -> Result<Task, CallError> {
         self.0.call(
             "load",
             |instance, store| {
@@ -87,13 +193,18 @@ impl TaskAdapter {
         )
     }
 
-    /// Builds the script that evaluates `solution` on `task`.
+    /// Builds the script that evaluates `solution` on `task`, on the
+    /// calling thread.
     ///
     /// # Errors
     ///
     /// When the plugin declines, traps, overruns a limit, or returns a script
     /// with a relative path or an empty command.
-    pub fn prepare(&self, task: &Task, solution: Option<&str>) -> Result<Script, CallError> {
+    pub fn prepare_blocking(
+        &self,
+        task: &Task,
+        solution: Option<&str>,
+    ) -> Result<Script, CallError> {
         self.0.call(
             "prepare",
             |instance, store| {
@@ -112,13 +223,14 @@ impl TaskAdapter {
         )
     }
 
-    /// Grades the outputs of the script's evaluate commands.
+    /// Grades the outputs of the script's evaluate commands, on the calling
+    /// thread.
     ///
     /// # Errors
     ///
     /// When the plugin declines, traps, overruns a limit, or returns a reward
     /// that is not a finite number.
-    pub fn grade(
+    pub fn grade_blocking(
         &self,
         task: &Task,
         solution: Option<&str>,
@@ -135,13 +247,14 @@ impl TaskAdapter {
         )
     }
 
-    /// Runs the adapter's log parser `parser` on `log`.
+    /// Runs the adapter's log parser `parser` on `log`, on the calling
+    /// thread.
     ///
     /// # Errors
     ///
     /// When the plugin declines (for example an unknown parser), traps or
     /// overruns a limit.
-    pub fn parse_log(
+    pub fn parse_log_blocking(
         &self,
         parser: &str,
         log: &str,
@@ -158,13 +271,18 @@ impl TaskAdapter {
         )
     }
 
-    /// The run-level report in the adapter's native format (JSON).
+    /// The run-level report in the adapter's native format (JSON), on the
+    /// calling thread.
     ///
     /// # Errors
     ///
     /// When the plugin declines, traps, overruns a limit, or returns text
     /// that is not JSON.
-    pub fn summarize(&self, results: &[Graded], settings: &[Setting]) -> Result<String, CallError> {
+    pub fn summarize_blocking(
+        &self,
+        results: &[Graded],
+        settings: &[Setting],
+    ) -> Result<String, CallError> {
         self.0.call(
             "summarize",
             |instance, store| {

@@ -2,12 +2,14 @@
 //! plugins. Each call runs on the version current when it starts, under that
 //! kind's limits, and its answer is checked against the contract.
 
+use std::any::Any;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
 use crate::bindings::types::{Failure, FailureKind};
-use crate::error::{CallError, CallErrorKind};
+use crate::error::{CallError, CallErrorKind, PluginRef};
 use crate::loaded::{Loaded, VersionInfo, World};
 
 pub mod adapter;
@@ -42,6 +44,23 @@ macro_rules! typed_world {
         }
 
         $(#[$doc])*
+        ///
+        /// # Calling from async code
+        ///
+        /// Every call comes in two forms. `name(...)` returns a future that
+        /// runs the call on tokio's blocking pool: call it, and only it, from
+        /// async code. `name_blocking(...)` runs the call on the calling
+        /// thread, for threads that are not a tokio runtime's (the CLI's
+        /// commands, tests, benches).
+        ///
+        /// A call runs wasm to completion without yielding (microseconds, at
+        /// most the deadline), and a guest that writes to stdout or stderr
+        /// goes through wasmtime-wasi's synchronous shims, which `block_on`
+        /// a future: on a runtime's worker thread that panics ("Cannot start
+        /// a runtime from within a runtime") or stalls every task sharing
+        /// the thread. The async form keeps that knowledge here, so its
+        /// callers just `.await`. Its arguments are cloned before it
+        /// returns, so the future is `Send + 'static` and can be spawned.
         #[derive(Clone)]
         pub struct $wrapper(pub(crate) super::Handle<$world>);
 
@@ -84,6 +103,11 @@ impl<W: World> Handle<W> {
         self.slot.load().info.clone()
     }
 
+    /// The name and version serving now.
+    pub(crate) fn plugin(&self) -> PluginRef {
+        self.slot.load().info.plugin.clone()
+    }
+
     /// Calls `function` and turns the plugin's own `failure` into
     /// [`CallErrorKind::Declined`]; `check` then vets a successful answer.
     pub(crate) fn call<T>(
@@ -100,6 +124,50 @@ impl<W: World> Handle<W> {
         let value = answer.map_err(|failure| plugin.error(function, declined(failure)))?;
         check(&value).map_err(|detail| plugin.error(function, CallErrorKind::Contract(detail)))?;
         Ok(value)
+    }
+}
+
+/// Runs `call`, a blocking call of `function` on `plugin`, on tokio's
+/// blocking pool, under the caller's subscriber and inside its current span,
+/// so its log lines read as if it ran where it was awaited. A panic becomes
+/// [`CallErrorKind::HostPanic`], a runtime that shut down before the call
+/// ran [`CallErrorKind::Cancelled`]. Outside a tokio runtime (no worker
+/// thread to protect) the call runs on the polling thread.
+pub(crate) async fn off_runtime<T: Send + 'static>(
+    plugin: PluginRef,
+    function: &'static str,
+    call: impl FnOnce() -> Result<T, CallError> + Send + 'static,
+) -> Result<T, CallError> {
+    let error = |kind| CallError {
+        plugin: plugin.clone(),
+        function,
+        kind,
+    };
+    let dispatch = tracing::dispatcher::get_default(Clone::clone);
+    let parent = tracing::Span::current();
+    let call = move || tracing::dispatcher::with_default(&dispatch, || parent.in_scope(call));
+    if tokio::runtime::Handle::try_current().is_err() {
+        return std::panic::catch_unwind(AssertUnwindSafe(call)).unwrap_or_else(|payload| {
+            Err(error(CallErrorKind::HostPanic(panic_message(&*payload))))
+        });
+    }
+    match tokio::task::spawn_blocking(call).await {
+        Ok(result) => result,
+        Err(join) if join.is_panic() => Err(error(CallErrorKind::HostPanic(panic_message(
+            &*join.into_panic(),
+        )))),
+        Err(_) => Err(error(CallErrorKind::Cancelled)),
+    }
+}
+
+fn panic_message(payload: &(dyn Any + Send)) -> String {
+    match (
+        payload.downcast_ref::<&str>(),
+        payload.downcast_ref::<String>(),
+    ) {
+        (Some(message), _) => (*message).to_string(),
+        (None, Some(message)) => message.clone(),
+        (None, None) => "(a panic without a message)".to_string(),
     }
 }
 
@@ -125,4 +193,60 @@ pub(crate) fn check_commands<'a>(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plugin() -> PluginRef {
+        PluginRef {
+            name: "p".into(),
+            version: "sha256:000000000000".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_panic_on_the_blocking_pool_becomes_a_call_error() {
+        let error = off_runtime::<u32>(plugin(), "place", || panic!("deliberate"))
+            .await
+            .unwrap_err();
+        assert_eq!(error.function, "place");
+        assert!(
+            matches!(&error.kind, CallErrorKind::HostPanic(message) if message == "deliberate"),
+            "{error}"
+        );
+        assert!(!error.is_plugin_fault());
+        assert_eq!(
+            error.to_string(),
+            "plugin `p` (sha256:000000000000) place: panicked the host: deliberate"
+        );
+    }
+
+    #[test]
+    fn outside_a_runtime_the_call_runs_on_the_polling_thread() {
+        let caller = std::thread::current().id();
+        let ran_on = poll_to_completion(off_runtime(plugin(), "plan", move || {
+            Ok(std::thread::current().id())
+        }));
+        assert_eq!(ran_on.unwrap(), caller);
+        let error = poll_to_completion(off_runtime::<()>(plugin(), "plan", || {
+            panic!("{}", String::from("formatted"))
+        }))
+        .unwrap_err();
+        assert!(matches!(&error.kind, CallErrorKind::HostPanic(m) if m == "formatted"));
+    }
+
+    /// Polls `future` to completion on this thread, with no runtime.
+    fn poll_to_completion<F: std::future::Future>(future: F) -> F::Output {
+        use std::task::{Context, Poll, Waker};
+        let mut future = std::pin::pin!(future);
+        let mut context = Context::from_waker(Waker::noop());
+        loop {
+            if let Poll::Ready(output) = future.as_mut().poll(&mut context) {
+                return output;
+            }
+            std::thread::yield_now();
+        }
+    }
 }

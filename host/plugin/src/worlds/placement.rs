@@ -1,5 +1,6 @@
 //! The `placement-policy` world.
 
+use super::off_runtime;
 use crate::bindings::latest::placement as bindings;
 use crate::error::{CallError, CallErrorKind};
 use crate::store::StoreState;
@@ -89,13 +90,32 @@ super::typed_world!(
 );
 
 impl PlacementPolicy {
-    /// Returns the index of the cluster that gets `demand`.
+    /// [`PlacementPolicy::place_blocking`] on tokio's blocking pool; the form
+    /// to call from async code (see [`PlacementPolicy`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`PlacementPolicy::place_blocking`]; [`CallErrorKind::HostPanic`]
+    /// when the host panicked during the call.
+    pub fn place(
+        &self,
+        demand: &Demand,
+        clusters: &Clusters,
+    ) -> impl Future<Output = Result<u32, CallError>> + Send + 'static + use<> {
+        let (this, demand, clusters) = (self.clone(), *demand, clusters.clone());
+        off_runtime(self.0.plugin(), "place", move || {
+            this.place_blocking(&demand, &clusters)
+        })
+    }
+
+    /// Returns the index of the cluster that gets `demand`, on the calling
+    /// thread, which must not be an async runtime's worker.
     ///
     /// # Errors
     ///
     /// When the plugin declines, traps, overruns a limit, or answers with an
     /// index that is not a cluster's.
-    pub fn place(&self, demand: &Demand, clusters: &Clusters) -> Result<u32, CallError> {
+    pub fn place_blocking(&self, demand: &Demand, clusters: &Clusters) -> Result<u32, CallError> {
         if let Err(detail) = check_columns(clusters.column_lengths(), clusters.index_lists()) {
             let plugin = self.0.current();
             return Err(plugin.error("place", CallErrorKind::InvalidArguments(detail)));

@@ -1,6 +1,6 @@
 //! The `reset-check` world.
 
-use super::check_commands;
+use super::{check_commands, off_runtime};
 use crate::bindings::latest::reset as bindings;
 use crate::error::CallError;
 use crate::store::StoreState;
@@ -18,13 +18,67 @@ super::typed_world!(
 );
 
 impl ResetCheck {
-    /// Commands that record the pristine state of a fresh sandbox.
+    /// [`ResetCheck::baseline_blocking`] on tokio's blocking pool; the form
+    /// to call from async code (see [`ResetCheck`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`ResetCheck::baseline_blocking`]; [`CallErrorKind::HostPanic`]
+    /// when the host panicked during the call.
+    ///
+    /// [`CallErrorKind::HostPanic`]: crate::CallErrorKind::HostPanic
+    pub fn baseline(
+        &self,
+        task: &Task,
+    ) -> impl Future<Output = Result<Vec<Command>, CallError>> + Send + 'static + use<> {
+        let (this, task) = (self.clone(), task.clone());
+        off_runtime(self.0.plugin(), "baseline", move || {
+            this.baseline_blocking(&task)
+        })
+    }
+
+    /// As [`ResetCheck::reset_blocking`], on tokio's blocking pool.
+    ///
+    /// # Errors
+    ///
+    /// As [`ResetCheck::reset_blocking`], and as [`ResetCheck::baseline`].
+    pub fn reset(
+        &self,
+        task: &Task,
+        baseline: &[CommandOutput],
+    ) -> impl Future<Output = Result<Vec<Command>, CallError>> + Send + 'static + use<> {
+        let (this, task, baseline) = (self.clone(), task.clone(), baseline.to_vec());
+        off_runtime(self.0.plugin(), "reset", move || {
+            this.reset_blocking(&task, &baseline)
+        })
+    }
+
+    /// As [`ResetCheck::verify_blocking`], on tokio's blocking pool.
+    ///
+    /// # Errors
+    ///
+    /// As [`ResetCheck::verify_blocking`], and as [`ResetCheck::baseline`].
+    pub fn verify(
+        &self,
+        task: &Task,
+        baseline: &[CommandOutput],
+        outputs: &[CommandOutput],
+    ) -> impl Future<Output = Result<Verdict, CallError>> + Send + 'static + use<> {
+        let (this, task) = (self.clone(), task.clone());
+        let (baseline, outputs) = (baseline.to_vec(), outputs.to_vec());
+        off_runtime(self.0.plugin(), "verify", move || {
+            this.verify_blocking(&task, &baseline, &outputs)
+        })
+    }
+
+    /// Commands that record the pristine state of a fresh sandbox. Runs on
+    /// the calling thread, which must not be an async runtime's worker.
     ///
     /// # Errors
     ///
     /// When the plugin declines, traps, overruns a limit, or returns a
     /// command without a program.
-    pub fn baseline(&self, task: &Task) -> Result<Vec<Command>, CallError> {
+    pub fn baseline_blocking(&self, task: &Task) -> Result<Vec<Command>, CallError> {
         self.0.call(
             "baseline",
             |instance, store| instance.sandfleet_plugin_reset().call_baseline(store, task),
@@ -32,12 +86,13 @@ impl ResetCheck {
         )
     }
 
-    /// Commands that reset a used sandbox and probe its state.
+    /// Commands that reset a used sandbox and probe its state, on the
+    /// calling thread.
     ///
     /// # Errors
     ///
-    /// As [`ResetCheck::baseline`].
-    pub fn reset(
+    /// As [`ResetCheck::baseline_blocking`].
+    pub fn reset_blocking(
         &self,
         task: &Task,
         baseline: &[CommandOutput],
@@ -53,12 +108,13 @@ impl ResetCheck {
         )
     }
 
-    /// Judges the reset commands' outputs against the baseline.
+    /// Judges the reset commands' outputs against the baseline, on the
+    /// calling thread.
     ///
     /// # Errors
     ///
     /// When the plugin declines, traps or overruns a limit.
-    pub fn verify(
+    pub fn verify_blocking(
         &self,
         task: &Task,
         baseline: &[CommandOutput],

@@ -1,5 +1,6 @@
 //! The `sizing-policy` world.
 
+use super::off_runtime;
 use crate::bindings::latest::sizing as bindings;
 use crate::error::CallError;
 use crate::store::StoreState;
@@ -18,14 +19,35 @@ super::typed_world!(
 );
 
 impl SizingPolicy {
+    /// [`SizingPolicy::plan_blocking`] on tokio's blocking pool; the form to
+    /// call from async code (see [`SizingPolicy`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`SizingPolicy::plan_blocking`]; [`CallErrorKind::HostPanic`]
+    /// when the host panicked during the call.
+    ///
+    /// [`CallErrorKind::HostPanic`]: crate::CallErrorKind::HostPanic
+    pub fn plan(
+        &self,
+        tasks: &[u32],
+        limits: &Limits,
+    ) -> impl Future<Output = Result<FleetPlan, CallError>> + Send + 'static + use<> {
+        let (this, tasks, limits) = (self.clone(), tasks.to_vec(), *limits);
+        off_runtime(self.0.plugin(), "plan", move || {
+            this.plan_blocking(&tasks, &limits)
+        })
+    }
+
     /// Plans the warm fleet under `limits`; `tasks` holds the number of
-    /// tasks per image.
+    /// tasks per image. Runs on the calling thread, which must not be an
+    /// async runtime's worker.
     ///
     /// # Errors
     ///
     /// When the plugin declines, traps, overruns a limit, or returns a plan
     /// that does not fit the images (see [`check_plan`]).
-    pub fn plan(&self, tasks: &[u32], limits: &Limits) -> Result<FleetPlan, CallError> {
+    pub fn plan_blocking(&self, tasks: &[u32], limits: &Limits) -> Result<FleetPlan, CallError> {
         self.0.call(
             "plan",
             |instance, store| {

@@ -22,7 +22,7 @@ fn a_spinning_guest_is_stopped_by_the_deadline_and_the_host_keeps_serving() {
     let policy = registry.placement("misbehave").unwrap();
     let clusters = three_clusters();
 
-    let error = policy.place(&demand(SPIN), &clusters).unwrap_err();
+    let error = policy.place_blocking(&demand(SPIN), &clusters).unwrap_err();
     assert!(
         matches!(error.kind, CallErrorKind::Deadline(d) if d == Duration::from_millis(100)),
         "{error}"
@@ -37,7 +37,10 @@ fn a_spinning_guest_is_stopped_by_the_deadline_and_the_host_keeps_serving() {
     assert!(error.is_plugin_fault());
 
     // The same plugin answers the next call, on a fresh instance.
-    assert_eq!(policy.place(&demand(BEHAVE), &clusters).unwrap(), 0);
+    assert_eq!(
+        policy.place_blocking(&demand(BEHAVE), &clusters).unwrap(),
+        0
+    );
 }
 
 #[test]
@@ -49,11 +52,12 @@ fn other_plugins_keep_answering_while_one_spins() {
     let good = registry.placement("least-loaded").unwrap();
     let clusters = three_clusters();
 
-    let spinning = std::thread::spawn(move || spinner.place(&demand(SPIN), &three_clusters()));
+    let spinning =
+        std::thread::spawn(move || spinner.place_blocking(&demand(SPIN), &three_clusters()));
     let mut answered = 0;
     let until = Instant::now() + Duration::from_millis(50);
     while Instant::now() < until {
-        assert_eq!(good.place(&demand(0), &clusters).unwrap(), 1);
+        assert_eq!(good.place_blocking(&demand(0), &clusters).unwrap(), 1);
         answered += 1;
     }
     assert!(answered > 0);
@@ -73,7 +77,7 @@ fn the_deadline_is_configurable_per_kind() {
     let error = registry
         .placement("misbehave")
         .unwrap()
-        .place(&demand(SPIN), &three_clusters())
+        .place_blocking(&demand(SPIN), &three_clusters())
         .unwrap_err();
     assert!(
         matches!(error.kind, CallErrorKind::Deadline(d) if d == Duration::from_millis(20)),
@@ -86,7 +90,9 @@ fn an_allocating_guest_is_stopped_by_the_memory_cap() {
     let registry = registry();
     load(&registry, "misbehave", sandfleet_guests::MISBEHAVE);
     let policy = registry.placement("misbehave").unwrap();
-    let error = policy.place(&demand(HOG), &three_clusters()).unwrap_err();
+    let error = policy
+        .place_blocking(&demand(HOG), &three_clusters())
+        .unwrap_err();
     assert!(
         matches!(error.kind, CallErrorKind::MemoryCap(cap) if cap == 64 << 20),
         "{error}"
@@ -95,7 +101,12 @@ fn an_allocating_guest_is_stopped_by_the_memory_cap() {
         error.to_string().contains("memory cap of 64 MiB"),
         "{error}"
     );
-    assert_eq!(policy.place(&demand(BEHAVE), &three_clusters()).unwrap(), 0);
+    assert_eq!(
+        policy
+            .place_blocking(&demand(BEHAVE), &three_clusters())
+            .unwrap(),
+        0
+    );
 }
 
 #[test]
@@ -114,7 +125,7 @@ fn a_larger_memory_cap_lets_the_same_guest_finish() {
     let held = registry
         .placement("misbehave")
         .unwrap()
-        .place(&demand(HOG), &three_clusters());
+        .place_blocking(&demand(HOG), &three_clusters());
     // 256 is out of range for three clusters: the contract check sees the answer.
     assert!(
         matches!(&held.unwrap_err().kind, CallErrorKind::Contract(detail) if detail.contains("256")),
@@ -126,7 +137,9 @@ fn a_trap_is_reported_with_plugin_version_and_function() {
     let registry = registry();
     load(&registry, "misbehave", sandfleet_guests::MISBEHAVE);
     let policy = registry.placement("misbehave").unwrap();
-    let error = policy.place(&demand(TRAP), &three_clusters()).unwrap_err();
+    let error = policy
+        .place_blocking(&demand(TRAP), &three_clusters())
+        .unwrap_err();
     assert!(matches!(&error.kind, CallErrorKind::Trap(_)), "{error}");
     let message = error.to_string();
     assert!(
@@ -142,7 +155,7 @@ fn an_out_of_range_answer_is_a_contract_error() {
     load(&registry, "misbehave", sandfleet_guests::MISBEHAVE);
     let policy = registry.placement("misbehave").unwrap();
     let error = policy
-        .place(
+        .place_blocking(
             &demand(OUT_OF_RANGE),
             &Clusters::from_states(&[cluster(1), cluster(2)]),
         )
@@ -163,7 +176,7 @@ fn a_declined_call_is_not_a_plugin_fault() {
     let error = registry
         .placement("misbehave")
         .unwrap()
-        .place(&demand(REFUSE), &three_clusters())
+        .place_blocking(&demand(REFUSE), &three_clusters())
         .unwrap_err();
     assert!(
         matches!(&error.kind, CallErrorKind::Declined { kind: "unsatisfiable", message } if message == "refused on request"),
@@ -185,12 +198,19 @@ fn fuel_stops_a_spinning_guest_when_enabled() {
     });
     load(&registry, "misbehave", sandfleet_guests::MISBEHAVE);
     let policy = registry.placement("misbehave").unwrap();
-    let error = policy.place(&demand(SPIN), &three_clusters()).unwrap_err();
+    let error = policy
+        .place_blocking(&demand(SPIN), &three_clusters())
+        .unwrap_err();
     assert!(
         matches!(error.kind, CallErrorKind::OutOfFuel(1_000_000)),
         "{error}"
     );
-    assert_eq!(policy.place(&demand(BEHAVE), &three_clusters()).unwrap(), 0);
+    assert_eq!(
+        policy
+            .place_blocking(&demand(BEHAVE), &three_clusters())
+            .unwrap(),
+        0
+    );
 }
 
 #[test]
@@ -207,10 +227,18 @@ fn a_baseline_build_runs_under_the_same_limits() {
     assert_eq!(policy.version().tier, Tier::Baseline);
     let clusters = three_clusters();
 
-    let kind = |image| policy.place(&demand(image), &clusters).unwrap_err().kind;
+    let kind = |image| {
+        policy
+            .place_blocking(&demand(image), &clusters)
+            .unwrap_err()
+            .kind
+    };
     assert!(matches!(kind(SPIN), CallErrorKind::Deadline(d) if d == Duration::from_millis(100)));
     assert!(matches!(kind(HOG), CallErrorKind::MemoryCap(cap) if cap == 64 << 20));
     assert!(matches!(kind(TRAP), CallErrorKind::Trap(_)));
     assert!(matches!(kind(OUT_OF_RANGE), CallErrorKind::Contract(_)));
-    assert_eq!(policy.place(&demand(BEHAVE), &clusters).unwrap(), 0);
+    assert_eq!(
+        policy.place_blocking(&demand(BEHAVE), &clusters).unwrap(),
+        0
+    );
 }

@@ -107,7 +107,12 @@ fn a_plugin_of_another_world_cannot_replace_one() {
     }
     // The placement policy still serves.
     let policy = registry.placement("policy").unwrap();
-    assert_eq!(policy.place(&demand(0), &three_clusters()).unwrap(), 1);
+    assert_eq!(
+        policy
+            .place_blocking(&demand(0), &three_clusters())
+            .unwrap(),
+        1
+    );
 }
 
 #[test]
@@ -146,14 +151,21 @@ fn a_failed_load_keeps_the_serving_version_and_reports_the_error() {
     assert!(error.contains("not a WebAssembly component"), "{error}");
     assert_eq!(registry.load_counts().failed, 1);
     let policy = registry.placement("policy").unwrap();
-    assert_eq!(policy.place(&demand(0), &three_clusters()).unwrap(), 1);
+    assert_eq!(
+        policy
+            .place_blocking(&demand(0), &three_clusters())
+            .unwrap(),
+        1
+    );
 }
 
 #[test]
 fn every_builtin_loads_and_a_file_overrides_it() {
     let dir = tempfile::tempdir().unwrap();
     let registry = registry();
-    registry.add_builtins(sandfleet_guests::BUILTINS).unwrap();
+    registry
+        .add_builtins(sandfleet_guests::BUILTINS.iter().map(|b| (b.name, b.wasm)))
+        .unwrap();
     let builtin = registry.placement("least-loaded").unwrap();
     assert_eq!(builtin.version().source, Source::Builtin);
 
@@ -164,10 +176,20 @@ fn every_builtin_loads_and_a_file_overrides_it() {
     );
     registry.load_dir(dir.path()).unwrap();
     assert_eq!(builtin.version().source, Source::File(path.clone()));
-    assert_eq!(builtin.place(&demand(0), &three_clusters()).unwrap(), 2);
+    assert_eq!(
+        builtin
+            .place_blocking(&demand(0), &three_clusters())
+            .unwrap(),
+        2
+    );
 
     std::fs::remove_file(&path).unwrap();
     registry.unload_file(&path);
     assert_eq!(builtin.version().source, Source::Builtin);
-    assert_eq!(builtin.place(&demand(0), &three_clusters()).unwrap(), 1);
+    assert_eq!(
+        builtin
+            .place_blocking(&demand(0), &three_clusters())
+            .unwrap(),
+        1
+    );
 }

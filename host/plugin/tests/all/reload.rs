@@ -81,7 +81,7 @@ fn replacing_a_plugin_under_load_fails_no_call_and_later_calls_get_the_new_answe
                 while !stop.load(Ordering::Relaxed) {
                     let started = Instant::now();
                     let answer = policy
-                        .place(&demand(0), &clusters)
+                        .place_blocking(&demand(0), &clusters)
                         .expect("no call fails during a reload");
                     calls.push((started, answer));
                 }
@@ -152,7 +152,12 @@ fn a_corrupt_file_leaves_the_old_version_serving_and_the_status_shows_why() {
     assert!(error.starts_with(&path.display().to_string()), "{error}");
     assert!(error.contains("does not compile"), "{error}");
     assert_eq!(status.serving.unwrap().plugin.version, version);
-    assert_eq!(policy.place(&demand(0), &three_clusters()).unwrap(), 1);
+    assert_eq!(
+        policy
+            .place_blocking(&demand(0), &three_clusters())
+            .unwrap(),
+        1
+    );
     assert_eq!(registry.load_counts().failed, 1);
 
     // Fixing the file clears the error and swaps the new version in.
@@ -160,30 +165,52 @@ fn a_corrupt_file_leaves_the_old_version_serving_and_the_status_shows_why() {
     eventually("the fixed version to serve", || {
         registry.status("policy").unwrap().last_error.is_none()
     });
-    assert_eq!(policy.place(&demand(0), &three_clusters()).unwrap(), 2);
+    assert_eq!(
+        policy
+            .place_blocking(&demand(0), &three_clusters())
+            .unwrap(),
+        2
+    );
 }
 
 #[test]
 fn dropping_a_file_over_a_builtin_overrides_it_and_removing_it_restores_it() {
     let dir = tempfile::tempdir().unwrap();
     let registry = registry();
-    registry.add_builtins(sandfleet_guests::BUILTINS).unwrap();
+    registry
+        .add_builtins(sandfleet_guests::BUILTINS.iter().map(|b| (b.name, b.wasm)))
+        .unwrap();
     let _watcher = registry.watch(dir.path()).unwrap();
     let policy = registry.placement("least-loaded").unwrap();
-    assert_eq!(policy.place(&demand(0), &three_clusters()).unwrap(), 1);
+    assert_eq!(
+        policy
+            .place_blocking(&demand(0), &three_clusters())
+            .unwrap(),
+        1
+    );
 
     let path = dir.path().join("least-loaded.wasm");
     copy_in_place(&path, &guest(sandfleet_guests::PICK_LAST));
     eventually("the file to override the built-in", || {
         serving_source(&registry, "least-loaded") == Some(Source::File(path.clone()))
     });
-    assert_eq!(policy.place(&demand(0), &three_clusters()).unwrap(), 2);
+    assert_eq!(
+        policy
+            .place_blocking(&demand(0), &three_clusters())
+            .unwrap(),
+        2
+    );
 
     std::fs::remove_file(&path).unwrap();
     eventually("the built-in to serve again", || {
         serving_source(&registry, "least-loaded") == Some(Source::Builtin)
     });
-    assert_eq!(policy.place(&demand(0), &three_clusters()).unwrap(), 1);
+    assert_eq!(
+        policy
+            .place_blocking(&demand(0), &three_clusters())
+            .unwrap(),
+        1
+    );
 }
 
 #[test]
@@ -199,7 +226,12 @@ fn a_new_file_appears_as_a_new_plugin() {
         registry.placement("fresh").is_ok()
     });
     let policy = registry.placement("fresh").unwrap();
-    assert_eq!(policy.place(&demand(0), &three_clusters()).unwrap(), 2);
+    assert_eq!(
+        policy
+            .place_blocking(&demand(0), &three_clusters())
+            .unwrap(),
+        2
+    );
 }
 
 /// `bytes` with a custom section appended: another version, the same code.
@@ -255,7 +287,12 @@ fn a_reload_serves_a_baseline_build_until_the_optimized_build_replaces_it() {
     // The optimizer takes jobs in order: B's is done, and C still serves.
     assert_eq!(serving(&registry, "policy").plugin.version, c_version);
     let policy = registry.placement("policy").unwrap();
-    assert_eq!(policy.place(&demand(0), &three_clusters()).unwrap(), 2);
+    assert_eq!(
+        policy
+            .place_blocking(&demand(0), &three_clusters())
+            .unwrap(),
+        2
+    );
     // Tier upgrades are not loads.
     assert_eq!(
         registry.load_counts(),

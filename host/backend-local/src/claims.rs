@@ -1,0 +1,191 @@
+//! Claimed sandboxes: taking one (warm, or made on demand), running
+//! commands in it, scrubbing it for reuse, releasing it, and reaping
+//! everything a run owns.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use sandfleet_core::{
+    ExecRequest, ExecResult, Labels, OutputSink, Reaped, RunId, SandboxHandle, TemplateRef,
+};
+
+use crate::backend::{Inner, WARM_CREATE_TIMEOUT};
+use crate::error::{IoContext, LocalError};
+use crate::exec;
+use crate::inventory::Held;
+use crate::sandbox::{Sandbox, Template};
+use crate::state;
+
+impl Inner {
+    pub(crate) async fn claim(
+        self: &Arc<Self>,
+        template: &TemplateRef,
+        labels: &Labels,
+        deadline: Instant,
+    ) -> Result<SandboxHandle, LocalError> {
+        let run_id = Inner::run_of(labels, template)?;
+        sandfleet_core::validate_labels(labels).map_err(|e| LocalError::Rejected(e.to_string()))?;
+        let made = self.live().template(&run_id, &template.name)?;
+        let held = loop {
+            match self.take_warm(&made) {
+                Some(held) if held.sandbox.is_alive() => {
+                    self.refill(&made);
+                    break held;
+                }
+                Some(dead) => {
+                    tracing::warn!(
+                        sandbox = dead.sandbox.id(),
+                        "discarding a warm sandbox whose init died"
+                    );
+                    self.destroy_all(vec![dead]).await;
+                }
+                None => break self.make_cold(Arc::clone(&made), deadline).await?,
+            }
+        };
+        let sandbox = &held.sandbox;
+        tracing::debug!(cluster = %self.name, sandbox = sandbox.id(), ?labels, "claimed");
+        let handle = SandboxHandle {
+            id: sandbox.id().to_string(),
+            cluster: self.name.clone(),
+            template: made.name.clone(),
+            run_id,
+            hostname: sandbox.id().to_string(),
+            endpoint: None,
+            driver: String::new(),
+        };
+        self.live().claimed.insert(handle.id.clone(), held);
+        Ok(handle)
+    }
+
+    async fn make_cold(
+        &self,
+        template: Arc<Template>,
+        deadline: Instant,
+    ) -> Result<Held, LocalError> {
+        let budget = deadline.saturating_duration_since(Instant::now());
+        let slot = tokio::time::timeout(budget, Arc::clone(&self.slots).acquire_owned())
+            .await
+            .map_err(|_| LocalError::Timeout {
+                what: format!(
+                    "a free sandbox slot (max_sandboxes = {} are live)",
+                    self.max_sandboxes
+                ),
+                after: budget,
+            })?
+            .map_err(|_| LocalError::Failed("the sandbox slots were closed".into()))?;
+        let sandbox = Sandbox::create(&self.site, template, deadline).await?;
+        Ok(Held {
+            sandbox: Arc::new(sandbox),
+            _slot: slot,
+        })
+    }
+
+    pub(crate) async fn exec(
+        &self,
+        handle: &SandboxHandle,
+        request: &ExecRequest,
+        sink: Option<&OutputSink>,
+    ) -> Result<ExecResult, LocalError> {
+        let sandbox = self.claimed(handle)?;
+        let program = request.argv.first().map_or("", String::as_str);
+        if !sandbox.is_alive() {
+            return Err(LocalError::SandboxLost(format!(
+                "sandbox {}: its init has exited",
+                sandbox.id()
+            )));
+        }
+        let prepared = sandbox.command(request)?;
+        let disk = sandbox.disk_limit();
+        let ran = exec::run(
+            prepared.command,
+            prepared.stdin_prefix,
+            prepared.leader,
+            request,
+            sink,
+            disk.as_ref(),
+        )
+        .await
+        .context(|| format!("sandbox {}: running `{program}`", sandbox.id()))?;
+        // Entering a dead sandbox fails like a command would; tell the two
+        // apart so the engine sees an infrastructure error.
+        if !sandbox.is_alive() {
+            return Err(LocalError::SandboxLost(format!(
+                "sandbox {} ended while `{program}` ran",
+                sandbox.id()
+            )));
+        }
+        if let Some(used) = ran.disk_exceeded {
+            return Err(LocalError::Failed(format!(
+                "sandbox {}: `{program}` was stopped: the sandbox's writes ({} MiB) passed its disk \
+                 limit of {} MiB (the template's disk_mib)",
+                sandbox.id(),
+                used >> 20,
+                sandbox.template().resources.disk_mib
+            )));
+        }
+        Ok(ran.result)
+    }
+
+    pub(crate) async fn scrub(&self, handle: &SandboxHandle) -> Result<(), LocalError> {
+        self.claimed(handle)?.scrub().await
+    }
+
+    pub(crate) async fn release(
+        self: &Arc<Self>,
+        handle: &SandboxHandle,
+    ) -> Result<(), LocalError> {
+        if handle.cluster != self.name {
+            return Err(LocalError::NotFound(format!(
+                "sandbox {} (it belongs to cluster `{}`)",
+                handle.id, handle.cluster
+            )));
+        }
+        let Some(held) = self.live().claimed.remove(&handle.id) else {
+            return Ok(());
+        };
+        let destroyed = held.sandbox.destroy().await;
+        drop(held);
+        self.refill_all();
+        destroyed
+    }
+
+    /// Destroys sandboxes concurrently, logging failures: their slots are
+    /// free either way, and `reap` removes what is left.
+    pub(crate) async fn destroy_all(&self, sandboxes: Vec<Held>) {
+        let mut destroying = tokio::task::JoinSet::new();
+        for held in sandboxes {
+            destroying.spawn(async move {
+                if let Err(error) = held.sandbox.destroy().await {
+                    tracing::warn!(sandbox = held.sandbox.id(), %error, "destroying a sandbox failed");
+                }
+            });
+        }
+        destroying.join_all().await;
+    }
+
+    /// Removes everything run `run_id` owns, and only that: its live
+    /// sandboxes, pools and templates here, and whatever its state
+    /// directory, cgroups and `/proc` show of it (a crashed run's included).
+    pub(crate) async fn reap(self: &Arc<Self>, run_id: &RunId) -> Result<Reaped, LocalError> {
+        // Forgotten first, so that no refill makes new sandboxes of the run;
+        // the sandboxes are kept (their drop kills them) until the reap has
+        // killed and counted their processes.
+        let (run, claimed) = self.live().forget(run_id);
+        if let Some(run) = &run {
+            // Sandboxes still being made find their pool gone and destroy
+            // themselves; wait for that before removing the run's directory.
+            run.warming.close();
+            if tokio::time::timeout(WARM_CREATE_TIMEOUT, run.warming.wait())
+                .await
+                .is_err()
+            {
+                tracing::warn!(cluster = %self.name, run = %run_id, "warm sandboxes still being made at reap");
+            }
+        }
+        let reaped = state::reap_run(self.site.state.root(), run_id).await;
+        drop((run, claimed));
+        self.pools_changed.notify_waiters();
+        self.refill_all();
+        reaped
+    }
+}

@@ -1,0 +1,158 @@
+//! Templates and their images: an image is prepared (snapshotted where it
+//! must be) once per backend, and a run's template records what its
+//! sandboxes are made of.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use sandfleet_core::{TemplateRef, TemplateSpec, validate_labels};
+
+use crate::backend::Inner;
+use crate::error::{IoContext, LocalError};
+use crate::image;
+use crate::process::ProcessIdentity;
+use crate::sandbox::{Isolation, Resources, Template};
+use crate::state::{RunRecord, TemplateRecord, unix_now, write_record};
+
+impl Inner {
+    async fn image_dir(&self, name: &str) -> Result<PathBuf, LocalError> {
+        let source = self.config.images.get(name).ok_or_else(|| {
+            let known: Vec<&str> = self.config.images.keys().map(String::as_str).collect();
+            LocalError::NotFound(format!(
+                "image `{name}` (this cluster's images: {})",
+                if known.is_empty() {
+                    "none".to_string()
+                } else {
+                    known.join(", ")
+                }
+            ))
+        })?;
+        let mut images = self.images.lock().await;
+        if let Some(dir) = images.get(name) {
+            return Ok(dir.clone());
+        }
+        // Run as root, sandboxes need their own copy, owned by their root.
+        let owners = (self.site.isolation == Isolation::Namespaces && self.site.ids.count > 1)
+            .then_some(self.site.ids);
+        let dir = image::prepare(name, source, &self.site.state.images(), owners).await?;
+        // Sandboxes are set up from canonical paths only.
+        let dir = dir
+            .canonicalize()
+            .context(|| format!("image `{name}`: resolving {}", dir.display()))?;
+        images.insert(name.to_string(), dir.clone());
+        Ok(dir)
+    }
+
+    /// Writes `run.json` for `spec`'s run the first time this process makes
+    /// something for it: who owns it, and where its cgroups are.
+    fn record_run(&self, run_id: &sandfleet_core::RunId) -> Result<(), LocalError> {
+        if self.live().run(run_id).recorded {
+            return Ok(());
+        }
+        let owner = ProcessIdentity::of(std::process::id() as i32).ok_or_else(|| {
+            LocalError::Failed("cannot read this process's /proc/self/stat".into())
+        })?;
+        let record = RunRecord {
+            run_id: run_id.clone(),
+            owner,
+            started_at: unix_now(),
+            cgroup_parent: self
+                .site
+                .cgroups
+                .as_ref()
+                .map(|_| self.site.cgroup_parent.clone()),
+        };
+        write_record(&self.site.run(run_id).record(), &record)?;
+        self.live().run(run_id).recorded = true;
+        Ok(())
+    }
+
+    pub(crate) async fn ensure_template(
+        &self,
+        spec: &TemplateSpec,
+    ) -> Result<TemplateRef, LocalError> {
+        validate_labels(&spec.labels).map_err(|e| LocalError::Rejected(e.to_string()))?;
+        let run_id = spec
+            .labels
+            .get(sandfleet_core::LABEL_RUN_ID)
+            .ok_or_else(|| {
+                LocalError::Rejected(format!(
+                    "template `{}`: its labels carry no {}",
+                    spec.name,
+                    sandfleet_core::LABEL_RUN_ID
+                ))
+            })
+            .and_then(|run| {
+                sandfleet_core::RunId::new(run.as_str()).map_err(LocalError::Rejected)
+            })?;
+        if spec.network && !self.config.network {
+            return Err(LocalError::Rejected(format!(
+                "template `{}` asks for network access, which this cluster does not allow \
+                 (set `network = true` in its config)",
+                spec.name
+            )));
+        }
+        let env: Vec<(String, String)> = spec
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let reference = TemplateRef {
+            name: spec.name.clone(),
+            image: spec.image.clone(),
+            run_id: run_id.clone(),
+        };
+        if let Ok(existing) = self.live().template(&run_id, &spec.name) {
+            let same = existing.image == spec.image
+                && existing.share_network == spec.network
+                && existing.env == env;
+            return if same {
+                Ok(reference)
+            } else {
+                Err(LocalError::Rejected(format!(
+                    "template `{}` already exists with another image, network or environment",
+                    spec.name
+                )))
+            };
+        }
+        self.record_run(&run_id)?;
+        let image_dir = self.image_dir(&spec.image).await?;
+        write_record(
+            &self.site.run(&run_id).template(&spec.name),
+            &TemplateRecord {
+                name: spec.name.clone(),
+                image: spec.image.clone(),
+                image_dir: image_dir.clone(),
+                network: spec.network,
+                labels: spec.labels.clone(),
+            },
+        )?;
+        let overrides = self
+            .config
+            .images
+            .get(&spec.image)
+            .map(|source| source.limits)
+            .unwrap_or_default();
+        let template = Arc::new(Template {
+            name: spec.name.clone(),
+            run_id: run_id.clone(),
+            image: spec.image.clone(),
+            image_dir,
+            share_network: spec.network,
+            env,
+            id_prefix: Template::id_prefix(&spec.name),
+            resources: Resources {
+                memory_mib: spec.memory_mib,
+                cpu_milli: spec.cpu_milli,
+                disk_mib: spec.disk_mib,
+                limits: self.config.limits.with(overrides),
+            },
+        });
+        self.live()
+            .run(&run_id)
+            .templates
+            .entry(spec.name.clone())
+            .or_insert(template);
+        Ok(reference)
+    }
+}
