@@ -1,0 +1,1 @@
+//! sandfleet's OpenSandbox driver: lifecycle API and execd over the hardened transport.
