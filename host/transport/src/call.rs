@@ -138,9 +138,9 @@ impl Call {
         }
     }
 
-    /// The method and the URL's path, for messages (no query: it may hold
-    /// names the message already has, or tokens).
-    pub(crate) fn describe(&self) -> String {
+    /// What the call does, its method and the URL's path, for messages (no
+    /// query: it may hold tokens).
+    pub fn describe(&self) -> String {
         let path = reqwest::Url::parse(&self.url)
             .map(|url| url.path().to_string())
             .unwrap_or_else(|_| self.url.clone());

@@ -1,0 +1,757 @@
+//! The [`Backend`] for one OpenSandbox server.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use reqwest::Method;
+use sandfleet_core::{
+    Backend, BackendError, Capabilities, Capacity, ErrorKind, ExecGuarantees, ExecRequest,
+    ExecResult, Images, LABEL_RUN_ID, Labels, OutputSink, Owned, PoolSizing, PoolStatus, Preflight,
+    Reaped, RunId, SandboxHandle, TemplateRef, TemplateSpec, validate_labels,
+};
+use sandfleet_transport::{Call, CallKind, Clients, HttpFailure, Transport};
+
+use crate::config::{EndpointMode, OpenSandboxConfig, Resolved};
+use crate::exec::{Cut, read_to_terminal};
+use crate::wire::{
+    Command, CreateSandbox, Endpoint, Extensions, HandleData, Image, Resources, Sandbox,
+    SandboxPage,
+};
+
+/// The lifecycle API's key header.
+const API_KEY: &str = "OPEN-SANDBOX-API-KEY";
+
+/// Label naming the claim a sandbox was created for, so a create whose
+/// answer was lost can be found and deleted.
+const LABEL_CLAIM: &str = "sandfleet.io/claim";
+
+/// Pause between readiness probes.
+const PROBE_PAUSE: Duration = Duration::from_millis(100);
+
+/// Sandboxes listed per page (the server's maximum).
+const PAGE_SIZE: u32 = 200;
+
+/// An OpenSandbox server as one cluster.
+pub struct OpenSandboxBackend {
+    name: String,
+    config: OpenSandboxConfig,
+    server: Resolved,
+    transport: Arc<Transport>,
+    templates: Mutex<HashMap<(RunId, String), TemplateSpec>>,
+}
+
+impl OpenSandboxBackend {
+    /// The cluster `name` as `config` describes it, its URL and key read
+    /// from the environment, its client taken from `clients`.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Invalid`] naming what is wrong in the configuration.
+    pub fn new(
+        name: &str,
+        config: OpenSandboxConfig,
+        clients: &Clients,
+    ) -> Result<Self, BackendError> {
+        let server = config
+            .resolve(|variable| std::env::var(variable).ok())
+            .map_err(|e| BackendError::new(ErrorKind::Invalid, name, e))?;
+        Self::connect(name, config, server, clients)
+    }
+
+    /// The cluster `name` at `base_url` with `api_key` (for embedding and
+    /// tests; the fleet file always goes through [`OpenSandboxBackend::new`]).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Invalid`] naming what is wrong in the configuration.
+    pub fn with_server(
+        name: &str,
+        mut config: OpenSandboxConfig,
+        base_url: &str,
+        api_key: Option<String>,
+        clients: &Clients,
+    ) -> Result<Self, BackendError> {
+        config.url = Some(base_url.to_string());
+        let mut server = config
+            .resolve(|_| None)
+            .map_err(|e| BackendError::new(ErrorKind::Invalid, name, e))?;
+        server.api_key = api_key;
+        Self::connect(name, config, server, clients)
+    }
+
+    fn connect(
+        name: &str,
+        config: OpenSandboxConfig,
+        server: Resolved,
+        clients: &Clients,
+    ) -> Result<Self, BackendError> {
+        let transport = clients
+            .transport(&config.transport)
+            .map_err(|e| BackendError::new(ErrorKind::Invalid, name, e))?;
+        Ok(OpenSandboxBackend {
+            name: name.to_string(),
+            config,
+            server,
+            transport,
+            templates: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn error(&self, kind: ErrorKind, message: impl std::fmt::Display) -> BackendError {
+        BackendError::new(kind, &self.name, message)
+    }
+
+    /// A lifecycle API call, with the key.
+    fn lifecycle(&self, method: Method, path: &str, kind: CallKind, what: String) -> Call {
+        let call = Call::new(
+            method,
+            format!("{}/v1{path}", self.server.base_url),
+            kind,
+            what,
+        );
+        match &self.server.api_key {
+            Some(key) => call
+                .header(API_KEY, key)
+                .expect("keys are checked when read"),
+            None => call,
+        }
+    }
+
+    async fn json<T: serde::de::DeserializeOwned>(&self, call: &Call) -> Result<T, BackendError> {
+        let response = self.transport.send(&self.name, call).await?;
+        let body = response.bytes().await.map_err(|e| {
+            self.error(
+                ErrorKind::Transport { sent: true },
+                format!("{}: reading the answer: {e}", call.describe()),
+            )
+        })?;
+        serde_json::from_slice(&body).map_err(|e| {
+            self.error(
+                ErrorKind::Failed,
+                format!(
+                    "{}: the answer is not what the API describes: {e}",
+                    call.describe()
+                ),
+            )
+        })
+    }
+
+    /// Creates a sandbox of `spec` carrying `labels`; never repeated.
+    async fn create(
+        &self,
+        spec: &TemplateSpec,
+        labels: &Labels,
+        pool: Option<&str>,
+    ) -> Result<Sandbox, BackendError> {
+        let requests = Resources {
+            cpu: format!("{}m", spec.cpu_milli),
+            memory: format!("{}Mi", spec.memory_mib),
+        };
+        let limits = Resources {
+            cpu: self
+                .config
+                .limits
+                .cpu
+                .clone()
+                .unwrap_or_else(|| requests.cpu.clone()),
+            memory: self
+                .config
+                .limits
+                .memory
+                .clone()
+                .unwrap_or_else(|| requests.memory.clone()),
+        };
+        let body = CreateSandbox {
+            image: Image { uri: &spec.image },
+            entrypoint: &self.config.entrypoint,
+            timeout: self.config.timeout.as_secs(),
+            resource_limits: limits,
+            resource_requests: requests,
+            env: spec.env.clone(),
+            metadata: labels,
+            extensions: pool.map(|pool_ref| Extensions { pool_ref }),
+        };
+        let call = self
+            .lifecycle(
+                Method::POST,
+                "/sandboxes",
+                CallKind::Create,
+                format!("create a sandbox of {} ({})", spec.name, spec.image),
+            )
+            .json(serde_json::to_value(&body).expect("the body serializes"));
+        self.transport.pace_create().await;
+        self.json(&call).await
+    }
+
+    /// Deletes what a create whose answer was lost may have made.
+    async fn clean_up_claim(&self, run: &RunId, claim: &str) {
+        let filter = [(LABEL_RUN_ID, run.as_str()), (LABEL_CLAIM, claim)];
+        match self.list(&filter).await {
+            Ok(ids) => {
+                for id in ids {
+                    if let Err(error) = self.delete(&id).await {
+                        tracing::warn!(cluster = %self.name, sandbox = %id, %error, "cannot delete a sandbox whose create failed");
+                    }
+                }
+            }
+            Err(error) => {
+                tracing::warn!(cluster = %self.name, claim, %error, "cannot look for a sandbox whose create failed")
+            }
+        }
+    }
+
+    /// execd's endpoint, once the sandbox has an address: a 404
+    /// `POD_IP_NOT_AVAILABLE` is asked again until `deadline`.
+    async fn endpoint(&self, id: &str, deadline: Instant) -> Result<HandleData, BackendError> {
+        let proxy = self.config.endpoint_mode == EndpointMode::Proxy;
+        let call = self.lifecycle(
+            Method::GET,
+            &format!(
+                "/sandboxes/{id}/endpoints/{}?use_server_proxy={proxy}",
+                self.config.execd_port
+            ),
+            CallKind::Lifecycle,
+            format!("execd's endpoint of sandbox {id}"),
+        );
+        loop {
+            match self.json::<Endpoint>(&call).await {
+                Ok(endpoint) => return Ok(self.handle_data(endpoint)),
+                Err(error)
+                    if failure_of(&error).is_some_and(|f| f.code_is("POD_IP_NOT_AVAILABLE"))
+                        && Instant::now() + PROBE_PAUSE < deadline =>
+                {
+                    tokio::time::sleep(PROBE_PAUSE).await;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
+    /// Where execd is and which headers reach it: the server's own, plus
+    /// the API key only through the server's proxy.
+    fn handle_data(&self, endpoint: Endpoint) -> HandleData {
+        let base = &self.server.base_url;
+        let scheme = if base.starts_with("https://") {
+            "https"
+        } else {
+            "http"
+        };
+        let mut headers = endpoint.headers;
+        headers.remove(API_KEY);
+        if self.config.endpoint_mode == EndpointMode::Proxy
+            && let Some(key) = &self.server.api_key
+        {
+            headers.insert(API_KEY.to_string(), key.clone());
+        }
+        HandleData {
+            execd: format!("{scheme}://{}", endpoint.endpoint.trim_end_matches('/')),
+            headers,
+        }
+    }
+
+    /// Waits for execd to answer `/ping`.
+    async fn wait_for_execd(
+        &self,
+        id: &str,
+        execd: &HandleData,
+        deadline: Instant,
+    ) -> Result<(), BackendError> {
+        let ping = self.execd(
+            execd,
+            Method::GET,
+            "/ping",
+            CallKind::Lifecycle,
+            format!("ping execd of sandbox {id}"),
+        )?;
+        loop {
+            let answer = self.transport.send(&self.name, &ping).await;
+            match answer {
+                Ok(_) => return Ok(()),
+                Err(error) if Instant::now() + PROBE_PAUSE < deadline => {
+                    tracing::debug!(cluster = %self.name, sandbox = id, %error, "execd not ready yet");
+                    tokio::time::sleep(PROBE_PAUSE).await;
+                }
+                Err(error) => {
+                    return Err(self.error(
+                        ErrorKind::Timeout,
+                        format!(
+                            "sandbox {id}: execd did not answer within ready_timeout ({}): {}",
+                            humantime::format_duration(self.config.ready_timeout),
+                            error.message()
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+
+    fn execd(
+        &self,
+        execd: &HandleData,
+        method: Method,
+        path: &str,
+        kind: CallKind,
+        what: String,
+    ) -> Result<Call, BackendError> {
+        let mut call = Call::new(method, format!("{}{path}", execd.execd), kind, what)
+            // A proxy that could not reach execd never delivered the call.
+            .not_delivered_when(|failure| failure.code_is("BACKEND_CONNECTION_FAILED"));
+        for (name, value) in &execd.headers {
+            call = call.header(name, value).map_err(|e| {
+                self.error(
+                    ErrorKind::Failed,
+                    format!("the server's endpoint header: {e}"),
+                )
+            })?;
+        }
+        Ok(call)
+    }
+
+    fn handle_data_of(&self, sandbox: &SandboxHandle) -> Result<HandleData, BackendError> {
+        serde_json::from_str(&sandbox.driver).map_err(|e| {
+            self.error(
+                ErrorKind::Invalid,
+                format!("sandbox {}: not a handle of this driver: {e}", sandbox.id),
+            )
+        })
+    }
+
+    async fn delete(&self, id: &str) -> Result<(), BackendError> {
+        let call = self.lifecycle(
+            Method::DELETE,
+            &format!("/sandboxes/{id}"),
+            CallKind::Lifecycle,
+            format!("delete sandbox {id}"),
+        );
+        match self.transport.send(&self.name, &call).await {
+            Ok(_) => Ok(()),
+            // Already gone: a repeat DELETE answers 404.
+            Err(error) if error.kind() == ErrorKind::NotFound => Ok(()),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Ids of the sandboxes whose metadata has every pair of `filter`.
+    async fn list(&self, filter: &[(&str, &str)]) -> Result<Vec<String>, BackendError> {
+        let metadata: String = filter
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join("&");
+        let mut ids = Vec::new();
+        for page in 1.. {
+            let url = reqwest::Url::parse_with_params(
+                &format!("{}/v1/sandboxes", self.server.base_url),
+                [
+                    ("metadata", metadata.as_str()),
+                    ("page", &page.to_string()),
+                    ("pageSize", &PAGE_SIZE.to_string()),
+                ],
+            )
+            .map_err(|e| self.error(ErrorKind::Invalid, e))?;
+            let mut call = Call::new(
+                Method::GET,
+                url.as_str(),
+                CallKind::Lifecycle,
+                format!("list sandboxes with {metadata}"),
+            );
+            if let Some(key) = &self.server.api_key {
+                call = call
+                    .header(API_KEY, key)
+                    .expect("keys are checked when read");
+            }
+            let listed: SandboxPage = self.json(&call).await?;
+            ids.extend(
+                listed
+                    .items
+                    .into_iter()
+                    .filter(|s| !is_gone(s))
+                    .map(|s| s.id),
+            );
+            if !listed.pagination.has_next_page {
+                break;
+            }
+        }
+        Ok(ids)
+    }
+}
+
+fn is_gone(sandbox: &Sandbox) -> bool {
+    sandbox
+        .status
+        .as_ref()
+        .is_some_and(|s| matches!(s.state.as_str(), "Terminated" | "Stopping"))
+}
+
+/// The server's failure answer behind `error`, if it was one.
+fn failure_of(error: &BackendError) -> Option<&HttpFailure> {
+    std::error::Error::source(error).and_then(|source| source.downcast_ref::<HttpFailure>())
+}
+
+#[async_trait]
+impl Backend for OpenSandboxBackend {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            pool_sizing: if self.config.pool.is_some() {
+                PoolSizing::Server
+            } else {
+                PoolSizing::None
+            },
+            lease_ttl: Some(self.config.timeout),
+            exec: ExecGuarantees {
+                // execd runs `bash -c` on a string.
+                argv: false,
+                // It polls the output files: order between them is lost.
+                ordered_merge: false,
+                kills_process_group: true,
+            },
+            images: Images::AnyReference,
+        }
+    }
+
+    async fn preflight(&self) -> Preflight {
+        let mut found = Preflight::default();
+        // A list of one proves the URL, the key and the API together.
+        let call = self.lifecycle(
+            Method::GET,
+            "/sandboxes?page=1&pageSize=1",
+            CallKind::Lifecycle,
+            "list sandboxes".into(),
+        );
+        match self.transport.send(&self.name, &call).await {
+            Ok(_) => found
+                .notes
+                .push(format!("{} answers", self.server.base_url)),
+            Err(error) => {
+                let hint = match failure_of(&error).map(|f| f.status.as_u16()) {
+                    Some(401 | 403) => format!(" (check the key in ${})", self.config.api_key_env),
+                    _ => String::new(),
+                };
+                found.failures.push(format!("{}{hint}", error.message()));
+            }
+        }
+        if self.server.api_key.is_none() {
+            found.warnings.push(format!(
+                "no API key: ${} is not set",
+                self.config.api_key_env
+            ));
+        }
+        found
+    }
+
+    async fn capacity(&self) -> Result<Capacity, BackendError> {
+        Ok(Capacity {
+            sandbox_slots: self.config.max_sandboxes,
+            ..Capacity::default()
+        })
+    }
+
+    async fn ensure_template(&self, spec: &TemplateSpec) -> Result<TemplateRef, BackendError> {
+        // The server has no templates: the spec is kept for the creates.
+        validate_labels(&spec.labels)
+            .map_err(|e| self.error(ErrorKind::Invalid, format!("template {}: {e}", spec.name)))?;
+        let run = spec
+            .labels
+            .get(LABEL_RUN_ID)
+            .and_then(|run| RunId::new(run.as_str()).ok())
+            .ok_or_else(|| {
+                self.error(
+                    ErrorKind::Invalid,
+                    format!("template {} has no run id label", spec.name),
+                )
+            })?;
+        self.templates
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert((run.clone(), spec.name.clone()), spec.clone());
+        Ok(TemplateRef {
+            name: spec.name.clone(),
+            image: spec.image.clone(),
+            run_id: run,
+        })
+    }
+
+    async fn warm(&self, _: &TemplateRef, _: u32, _: &Labels) -> Result<(), BackendError> {
+        // Pools, where there are any, are the server's to size.
+        Ok(())
+    }
+
+    async fn unwarm(&self, _: &TemplateRef) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    async fn pool_status(&self, _: &TemplateRef) -> Result<PoolStatus, BackendError> {
+        Ok(PoolStatus::default())
+    }
+
+    async fn wait_pool_ready(
+        &self,
+        _: &TemplateRef,
+        _: u32,
+        _: Instant,
+    ) -> Result<PoolStatus, BackendError> {
+        Ok(PoolStatus::default())
+    }
+
+    async fn claim(
+        &self,
+        template: &TemplateRef,
+        labels: &Labels,
+        deadline: Instant,
+    ) -> Result<SandboxHandle, BackendError> {
+        let spec = self
+            .templates
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&(template.run_id.clone(), template.name.clone()))
+            .cloned()
+            .ok_or_else(|| {
+                self.error(
+                    ErrorKind::NotFound,
+                    format!("template {} was never ensured", template.name),
+                )
+            })?;
+        let claim = format!("{:016x}", crate::random());
+        let mut labels: BTreeMap<String, String> = labels.clone();
+        labels.insert(LABEL_CLAIM.to_string(), sandfleet_core::label_value(&claim));
+        validate_labels(&labels).map_err(|e| {
+            self.error(
+                ErrorKind::Invalid,
+                format!("metadata of a sandbox of {}: {e}", template.name),
+            )
+        })?;
+        let pool = self.config.pool.as_deref();
+        let created = match self.create(&spec, &labels, pool).await {
+            Err(error)
+                if pool.is_some()
+                    && self.config.pool_fallback
+                    && matches!(
+                        error.kind(),
+                        ErrorKind::Throttled { .. } | ErrorKind::Unavailable | ErrorKind::NotFound
+                    ) =>
+            {
+                tracing::info!(cluster = %self.name, %error, "the pool cannot serve; creating directly (pool_fallback)");
+                self.create(&spec, &labels, None).await
+            }
+            other => other,
+        };
+        let created = match created {
+            Ok(created) => created,
+            Err(error) => {
+                // An answer that may have been lost after the server made
+                // the sandbox: find it by its claim label and delete it.
+                if matches!(
+                    error.kind(),
+                    ErrorKind::Transport { sent: true } | ErrorKind::Timeout
+                ) {
+                    self.clean_up_claim(&template.run_id, &labels[LABEL_CLAIM])
+                        .await;
+                }
+                return Err(error);
+            }
+        };
+        let ready = async {
+            let ready_by = deadline.min(Instant::now() + self.config.ready_timeout);
+            let execd = self.endpoint(&created.id, ready_by).await?;
+            self.wait_for_execd(&created.id, &execd, ready_by).await?;
+            Ok::<_, BackendError>(execd)
+        }
+        .await;
+        let execd = match ready {
+            Ok(execd) => execd,
+            Err(error) => {
+                if let Err(cleanup) = self.delete(&created.id).await {
+                    tracing::warn!(cluster = %self.name, sandbox = %created.id, error = %cleanup, "cannot delete a sandbox that never became ready");
+                }
+                return Err(error);
+            }
+        };
+        Ok(SandboxHandle {
+            hostname: created.id.clone(),
+            endpoint: Some(execd.execd.clone()),
+            driver: serde_json::to_string(&execd).expect("handle data serializes"),
+            id: created.id,
+            cluster: self.name.clone(),
+            template: template.name.clone(),
+            run_id: template.run_id.clone(),
+        })
+    }
+
+    async fn exec(
+        &self,
+        sandbox: &SandboxHandle,
+        request: &ExecRequest,
+        output: Option<&OutputSink>,
+    ) -> Result<ExecResult, BackendError> {
+        let execd = self.handle_data_of(sandbox)?;
+        if request.argv.is_empty() {
+            return Err(self.error(ErrorKind::Invalid, "a command needs a program"));
+        }
+        let command = shell_words::join(&request.argv);
+        let envs = request
+            .env
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let body = Command {
+            command,
+            cwd: request.workdir.as_deref(),
+            timeout: (!request.timeout.is_zero()).then_some(request.timeout.as_millis() as u64),
+            envs,
+        };
+        let program = request.argv[0].clone();
+        let call = self
+            .execd(
+                &execd,
+                Method::POST,
+                "/command",
+                CallKind::Command {
+                    timeout: (!request.timeout.is_zero()).then_some(request.timeout),
+                },
+                format!("command `{program}` in sandbox {}", sandbox.id),
+            )?
+            .json(serde_json::to_value(&body).expect("the body serializes"));
+        let started = Instant::now();
+        let response = self.transport.send(&self.name, &call).await?;
+        read_to_terminal(
+            response,
+            started,
+            request.timeout,
+            request.max_output,
+            request.merge_stderr,
+            output,
+        )
+        .await
+        .map_err(|cut| match cut {
+            // The command may have run (execd keeps running it after a
+            // disconnect): never sent again.
+            Cut::Lost(why) => self.error(
+                ErrorKind::Transport { sent: true },
+                format!("command `{program}` in sandbox {}: {why}", sandbox.id),
+            ),
+            Cut::Garbled(why) => self.error(
+                ErrorKind::Failed,
+                format!("command `{program}` in sandbox {}: {why}", sandbox.id),
+            ),
+        })
+    }
+
+    async fn put_file(
+        &self,
+        sandbox: &SandboxHandle,
+        path: &str,
+        contents: &[u8],
+        mode: u32,
+    ) -> Result<(), BackendError> {
+        let execd = self.handle_data_of(sandbox)?;
+        let (content_type, body) = crate::files::upload_body(path, contents, mode);
+        let call = self
+            .execd(
+                &execd,
+                Method::POST,
+                "/files/upload",
+                CallKind::File,
+                format!("upload {path} to sandbox {}", sandbox.id),
+            )?
+            // Writing the same bytes twice is writing them once.
+            .idempotent(true)
+            .bytes(&content_type, body);
+        self.transport.send(&self.name, &call).await.map(drop)
+    }
+
+    async fn get_file(&self, sandbox: &SandboxHandle, path: &str) -> Result<Vec<u8>, BackendError> {
+        let execd = self.handle_data_of(sandbox)?;
+        let url = reqwest::Url::parse_with_params(
+            &format!("{}/files/download", execd.execd),
+            [("path", path)],
+        )
+        .map_err(|e| self.error(ErrorKind::Invalid, e))?;
+        let mut call = Call::new(
+            Method::GET,
+            url.as_str(),
+            CallKind::File,
+            format!("download {path} from sandbox {}", sandbox.id),
+        );
+        for (name, value) in &execd.headers {
+            call = call
+                .header(name, value)
+                .map_err(|e| self.error(ErrorKind::Failed, e))?;
+        }
+        let response = self.transport.send(&self.name, &call).await?;
+        response.bytes().await.map(|b| b.to_vec()).map_err(|e| {
+            self.error(
+                ErrorKind::Transport { sent: true },
+                format!("download {path} from sandbox {}: {e}", sandbox.id),
+            )
+        })
+    }
+
+    async fn scrub(&self, sandbox: &SandboxHandle) -> Result<(), BackendError> {
+        Err(self.error(
+            ErrorKind::Unsupported,
+            format!(
+                "sandbox {}: OpenSandbox sandboxes are not recycled",
+                sandbox.id
+            ),
+        ))
+    }
+
+    async fn release(&self, sandbox: &SandboxHandle) -> Result<(), BackendError> {
+        self.delete(&sandbox.id).await
+    }
+
+    async fn renew(&self, sandbox: &SandboxHandle, ttl: Duration) -> Result<(), BackendError> {
+        let expires = jiff::Timestamp::now()
+            .checked_add(
+                jiff::SignedDuration::try_from(ttl)
+                    .map_err(|e| self.error(ErrorKind::Invalid, e))?,
+            )
+            .map_err(|e| self.error(ErrorKind::Invalid, e))?;
+        let call = self
+            .lifecycle(
+                Method::POST,
+                &format!("/sandboxes/{}/renew-expiration", sandbox.id),
+                CallKind::Lifecycle,
+                format!("renew sandbox {}", sandbox.id),
+            )
+            // An absolute expiry set twice is set once.
+            .idempotent(true)
+            .json(serde_json::json!({"expiresAt": expires.to_string()}));
+        match self.transport.send(&self.name, &call).await {
+            Ok(_) => Ok(()),
+            Err(error) if error.kind() == ErrorKind::NotFound => Err(self.error(
+                ErrorKind::SandboxLost,
+                format!("sandbox {} is gone (expired or deleted)", sandbox.id),
+            )),
+            Err(error) => Err(error),
+        }
+    }
+
+    async fn list_owned(&self, run_id: &RunId) -> Result<Owned, BackendError> {
+        Ok(Owned {
+            sandboxes: self.list(&[(LABEL_RUN_ID, run_id.as_str())]).await?,
+            ..Owned::default()
+        })
+    }
+
+    async fn reap(&self, run_id: &RunId) -> Result<Reaped, BackendError> {
+        let ids = self.list(&[(LABEL_RUN_ID, run_id.as_str())]).await?;
+        for id in &ids {
+            self.delete(id).await?;
+        }
+        self.templates
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(run, _), _| run != run_id);
+        Ok(Reaped {
+            sandboxes: ids.len(),
+            ..Reaped::default()
+        })
+    }
+}

@@ -1,0 +1,203 @@
+//! An OpenSandbox cluster's table in the fleet file.
+//!
+//! ```toml
+//! [[clusters]]
+//! name = "east"
+//! backend = "opensandbox"
+//! [clusters.opensandbox]
+//! url_env = "OPENSANDBOX_BASE_URL"      # or url = "https://…"
+//! api_key_env = "OPENSANDBOX_API_KEY"   # never the key itself
+//! endpoint_mode = "direct"              # or "proxy" (through the server)
+//! timeout = "10m"                       # sandbox TTL; renewed while claimed
+//! limits = { cpu = "4", memory = "8Gi" }  # requests come from [fleet]
+//! pool = "swe-pool"                     # extensions.poolRef
+//! pool_fallback = true                  # create directly when the pool is full
+//! ```
+
+use std::time::Duration;
+
+use sandfleet_transport::TransportConfig;
+use serde::{Deserialize, Deserializer};
+
+/// How commands reach execd.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum EndpointMode {
+    /// Straight to the sandbox's endpoint (no API key is ever sent there).
+    #[default]
+    Direct,
+    /// Through the server's proxy route (the API key goes with it).
+    Proxy,
+}
+
+/// Limits set apart from requests, so a test suite that needs 8 GiB at its
+/// peak does not reserve 8 GiB per sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceLimits {
+    /// CPU limit as the server takes it ("4", "500m"); default: the request.
+    pub cpu: Option<String>,
+    /// Memory limit ("8Gi"); default: the request.
+    pub memory: Option<String>,
+}
+
+/// The `[clusters.opensandbox]` table.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OpenSandboxConfig {
+    /// The server's base URL (without `/v1`).
+    pub url: Option<String>,
+    /// An environment variable holding the base URL, when `url` is unset.
+    pub url_env: String,
+    /// The environment variable holding the API key (unset: no key).
+    pub api_key_env: String,
+    /// How commands reach execd.
+    pub endpoint_mode: EndpointMode,
+    /// The sandbox's TTL (at least 60 s); claimed sandboxes are renewed.
+    #[serde(deserialize_with = "duration")]
+    pub timeout: Duration,
+    /// How long a created sandbox may take to answer execd's `/ping`.
+    #[serde(deserialize_with = "duration")]
+    pub ready_timeout: Duration,
+    /// Limits, apart from the requests `[fleet]` sets.
+    pub limits: ResourceLimits,
+    /// A server-side pool to take sandboxes from (`extensions.poolRef`).
+    pub pool: Option<String>,
+    /// When the pool is full or missing, create directly instead of
+    /// failing the claim.
+    pub pool_fallback: bool,
+    /// The sandbox's entrypoint.
+    pub entrypoint: Vec<String>,
+    /// execd's port inside the sandbox.
+    pub execd_port: u16,
+    /// Sandboxes this cluster may hold, when known (capacity).
+    pub max_sandboxes: Option<u32>,
+    /// The HTTP client's policy.
+    pub transport: TransportConfig,
+}
+
+impl Default for OpenSandboxConfig {
+    fn default() -> Self {
+        OpenSandboxConfig {
+            url: None,
+            url_env: "OPENSANDBOX_BASE_URL".into(),
+            api_key_env: "OPENSANDBOX_API_KEY".into(),
+            endpoint_mode: EndpointMode::Direct,
+            timeout: Duration::from_secs(600),
+            ready_timeout: Duration::from_secs(30),
+            limits: ResourceLimits::default(),
+            pool: None,
+            pool_fallback: true,
+            entrypoint: vec!["tail".into(), "-f".into(), "/dev/null".into()],
+            execd_port: 44772,
+            max_sandboxes: None,
+            transport: TransportConfig::default(),
+        }
+    }
+}
+
+/// Where the server is and how to prove who we are.
+#[derive(Debug, Clone)]
+pub(crate) struct Resolved {
+    /// The base URL, without a trailing `/`.
+    pub(crate) base_url: String,
+    pub(crate) api_key: Option<String>,
+}
+
+impl OpenSandboxConfig {
+    /// Reads the URL and key from the configuration and from `env` (the
+    /// process environment, or a test's).
+    ///
+    /// # Errors
+    ///
+    /// A sentence naming the key or variable that is missing or wrong.
+    pub(crate) fn resolve(&self, env: impl Fn(&str) -> Option<String>) -> Result<Resolved, String> {
+        let url = match &self.url {
+            Some(url) => url.clone(),
+            None => env(&self.url_env).ok_or_else(|| {
+                format!(
+                    "no server URL: set `url`, or the environment variable {} (url_env)",
+                    self.url_env
+                )
+            })?,
+        };
+        let parsed = reqwest::Url::parse(url.trim())
+            .map_err(|e| format!("url {url:?} is not a URL: {e}"))?;
+        if !matches!(parsed.scheme(), "http" | "https") {
+            return Err(format!("url {url:?} must be http:// or https://"));
+        }
+        if self.timeout < Duration::from_secs(60) {
+            return Err(format!(
+                "timeout must be at least 60s (the server's minimum), not {}",
+                humantime::format_duration(self.timeout)
+            ));
+        }
+        if self.entrypoint.is_empty() {
+            return Err("entrypoint must name a program".into());
+        }
+        self.transport.validate()?;
+        let api_key = env(&self.api_key_env).filter(|key| !key.is_empty());
+        Ok(Resolved {
+            base_url: url.trim().trim_end_matches('/').to_string(),
+            api_key,
+        })
+    }
+}
+
+fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    humantime::parse_duration(&text)
+        .map_err(|e| serde::de::Error::custom(format!("`{text}` is not a duration: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(name: &str) -> Option<String> {
+        match name {
+            "OPENSANDBOX_BASE_URL" => Some("http://127.0.0.1:8080/".into()),
+            "OPENSANDBOX_API_KEY" => Some("k".into()),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn the_url_and_key_come_from_the_named_variables() {
+        let resolved = OpenSandboxConfig::default().resolve(env).unwrap();
+        assert_eq!(resolved.base_url, "http://127.0.0.1:8080");
+        assert_eq!(resolved.api_key.as_deref(), Some("k"));
+        let elsewhere = OpenSandboxConfig {
+            url_env: "NOWHERE".into(),
+            ..OpenSandboxConfig::default()
+        };
+        let error = elsewhere.resolve(env).unwrap_err();
+        assert!(error.contains("NOWHERE (url_env)"), "{error}");
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        let short = OpenSandboxConfig {
+            timeout: Duration::from_secs(30),
+            ..OpenSandboxConfig::default()
+        };
+        assert!(
+            short
+                .resolve(env)
+                .unwrap_err()
+                .starts_with("timeout must be at least 60s")
+        );
+        let ftp = OpenSandboxConfig {
+            url: Some("ftp://x".into()),
+            ..OpenSandboxConfig::default()
+        };
+        assert!(ftp.resolve(env).unwrap_err().contains("must be http"));
+        let parsed: Result<OpenSandboxConfig, _> = toml::from_str("api_key = \"inline\"");
+        assert!(
+            parsed
+                .unwrap_err()
+                .to_string()
+                .contains("unknown field `api_key`")
+        );
+    }
+}

@@ -1,0 +1,95 @@
+//! The lifecycle API's and execd's JSON, as much of it as the driver uses.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// `POST /v1/sandboxes`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct CreateSandbox<'a> {
+    pub(crate) image: Image<'a>,
+    pub(crate) entrypoint: &'a [String],
+    pub(crate) timeout: u64,
+    pub(crate) resource_limits: Resources,
+    pub(crate) resource_requests: Resources,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) env: BTreeMap<String, String>,
+    pub(crate) metadata: &'a BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) extensions: Option<Extensions<'a>>,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct Image<'a> {
+    pub(crate) uri: &'a str,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Resources {
+    pub(crate) cpu: String,
+    pub(crate) memory: String,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Extensions<'a> {
+    pub(crate) pool_ref: &'a str,
+}
+
+/// A sandbox as the server describes it.
+#[derive(Debug, Deserialize)]
+pub(crate) struct Sandbox {
+    pub(crate) id: String,
+    #[serde(default)]
+    pub(crate) status: Option<Status>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct Status {
+    #[serde(default)]
+    pub(crate) state: String,
+}
+
+/// `GET /v1/sandboxes`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct SandboxPage {
+    pub(crate) items: Vec<Sandbox>,
+    pub(crate) pagination: Pagination,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Pagination {
+    pub(crate) has_next_page: bool,
+}
+
+/// `GET /v1/sandboxes/{id}/endpoints/{port}`.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+pub(crate) struct Endpoint {
+    /// `host[:port][/path]`, no scheme.
+    pub(crate) endpoint: String,
+    #[serde(default)]
+    pub(crate) headers: BTreeMap<String, String>,
+}
+
+/// `POST /command`.
+#[derive(Debug, Serialize)]
+pub(crate) struct Command<'a> {
+    pub(crate) command: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) cwd: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) timeout: Option<u64>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) envs: BTreeMap<&'a str, &'a str>,
+}
+
+/// What the driver keeps in a handle's `driver` field.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub(crate) struct HandleData {
+    /// execd, as `http(s)://host[:port][/path]`.
+    pub(crate) execd: String,
+    /// Headers the server said every execd request needs.
+    pub(crate) headers: BTreeMap<String, String>,
+}
