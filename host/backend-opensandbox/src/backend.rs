@@ -755,3 +755,46 @@ impl Backend for OpenSandboxBackend {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn backend(mode: EndpointMode) -> OpenSandboxBackend {
+        let config = OpenSandboxConfig {
+            endpoint_mode: mode,
+            ..OpenSandboxConfig::default()
+        };
+        let clients = Clients::new(None).unwrap();
+        OpenSandboxBackend::with_server(
+            "east",
+            config,
+            "http://127.0.0.1:9",
+            Some("secret".into()),
+            &clients,
+        )
+        .unwrap()
+    }
+
+    fn endpoint() -> Endpoint {
+        Endpoint {
+            endpoint: "127.0.0.1:5000/".into(),
+            headers: [
+                (API_KEY.to_string(), "from-the-server".to_string()),
+                ("OpenSandbox-Secure-Access".to_string(), "t".to_string()),
+            ]
+            .into(),
+        }
+    }
+
+    #[test]
+    fn the_key_never_goes_to_a_direct_endpoint_and_goes_through_the_proxy() {
+        let direct = backend(EndpointMode::Direct).handle_data(endpoint());
+        assert_eq!(direct.execd, "http://127.0.0.1:5000");
+        assert!(!direct.headers.contains_key(API_KEY), "{direct:?}");
+        assert!(!direct.headers.values().any(|v| v == "secret"));
+        assert_eq!(direct.headers["OpenSandbox-Secure-Access"], "t");
+        let proxied = backend(EndpointMode::Proxy).handle_data(endpoint());
+        assert_eq!(proxied.headers[API_KEY], "secret");
+    }
+}

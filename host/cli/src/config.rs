@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use sandfleet_backend_local::LocalConfig;
+use sandfleet_backend_opensandbox::OpenSandboxConfig;
 use sandfleet_engine::FleetSettings;
 use sandfleet_engine::settings_de::{duration, positive};
 use sandfleet_plugin::{Kind, KindLimits, Limits};
@@ -174,12 +175,18 @@ pub(crate) enum BackendConfig {
         #[serde(default)]
         local: LocalConfig,
     },
+    /// An OpenSandbox server (its lifecycle API and execd).
+    OpenSandbox {
+        #[serde(default)]
+        opensandbox: OpenSandboxConfig,
+    },
 }
 
 impl BackendConfig {
     pub(crate) fn kind(&self) -> &'static str {
         match self {
             BackendConfig::Local { .. } => "local",
+            BackendConfig::OpenSandbox { .. } => "opensandbox",
         }
     }
 
@@ -187,6 +194,8 @@ impl BackendConfig {
     fn resolve_paths(&mut self, base: &Path) {
         match self {
             BackendConfig::Local { local } => local.resolve_paths(base),
+            // Its paths are URLs and environment variables.
+            BackendConfig::OpenSandbox { .. } => {}
         }
     }
 }
@@ -418,7 +427,7 @@ backend = "local"
         let text = MINIMAL.replace("backend = \"local\"", "backend = \"cloud\"");
         let error = parse(&text).unwrap_err();
         assert!(
-            error.contains("unknown variant `cloud`, expected `local`"),
+            error.contains("unknown variant `cloud`, expected `local` or `opensandbox`"),
             "{error}"
         );
     }

@@ -7,12 +7,14 @@ use std::sync::Arc;
 
 use anyhow::{Context as _, bail};
 use sandfleet_backend_local::LocalBackend;
+use sandfleet_backend_opensandbox::OpenSandboxBackend;
 use sandfleet_engine::{Cluster, WorkItem};
 use sandfleet_plugin::adapter::{Setting, TaskAdapter};
 use sandfleet_plugin::placement::PlacementPolicy;
 use sandfleet_plugin::reset::ResetCheck;
 use sandfleet_plugin::sizing::SizingPolicy;
 use sandfleet_plugin::{CallErrorKind, HostConfig, PluginHost, Registry};
+use sandfleet_transport::Clients;
 
 use crate::config::{BackendConfig, FleetConfig};
 
@@ -278,6 +280,8 @@ pub(crate) fn check_images(
 
 /// The configured clusters' drivers.
 pub(crate) fn clusters(config: &FleetConfig) -> anyhow::Result<Vec<Cluster>> {
+    // Clusters configured alike share one HTTP client.
+    let clients = Clients::new(None).map_err(anyhow::Error::msg)?;
     config
         .clusters
         .iter()
@@ -286,6 +290,12 @@ pub(crate) fn clusters(config: &FleetConfig) -> anyhow::Result<Vec<Cluster>> {
                 BackendConfig::Local { local } => {
                     Arc::new(LocalBackend::new(&cluster.name, local.clone())?)
                 }
+                BackendConfig::OpenSandbox { opensandbox } => Arc::new(
+                    OpenSandboxBackend::new(&cluster.name, opensandbox.clone(), &clients)
+                        .with_context(|| {
+                            format!("{}: cluster `{}`", config.path.display(), cluster.name)
+                        })?,
+                ),
             };
             Ok(Cluster {
                 name: cluster.name.clone(),
