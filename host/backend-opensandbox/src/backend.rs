@@ -13,6 +13,7 @@ use sandfleet_core::{
 };
 use sandfleet_transport::{Call, CallKind, Clients, HttpFailure, Transport};
 
+use crate::background::Poller;
 use crate::config::{EndpointMode, OpenSandboxConfig, Resolved};
 use crate::exec::{Cut, read_to_terminal};
 use crate::wire::{
@@ -599,11 +600,15 @@ impl Backend for OpenSandboxBackend {
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
+        // Long commands (evaluations) are polled instead of streamed.
+        let background =
+            !request.timeout.is_zero() && request.timeout >= self.config.background_after;
         let body = Command {
             command,
             cwd: request.workdir.as_deref(),
             timeout: (!request.timeout.is_zero()).then_some(request.timeout.as_millis() as u64),
             envs,
+            background,
         };
         let program = request.argv[0].clone();
         let call = self
@@ -619,7 +624,7 @@ impl Backend for OpenSandboxBackend {
             .json(serde_json::to_value(&body).expect("the body serializes"));
         let started = Instant::now();
         let response = self.transport.send(&self.name, &call).await?;
-        read_to_terminal(
+        let ended = read_to_terminal(
             response,
             started,
             request.timeout,
@@ -627,19 +632,40 @@ impl Backend for OpenSandboxBackend {
             request.merge_stderr,
             output,
         )
-        .await
-        .map_err(|cut| match cut {
+        .await;
+        let lost = |why: String| {
             // The command may have run (execd keeps running it after a
             // disconnect): never sent again.
-            Cut::Lost(why) => self.error(
+            self.error(
                 ErrorKind::Transport { sent: true },
                 format!("command `{program}` in sandbox {}: {why}", sandbox.id),
-            ),
-            Cut::Garbled(why) => self.error(
-                ErrorKind::Failed,
-                format!("command `{program}` in sandbox {}: {why}", sandbox.id),
-            ),
-        })
+            )
+        };
+        let command_id = match ended {
+            Ok(ended) if !background => return Ok(ended.result),
+            Ok(ended) => ended.command_id,
+            // A background command whose id we have is polled even if the
+            // stream that announced it was cut.
+            Err(Cut::Lost(_, Some(id))) if background => Some(id),
+            Err(Cut::Lost(why, _)) => return Err(lost(why)),
+            Err(Cut::Garbled(why)) => {
+                return Err(self.error(
+                    ErrorKind::Failed,
+                    format!("command `{program}` in sandbox {}: {why}", sandbox.id),
+                ));
+            }
+        };
+        let id = command_id.ok_or_else(|| lost("execd gave a background command no id".into()))?;
+        let poller = Poller {
+            transport: &self.transport,
+            cluster: &self.name,
+            call: |method, path: String, what| {
+                self.execd(&execd, method, &path, CallKind::Lifecycle, what)
+            },
+        };
+        poller
+            .follow(&id, started, request.timeout, request.max_output, output)
+            .await
     }
 
     async fn put_file(

@@ -12,6 +12,7 @@
 //! limits = { cpu = "4", memory = "8Gi" }  # requests come from [fleet]
 //! pool = "swe-pool"                     # extensions.poolRef
 //! pool_fallback = true                  # create directly when the pool is full
+//! background_after = "5m"               # longer commands are polled, not streamed
 //! ```
 
 use std::time::Duration;
@@ -70,6 +71,10 @@ pub struct OpenSandboxConfig {
     pub entrypoint: Vec<String>,
     /// execd's port inside the sandbox.
     pub execd_port: u16,
+    /// Commands whose timeout is at least this run in background mode and
+    /// are polled, so a cut stream cannot lose a long evaluation's result.
+    #[serde(deserialize_with = "duration")]
+    pub background_after: Duration,
     /// Sandboxes this cluster may hold, when known (capacity).
     pub max_sandboxes: Option<u32>,
     /// The HTTP client's policy.
@@ -90,6 +95,7 @@ impl Default for OpenSandboxConfig {
             pool_fallback: true,
             entrypoint: vec!["tail".into(), "-f".into(), "/dev/null".into()],
             execd_port: 44772,
+            background_after: Duration::from_secs(300),
             max_sandboxes: None,
             transport: TransportConfig::default(),
         }

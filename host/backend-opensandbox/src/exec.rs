@@ -7,39 +7,47 @@ use sandfleet_core::{ExecResult, OutputChunk, OutputSink, OutputStream, dropped_
 use crate::events::{Event, EventReader};
 
 /// Output kept per stream when the request sets no limit.
-const DEFAULT_MAX_OUTPUT: u64 = 16 << 20;
+pub(crate) const DEFAULT_MAX_OUTPUT: u64 = 16 << 20;
 
 /// How a stream ended before its terminal event.
 #[derive(Debug)]
 pub(crate) enum Cut {
-    /// The connection ended or failed first: the command may have run.
-    Lost(String),
+    /// The connection ended or failed first: the command may have run. The
+    /// command's id, when its `init` event came first.
+    Lost(String, Option<String>),
     /// execd sent something that is not an event.
     Garbled(String),
 }
 
 /// One stream's output, capped.
 #[derive(Default)]
-struct Kept {
+pub(crate) struct Kept {
     bytes: Vec<u8>,
     dropped: u64,
 }
 
 impl Kept {
-    fn push(&mut self, text: &[u8], limit: u64) {
+    pub(crate) fn push(&mut self, text: &[u8], limit: u64) {
         let room = (limit as usize).saturating_sub(self.bytes.len());
         let kept = text.len().min(room);
         self.bytes.extend_from_slice(&text[..kept]);
         self.dropped += (text.len() - kept) as u64;
     }
 
-    fn finish(mut self, stream: OutputStream, limit: u64) -> (Vec<u8>, u64) {
+    pub(crate) fn finish(mut self, stream: OutputStream, limit: u64) -> (Vec<u8>, u64) {
         if self.dropped > 0 {
             self.bytes
                 .extend_from_slice(dropped_marker(stream, self.dropped, limit).as_bytes());
         }
         (self.bytes, self.dropped)
     }
+}
+
+/// A stream read to its terminal event.
+pub(crate) struct Ended {
+    pub(crate) result: ExecResult,
+    /// The id execd gave the command (its `init` event).
+    pub(crate) command_id: Option<String>,
 }
 
 /// Reads `response`'s events until the terminal one — `execution_complete`
@@ -53,9 +61,10 @@ pub(crate) async fn read_to_terminal(
     max_output: Option<u64>,
     merge_stderr: bool,
     sink: Option<&OutputSink>,
-) -> Result<ExecResult, Cut> {
+) -> Result<Ended, Cut> {
     let limit = max_output.unwrap_or(DEFAULT_MAX_OUTPUT);
     let mut reader = EventReader::default();
+    let mut command_id = None;
     let (mut stdout, mut stderr) = (Kept::default(), Kept::default());
     loop {
         let chunk = match response.chunk().await {
@@ -63,9 +72,15 @@ pub(crate) async fn read_to_terminal(
             Ok(None) => {
                 return Err(Cut::Lost(
                     "the command's stream ended before its exit status".into(),
+                    command_id,
                 ));
             }
-            Err(error) => return Err(Cut::Lost(format!("the command's stream failed: {error}"))),
+            Err(error) => {
+                return Err(Cut::Lost(
+                    format!("the command's stream failed: {error}"),
+                    command_id,
+                ));
+            }
         };
         for event in reader.feed(&chunk).map_err(Cut::Garbled)? {
             let stream = match event.kind.as_str() {
@@ -79,17 +94,24 @@ pub(crate) async fn read_to_terminal(
                     }
                     let (stdout, stdout_dropped) = stdout.finish(OutputStream::Stdout, limit);
                     let (stderr, stderr_dropped) = stderr.finish(OutputStream::Stderr, limit);
-                    return Ok(ExecResult {
-                        exit_code,
-                        stdout,
-                        stderr,
-                        timed_out,
-                        duration: started.elapsed(),
-                        stdout_dropped,
-                        stderr_dropped,
+                    return Ok(Ended {
+                        result: ExecResult {
+                            exit_code,
+                            stdout,
+                            stderr,
+                            timed_out,
+                            duration: started.elapsed(),
+                            stdout_dropped,
+                            stderr_dropped,
+                        },
+                        command_id,
                     });
                 }
-                // init, ping and code-interpreter events carry no output.
+                "init" => {
+                    command_id = event.text.clone();
+                    continue;
+                }
+                // Pings and code-interpreter events carry no output.
                 _ => continue,
             };
             let line = line_of(&event);

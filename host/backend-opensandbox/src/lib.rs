@@ -12,6 +12,7 @@
 //! runs untrusted code.
 
 mod backend;
+mod background;
 mod config;
 mod events;
 mod exec;

@@ -83,6 +83,18 @@ pub(crate) struct Command<'a> {
     pub(crate) timeout: Option<u64>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub(crate) envs: BTreeMap<&'a str, &'a str>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) background: bool,
+}
+
+/// `GET /command/status/{id}`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct CommandStatus {
+    pub(crate) running: bool,
+    #[serde(default)]
+    pub(crate) exit_code: Option<i32>,
+    #[serde(default)]
+    pub(crate) error: Option<String>,
 }
 
 /// What the driver keeps in a handle's `driver` field.
