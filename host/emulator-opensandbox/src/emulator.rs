@@ -1,0 +1,200 @@
+//! [`Emulator`]: the lifecycle server, its sandboxes and their execds,
+//! started together and torn down together.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use sandfleet_backend_local::{IsolationMode, LocalBackend, LocalConfig};
+use sandfleet_core::{Backend, RunId};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::counters::Executions;
+use crate::faults::Faults;
+use crate::fleet::Fleet;
+use crate::images::ImageMap;
+use crate::lifecycle::{self, App};
+use crate::random::Rng;
+
+/// How sandboxes run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Runtime {
+    /// Isolated local sandboxes (namespaces, cgroups, seccomp), each probed
+    /// before it is offered.
+    #[default]
+    Namespaces,
+    /// Plain directories and processes, no isolation: for scale tests.
+    Plain,
+}
+
+/// What an [`Emulator`] serves.
+#[derive(Debug, Clone)]
+pub struct EmulatorConfig {
+    /// Where the lifecycle API listens (port 0: any free port).
+    pub listen: SocketAddr,
+    /// The key clients must send; `None` generates one.
+    pub api_key: Option<String>,
+    /// Image references and their directories.
+    pub images: ImageMap,
+    /// How sandboxes run.
+    pub runtime: Runtime,
+    /// The local backend's state directory; `None`: a temporary directory
+    /// removed at shutdown.
+    pub state_dir: Option<PathBuf>,
+    /// Fault switches.
+    pub faults: Faults,
+}
+
+impl EmulatorConfig {
+    /// Loopback on any port, a generated key, these images, no faults.
+    pub fn new(images: ImageMap) -> Self {
+        EmulatorConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            api_key: None,
+            images,
+            runtime: Runtime::default(),
+            state_dir: None,
+            faults: Faults::default(),
+        }
+    }
+}
+
+/// A running emulator.
+pub struct Emulator {
+    address: SocketAddr,
+    api_key: String,
+    fleet: Arc<Fleet>,
+    stop: CancellationToken,
+    tasks: Vec<JoinHandle<()>>,
+    _scratch: Option<tempfile::TempDir>,
+}
+
+impl Emulator {
+    /// Starts the emulator; it serves once this returns.
+    ///
+    /// # Errors
+    ///
+    /// When there are no images, the listen address is not loopback or
+    /// cannot be bound, the state directory cannot be used, or (with
+    /// `namespaces`) local sandboxes cannot be isolated here.
+    pub async fn start(config: EmulatorConfig) -> anyhow::Result<Emulator> {
+        if !config.listen.ip().is_loopback() {
+            bail!(
+                "--listen {}: the emulator serves on loopback addresses only",
+                config.listen
+            );
+        }
+        if config.images.is_empty() {
+            bail!("no images: map at least one with --image REF=DIR or --images-from FLEET.toml");
+        }
+        for (reference, source) in &config.images {
+            if !source.path.is_dir() {
+                bail!(
+                    "image `{reference}`: {} is not a directory",
+                    source.path.display()
+                );
+            }
+        }
+        let scratch = match &config.state_dir {
+            Some(_) => None,
+            None => Some(
+                tempfile::Builder::new()
+                    .prefix("sandfleet-emulator-opensandbox-")
+                    .tempdir()
+                    .context("making a state directory")?,
+            ),
+        };
+        let state_dir = config
+            .state_dir
+            .clone()
+            .or_else(|| scratch.as_ref().map(|d| d.path().to_path_buf()))
+            .expect("one of the two is set");
+        let local = LocalConfig {
+            state_dir: Some(std::path::absolute(&state_dir).unwrap_or(state_dir)),
+            isolation: match config.runtime {
+                Runtime::Namespaces => IsolationMode::Namespaces,
+                Runtime::Plain => IsolationMode::None,
+            },
+            // The server, not the local backend, bounds what exists.
+            max_sandboxes: Some(1_000_000),
+            images: config.images.clone(),
+            ..LocalConfig::default()
+        };
+        let backend =
+            LocalBackend::new("opensandbox-emulator", local).map_err(|e| anyhow::anyhow!("{e}"))?;
+        if config.runtime == Runtime::Namespaces {
+            let preflight = backend.preflight().await;
+            if !preflight.failures.is_empty() {
+                bail!(
+                    "local sandboxes cannot run here ({}); --runtime plain runs them unisolated",
+                    preflight.failures.join("; ")
+                );
+            }
+        }
+        let api_key = config
+            .api_key
+            .clone()
+            .unwrap_or_else(|| format!("osk-{}", Rng::from_entropy().hex(24)));
+        let listener = TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("--listen {}: cannot bind", config.listen))?;
+        let address = listener.local_addr()?;
+        let run_id = RunId::generate("opensandbox-emulator");
+        let fleet = Fleet::new(backend, run_id, config.images, config.faults.clone());
+        let app = App::new(Arc::clone(&fleet), api_key.clone());
+        let stop = CancellationToken::new();
+        let server = tokio::spawn(crate::server::serve(
+            listener,
+            lifecycle::router(app),
+            config.faults.keepalive,
+            stop.clone(),
+        ));
+        let reaper = tokio::spawn(Arc::clone(&fleet).reap_expired(stop.clone()));
+        Ok(Emulator {
+            address,
+            api_key,
+            fleet,
+            stop,
+            tasks: vec![server, reaper],
+            _scratch: scratch,
+        })
+    }
+
+    /// `http://127.0.0.1:PORT`, the `OPENSANDBOX_BASE_URL` (the SDK's
+    /// domain; the API is under `/v1`).
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.address)
+    }
+
+    /// The lifecycle server's address.
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// The key clients send in `OPEN-SANDBOX-API-KEY`.
+    pub fn api_key(&self) -> &str {
+        &self.api_key
+    }
+
+    /// The counters: commands started by id and marker, sandboxes made.
+    pub fn executions(&self) -> Executions {
+        self.fleet.counters.snapshot(self.fleet.live())
+    }
+
+    /// Sandboxes that exist now.
+    pub fn live_sandboxes(&self) -> usize {
+        self.fleet.live()
+    }
+
+    /// Stops serving and removes every sandbox it made.
+    pub async fn shutdown(mut self) {
+        self.stop.cancel();
+        for task in self.tasks.drain(..) {
+            let _ = task.await;
+        }
+        self.fleet.teardown().await;
+    }
+}

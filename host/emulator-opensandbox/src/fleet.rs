@@ -1,0 +1,444 @@
+//! The sandboxes the emulator holds: each a local sandbox (claimed from the
+//! local backend) with its own execd on its own loopback address, created,
+//! listed, patched, renewed, and deleted on request or at its `expiresAt`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::http::StatusCode;
+use jiff::Timestamp;
+use sandfleet_backend_local::LocalBackend;
+use sandfleet_core::{Backend, ErrorKind, Labels, RunId, TemplateRef, TemplateSpec};
+use tokio::net::TcpSocket;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::commands::SandboxExec;
+use crate::counters::Counters;
+use crate::error::ApiError;
+use crate::execd::{self, EXECD_PORT, Tail};
+use crate::faults::Faults;
+use crate::images::ImageMap;
+use crate::random::Rng;
+
+/// How long a create may wait for its sandbox, like the Kubernetes
+/// runtime's `sandbox_create_timeout_seconds`.
+const CREATE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// execd addresses are drawn from 127.64.0.0/10, away from 127.0.0.1 and
+/// the low addresses other tools use.
+const EXECD_NET: u32 = 0x7F40_0000;
+const EXECD_NET_SIZE: u32 = 1 << 22;
+
+/// A create, validated.
+#[derive(Debug, Clone)]
+pub(crate) struct CreateSpec {
+    pub(crate) image: String,
+    pub(crate) entrypoint: Vec<String>,
+    pub(crate) env: Vec<(String, String)>,
+    pub(crate) metadata: BTreeMap<String, String>,
+    pub(crate) extensions: BTreeMap<String, String>,
+    /// Seconds to live; `None` never expires.
+    pub(crate) timeout: Option<u64>,
+    pub(crate) cpu_milli: u32,
+    pub(crate) memory_mib: u32,
+    pub(crate) limits: BTreeMap<String, String>,
+    pub(crate) requests: BTreeMap<String, String>,
+    pub(crate) pooled: bool,
+}
+
+/// One sandbox.
+pub(crate) struct Sandbox {
+    pub(crate) id: String,
+    pub(crate) spec: CreateSpec,
+    pub(crate) metadata: Mutex<BTreeMap<String, String>>,
+    pub(crate) created_at: Timestamp,
+    pub(crate) expires_at: Mutex<Option<Timestamp>>,
+    /// Where its execd listens (port [`EXECD_PORT`]).
+    pub(crate) execd_ip: Ipv4Addr,
+    exec: Arc<SandboxExec>,
+    execd_stop: CancellationToken,
+}
+
+impl Sandbox {
+    pub(crate) fn metadata(&self) -> BTreeMap<String, String> {
+        self.metadata
+            .lock()
+            .expect("metadata lock poisoned")
+            .clone()
+    }
+
+    pub(crate) fn expires_at(&self) -> Option<Timestamp> {
+        *self.expires_at.lock().expect("expiry lock poisoned")
+    }
+}
+
+/// Everything the emulator holds.
+pub(crate) struct Fleet {
+    backend: Arc<LocalBackend>,
+    run_id: RunId,
+    images: ImageMap,
+    templates: tokio::sync::Mutex<HashMap<String, TemplateRef>>,
+    sandboxes: Mutex<BTreeMap<String, Arc<Sandbox>>>,
+    pub(crate) counters: Arc<Counters>,
+    pub(crate) faults: Faults,
+    ids: Arc<Mutex<Rng>>,
+    next_address: AtomicU32,
+    pooled: AtomicU32,
+    port_collided: AtomicBool,
+    expiry_changed: Notify,
+}
+
+impl Fleet {
+    pub(crate) fn new(
+        backend: LocalBackend,
+        run_id: RunId,
+        images: ImageMap,
+        faults: Faults,
+    ) -> Arc<Fleet> {
+        let mut rng = Rng::from_entropy();
+        let start = (rng.next_u64() as u32) % EXECD_NET_SIZE;
+        Arc::new(Fleet {
+            backend: Arc::new(backend),
+            run_id,
+            images,
+            templates: tokio::sync::Mutex::new(HashMap::new()),
+            sandboxes: Mutex::new(BTreeMap::new()),
+            counters: Arc::new(Counters::default()),
+            faults,
+            ids: Arc::new(Mutex::new(rng)),
+            next_address: AtomicU32::new(start),
+            pooled: AtomicU32::new(0),
+            port_collided: AtomicBool::new(false),
+            expiry_changed: Notify::new(),
+        })
+    }
+
+    fn map(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Arc<Sandbox>>> {
+        self.sandboxes.lock().expect("sandboxes lock poisoned")
+    }
+
+    pub(crate) fn get(&self, id: &str) -> Option<Arc<Sandbox>> {
+        self.map().get(id).cloned()
+    }
+
+    pub(crate) fn all(&self) -> Vec<Arc<Sandbox>> {
+        self.map().values().cloned().collect()
+    }
+
+    pub(crate) fn live(&self) -> usize {
+        self.map().len()
+    }
+
+    pub(crate) fn image_names(&self) -> Vec<String> {
+        self.images.keys().cloned().collect()
+    }
+
+    async fn template(&self, spec: &CreateSpec) -> Result<TemplateRef, ApiError> {
+        let key = format!("{}|{}|{}", spec.image, spec.cpu_milli, spec.memory_mib);
+        let mut templates = self.templates.lock().await;
+        if let Some(made) = templates.get(&key) {
+            return Ok(made.clone());
+        }
+        let template = TemplateSpec {
+            name: sandfleet_core::template_name(&self.run_id, &key),
+            image: spec.image.clone(),
+            cpu_milli: spec.cpu_milli,
+            memory_mib: spec.memory_mib,
+            disk_mib: 10 * 1024,
+            network: false,
+            env: BTreeMap::new(),
+            labels: self.run_id.labels(),
+        };
+        let made = self.backend.ensure_template(&template).await.map_err(|e| {
+            ApiError::runtime(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "SANDBOX_CREATE_FAILED",
+                format!("Failed to prepare image {}: {e}", spec.image),
+            )
+        })?;
+        templates.insert(key, made.clone());
+        Ok(made)
+    }
+
+    /// Reserves an execd address: a socket bound to `127.x.y.z:44772` that
+    /// does not listen yet, so a connect is refused until it does.
+    fn reserve_address(&self) -> Result<TcpSocket, ApiError> {
+        let mut last = None;
+        for _ in 0..4096 {
+            let n = self.next_address.fetch_add(1, Ordering::Relaxed) % EXECD_NET_SIZE;
+            let ip = Ipv4Addr::from(EXECD_NET | n);
+            if matches!(ip.octets()[3], 0 | 255) {
+                continue;
+            }
+            let socket = TcpSocket::new_v4().map_err(|e| internal(format!("execd socket: {e}")))?;
+            match socket.bind(SocketAddr::V4(SocketAddrV4::new(ip, EXECD_PORT))) {
+                Ok(()) => return Ok(socket),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(internal(format!(
+            "no free execd address in 127.64.0.0/10: {}",
+            last.map(|e| e.to_string()).unwrap_or_default()
+        )))
+    }
+
+    /// Creates a sandbox: 202's body is made by the caller from the result.
+    pub(crate) async fn create(
+        self: &Arc<Self>,
+        spec: CreateSpec,
+    ) -> Result<Arc<Sandbox>, ApiError> {
+        if !self.images.contains_key(&spec.image) {
+            return Err(ApiError::runtime(
+                StatusCode::BAD_REQUEST,
+                "IMAGE_NOT_FOUND",
+                format!(
+                    "Image {} is not known to this emulator (known: {}); map it with --image REF=DIR",
+                    spec.image,
+                    self.image_names().join(", ")
+                ),
+            ));
+        }
+        if self.faults.port_500 && !self.port_collided.swap(true, Ordering::AcqRel) {
+            return Err(ApiError::runtime(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "SANDBOX_CREATE_FAILED",
+                format!(
+                    "Failed to create sandbox: Bind for 0.0.0.0:{EXECD_PORT} failed: port is already \
+                     allocated (fault port-500)"
+                ),
+            ));
+        }
+        let pool_slot = if spec.pooled {
+            Some(self.take_pool_slot()?)
+        } else {
+            None
+        };
+        let template = self.template(&spec).await?;
+        let mut labels: Labels = self.run_id.labels();
+        let id = self.ids.lock().expect("id generator lock poisoned").uuid();
+        labels.insert(sandfleet_core::LABEL_TASK.to_string(), id.clone());
+        let handle = self
+            .backend
+            .claim(&template, &labels, Instant::now() + CREATE_TIMEOUT)
+            .await
+            .map_err(|e| match e.kind() {
+                ErrorKind::Timeout => ApiError::runtime(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    "POD_READY_TIMEOUT",
+                    format!(
+                        "Sandbox {id} was not ready within {}s: {e}",
+                        CREATE_TIMEOUT.as_secs()
+                    ),
+                ),
+                _ => ApiError::runtime(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "SANDBOX_CREATE_FAILED",
+                    format!("Failed to create sandbox {id}: {e}"),
+                ),
+            })?;
+        let socket = match self.reserve_address() {
+            Ok(socket) => socket,
+            Err(error) => {
+                let _ = self.backend.release(&handle).await;
+                return Err(error);
+            }
+        };
+        let execd_ip = match socket.local_addr() {
+            Ok(SocketAddr::V4(addr)) => *addr.ip(),
+            _ => unreachable!("execd sockets are bound to IPv4 addresses"),
+        };
+        let exec = Arc::new(SandboxExec {
+            backend: Arc::clone(&self.backend),
+            handle,
+            env: spec.env.clone(),
+            commands: Mutex::new(HashMap::new()),
+            counters: Arc::clone(&self.counters),
+            ids: Arc::clone(&self.ids),
+        });
+        let execd_stop = CancellationToken::new();
+        let tail = Tail {
+            grace: self.faults.grace_tail,
+            cut: self.faults.cut_tail,
+        };
+        let app = execd::router(Arc::clone(&exec), tail);
+        let (late, keepalive, stop) = (
+            self.faults.execd_late,
+            self.faults.keepalive,
+            execd_stop.clone(),
+        );
+        tokio::spawn(async move {
+            if let Some(late) = late {
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = tokio::time::sleep(late) => {}
+                }
+            }
+            match socket.listen(1024) {
+                Ok(listener) => crate::server::serve(listener, app, keepalive, stop).await,
+                Err(error) => tracing::error!(%error, %execd_ip, "execd cannot listen"),
+            }
+        });
+        let created_at = Timestamp::now();
+        let expires_at = spec
+            .timeout
+            .map(|secs| created_at + jiff::SignedDuration::from_secs(secs as i64));
+        let sandbox = Arc::new(Sandbox {
+            id: id.clone(),
+            metadata: Mutex::new(spec.metadata.clone()),
+            spec,
+            created_at,
+            expires_at: Mutex::new(expires_at),
+            execd_ip,
+            exec,
+            execd_stop,
+        });
+        if let Some(slot) = pool_slot {
+            slot.keep();
+        }
+        self.map().insert(id, Arc::clone(&sandbox));
+        self.counters.sandbox_created();
+        self.expiry_changed.notify_one();
+        Ok(sandbox)
+    }
+
+    /// Counts a pooled sandbox against `pool-max`; the slot is returned
+    /// when the create fails, or when the sandbox is deleted.
+    fn take_pool_slot(self: &Arc<Self>) -> Result<PoolSlot, ApiError> {
+        let taken = self.pooled.fetch_add(1, Ordering::AcqRel) + 1;
+        let slot = PoolSlot {
+            fleet: Arc::clone(self),
+            kept: false,
+        };
+        if let Some(max) = self.faults.pool_max
+            && taken > max
+        {
+            drop(slot);
+            return Err(ApiError::runtime(
+                StatusCode::TOO_MANY_REQUESTS,
+                "POOL_CAPACITY_EXHAUSTED",
+                format!(
+                    "Pool capacity exhausted: {max} pooled sandboxes are in use (poolMax {max})"
+                ),
+            )
+            .retry_after(30));
+        }
+        Ok(slot)
+    }
+
+    /// Deletes sandbox `id`; `None` if there is no such sandbox (any more).
+    pub(crate) async fn delete(&self, id: &str, expired: bool) -> Option<()> {
+        let sandbox = self.map().remove(id)?;
+        // Counted as it disappears from the API, before it is destroyed.
+        self.counters.sandbox_deleted(expired);
+        self.destroy(&sandbox).await;
+        Some(())
+    }
+
+    async fn destroy(&self, sandbox: &Sandbox) {
+        sandbox.execd_stop.cancel();
+        if sandbox.spec.pooled {
+            self.pooled.fetch_sub(1, Ordering::AcqRel);
+        }
+        if let Err(error) = self.backend.release(&sandbox.exec.handle).await {
+            tracing::warn!(sandbox = %sandbox.id, %error, "releasing a sandbox failed");
+        }
+    }
+
+    /// Sets a sandbox's expiry.
+    pub(crate) fn set_expiry(&self, sandbox: &Sandbox, at: Timestamp) {
+        *sandbox.expires_at.lock().expect("expiry lock poisoned") = Some(at);
+        self.expiry_changed.notify_one();
+    }
+
+    /// Deletes sandboxes at their `expiresAt`, until `stop`.
+    pub(crate) async fn reap_expired(self: Arc<Self>, stop: CancellationToken) {
+        loop {
+            let now = Timestamp::now();
+            let (due, next): (Vec<String>, Option<Timestamp>) = {
+                let map = self.map();
+                let due = map
+                    .values()
+                    .filter(|s| s.expires_at().is_some_and(|at| at <= now))
+                    .map(|s| s.id.clone())
+                    .collect();
+                let next = map
+                    .values()
+                    .filter_map(|s| s.expires_at())
+                    .filter(|at| *at > now)
+                    .min();
+                (due, next)
+            };
+            for id in due {
+                tracing::debug!(sandbox = %id, "expired");
+                self.delete(&id, true).await;
+            }
+            let wait = next
+                .map(|at| {
+                    Duration::try_from(at.duration_since(Timestamp::now())).unwrap_or_default()
+                })
+                .unwrap_or(Duration::from_secs(3600));
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = self.expiry_changed.notified() => {}
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+
+    /// Deletes every sandbox and everything the run left in the local
+    /// backend.
+    pub(crate) async fn teardown(&self) {
+        let all: Vec<Arc<Sandbox>> = std::mem::take(&mut *self.map()).into_values().collect();
+        let mut deleting = tokio::task::JoinSet::new();
+        for sandbox in all {
+            let backend = Arc::clone(&self.backend);
+            sandbox.execd_stop.cancel();
+            deleting.spawn(async move {
+                if let Err(error) = backend.release(&sandbox.exec.handle).await {
+                    tracing::warn!(sandbox = %sandbox.id, %error, "releasing a sandbox failed");
+                }
+            });
+        }
+        let count = deleting.len();
+        deleting.join_all().await;
+        for _ in 0..count {
+            self.counters.sandbox_deleted(false);
+        }
+        if let Err(error) = self.backend.reap(&self.run_id).await {
+            tracing::warn!(%error, "reaping the emulator's run failed");
+        }
+    }
+}
+
+/// One pooled sandbox counted against `pool-max` while its create runs.
+struct PoolSlot {
+    fleet: Arc<Fleet>,
+    kept: bool,
+}
+
+impl PoolSlot {
+    /// The sandbox exists: it keeps counting until it is deleted.
+    fn keep(mut self) {
+        self.kept = true;
+    }
+}
+
+impl Drop for PoolSlot {
+    fn drop(&mut self) {
+        if !self.kept {
+            self.fleet.pooled.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+fn internal(message: String) -> ApiError {
+    ApiError::runtime(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "SANDBOX_CREATE_FAILED",
+        message,
+    )
+}
