@@ -191,3 +191,31 @@ fn chain(error: &dyn std::error::Error) -> String {
     }
     text
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_and_forwarding_headers_never_reach_the_sandbox() {
+        let mut incoming = HeaderMap::new();
+        for (name, value) in [
+            ("open-sandbox-api-key", "secret"),
+            ("authorization", "Bearer x"),
+            ("cookie", "a=b"),
+            ("opensandbox-secure-access", "t"),
+            ("x-forwarded-for", "1.2.3.4"),
+            ("connection", "keep-alive"),
+            ("content-type", "application/json"),
+            ("x-execd-access-token", "kept"),
+        ] {
+            incoming.insert(
+                HeaderName::from_static(name),
+                HeaderValue::from_static(value),
+            );
+        }
+        let forwarded = forwarded_request_headers(&incoming);
+        let names: Vec<&str> = forwarded.keys().map(HeaderName::as_str).collect();
+        assert_eq!(names, ["content-type", "x-execd-access-token"]);
+    }
+}
