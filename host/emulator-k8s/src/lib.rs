@@ -1,1 +1,356 @@
-//! A wire-compatible Kubernetes API server with agent-sandbox's controllers, for tests and laptops (sandfleet devcluster k8s).
+//! A wire-compatible Kubernetes API server for tests and laptops (`sandfleet devcluster
+//! k8s`): HTTPS with a CA made at start, a bearer token, discovery (aggregated and
+//! legacy), the minimal OpenAPI v3 `kubectl apply` needs, CRD registration with
+//! structural schema validation, a generic object store with watches, server-side
+//! apply with managed fields, and garbage collection by owner references.
+//!
+//! Tests of other crates start one in-process:
+//!
+//! ```no_run
+//! # async fn demo() -> anyhow::Result<()> {
+//! let emulator = sandfleet_emulator_k8s::Emulator::start(Default::default()).await?;
+//! emulator.write_kubeconfig(std::path::Path::new("/tmp/kubeconfig"))?;
+//! println!("{} {}", emulator.url(), emulator.token());
+//! emulator.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+mod api;
+mod faults;
+mod fields;
+mod gc;
+mod kubeconfig;
+mod registry;
+mod schema;
+mod seed;
+mod selector;
+mod server;
+mod state;
+mod status;
+mod store;
+mod tls;
+mod watch;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+pub use kubeconfig::{CONTEXT, Kubeconfig};
+pub use seed::NodeShape;
+
+/// The four agent-sandbox CRDs (kubernetes-sigs/agent-sandbox, v1beta1), embedded.
+pub const AGENT_SANDBOX_CRDS: [(&str, &str); 4] = [
+    (
+        "agents.x-k8s.io_sandboxes.yaml",
+        include_str!("../crds/agents.x-k8s.io_sandboxes.yaml"),
+    ),
+    (
+        "extensions.agents.x-k8s.io_sandboxclaims.yaml",
+        include_str!("../crds/extensions.agents.x-k8s.io_sandboxclaims.yaml"),
+    ),
+    (
+        "extensions.agents.x-k8s.io_sandboxtemplates.yaml",
+        include_str!("../crds/extensions.agents.x-k8s.io_sandboxtemplates.yaml"),
+    ),
+    (
+        "extensions.agents.x-k8s.io_sandboxwarmpools.yaml",
+        include_str!("../crds/extensions.agents.x-k8s.io_sandboxwarmpools.yaml"),
+    ),
+];
+
+/// How to start an emulator.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Where to listen; must be a loopback address (`127.0.0.0/8` or `::1`).
+    pub listen: SocketAddr,
+    /// The nodes to create.
+    pub nodes: NodeShape,
+    /// Pre-apply the four agent-sandbox CRDs.
+    pub with_agent_sandbox: bool,
+    /// `--faults` text (empty: none).
+    pub faults: String,
+    /// How many events watches can replay before a resourceVersion is too old (410).
+    pub history: usize,
+    /// How often a watch with `allowWatchBookmarks` gets a BOOKMARK.
+    pub bookmark_interval: Duration,
+    /// A fixed token (default: a random one).
+    pub token: Option<String>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            nodes: NodeShape {
+                count: 3,
+                cpu: "8".into(),
+                memory: "32Gi".into(),
+                pods: 110,
+                disk: "100Gi".into(),
+            },
+            with_agent_sandbox: false,
+            faults: String::new(),
+            history: 10_000,
+            bookmark_interval: Duration::from_secs(60),
+            token: None,
+        }
+    }
+}
+
+/// A running emulator.
+pub struct Emulator {
+    url: String,
+    token: String,
+    ca_pem: String,
+    stop: Option<oneshot::Sender<()>>,
+    server: JoinHandle<()>,
+    gc: JoinHandle<()>,
+}
+
+/// Apply a CRD YAML document through the API (as `kubectl create` would).
+fn apply_crd(state: &state::State, file: &str, text: &str) -> anyhow::Result<()> {
+    let object: serde_json::Value =
+        serde_yaml_ng::from_str(text).with_context(|| format!("parsing embedded CRD {file}"))?;
+    let resource = state
+        .registry
+        .find("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+        .context("the CRD resource is built in")?;
+    let target = api::Target {
+        resource,
+        version: "v1".into(),
+        namespace: None,
+        name: None,
+        subresource: None,
+    };
+    let query = api::Query(vec![("fieldManager".into(), "sandfleet-devcluster".into())]);
+    api::create(state, &target, &query, "sandfleet-devcluster", object)
+        .map_err(|e| anyhow::anyhow!("applying embedded CRD {file}: {}", e.message))?;
+    Ok(())
+}
+
+impl Emulator {
+    /// Start serving: make the TLS identity, seed the store, bind, and run the garbage
+    /// collector.
+    ///
+    /// # Errors
+    /// When the address is not loopback, cannot be bound, or a fault spec is invalid.
+    pub async fn start(config: Config) -> anyhow::Result<Self> {
+        anyhow::ensure!(
+            config.listen.ip().is_loopback(),
+            "--listen {}: the emulator listens on loopback only (127.0.0.0/8 or ::1)",
+            config.listen
+        );
+        let faults = faults::Faults::parse(&config.faults)?;
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("binding {}", config.listen))?;
+        let addr = listener.local_addr()?;
+        let identity = tls::Identity::generate(Some(addr.ip()))?;
+        let tls_config = identity.server_config()?;
+        let url = format!("https://{addr}");
+        let token = config.token.clone().unwrap_or_else(|| {
+            format!(
+                "{}{}",
+                uuid::Uuid::new_v4().simple(),
+                uuid::Uuid::new_v4().simple()
+            )
+        });
+        let state = Arc::new(state::State {
+            store: store::Store::new(config.history),
+            registry: registry::Registry::default(),
+            token: token.clone(),
+            server_address: addr.to_string(),
+            bookmark_interval: config.bookmark_interval,
+            faults,
+        });
+        seed::seed(&state.store, &config.nodes);
+        if config.with_agent_sandbox {
+            for (file, text) in AGENT_SANDBOX_CRDS {
+                apply_crd(&state, file, text)?;
+            }
+        }
+        let gc = tokio::spawn(gc::run(state.clone()));
+        let (stop, stopped) = oneshot::channel::<()>();
+        let router = server::router(state);
+        let server = tokio::spawn(server::serve(listener, tls_config, router, async move {
+            let _ = stopped.await;
+        }));
+        tracing::info!(%url, "kubernetes emulator serving");
+        Ok(Self {
+            url,
+            token,
+            ca_pem: identity.ca_pem,
+            stop: Some(stop),
+            server,
+            gc,
+        })
+    }
+
+    /// `https://127.0.0.1:PORT`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The bearer token.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// The CA certificate (PEM) that signed the server's certificate.
+    pub fn ca_pem(&self) -> &str {
+        &self.ca_pem
+    }
+
+    /// The kubeconfig for this emulator.
+    pub fn kubeconfig(&self) -> Kubeconfig {
+        Kubeconfig {
+            server: self.url.clone(),
+            ca_pem: self.ca_pem.clone(),
+            token: self.token.clone(),
+        }
+    }
+
+    /// Write the kubeconfig (context `sandfleet-devcluster`) to `path`.
+    ///
+    /// # Errors
+    /// When the file cannot be written.
+    pub fn write_kubeconfig(&self, path: &Path) -> anyhow::Result<()> {
+        self.kubeconfig().write(path)
+    }
+
+    /// Stop serving and close every connection (watches included).
+    pub async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = (&mut self.server).await;
+        self.gc.abort();
+    }
+}
+
+impl Drop for Emulator {
+    fn drop(&mut self) {
+        self.server.abort();
+        self.gc.abort();
+    }
+}
+
+/// `sandfleet devcluster k8s`: a wire-compatible Kubernetes API server with
+/// agent-sandbox's resources.
+#[derive(Debug, Clone, clap::Args)]
+pub struct K8sArgs {
+    /// Address to listen on (loopback only).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub listen: SocketAddr,
+    /// Number of nodes.
+    #[arg(long, default_value_t = 3)]
+    pub nodes: usize,
+    /// Allocatable CPU per node (a Kubernetes quantity).
+    #[arg(long, default_value = "8")]
+    pub node_cpu: String,
+    /// Allocatable memory per node.
+    #[arg(long, default_value = "32Gi")]
+    pub node_memory: String,
+    /// Allocatable pods per node.
+    #[arg(long, default_value_t = 110)]
+    pub node_pods: u32,
+    /// Allocatable ephemeral storage per node.
+    #[arg(long, default_value = "100Gi")]
+    pub node_disk: String,
+    /// An image the kubelet can run: `REF=DIR` (repeatable).
+    #[arg(long = "image", value_name = "REF=DIR", value_parser = parse_image)]
+    pub images: Vec<(String, PathBuf)>,
+    /// Take the images from a fleet config's `[images]`.
+    #[arg(long, value_name = "FLEET.toml")]
+    pub images_from: Option<PathBuf>,
+    /// What the first pull of an image on a node costs.
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    pub pull_latency: Duration,
+    /// Injected faults: `latency=MS,conflict=P,watch-drop=S,gone-burst,flaky=P,throttle=QPS`.
+    #[arg(long, default_value = "")]
+    pub faults: String,
+    /// Write the kubeconfig here (default: a file in the temp directory).
+    #[arg(long, value_name = "FILE")]
+    pub write_kubeconfig: Option<PathBuf>,
+    /// Pre-apply the four agent-sandbox CRDs.
+    #[arg(long)]
+    pub with_agent_sandbox: bool,
+}
+
+fn parse_image(text: &str) -> Result<(String, PathBuf), String> {
+    let (reference, dir) = text
+        .split_once('=')
+        .ok_or_else(|| format!("--image {text}: expected REF=DIR"))?;
+    if reference.is_empty() || dir.is_empty() {
+        return Err(format!("--image {text}: expected REF=DIR"));
+    }
+    Ok((reference.to_string(), PathBuf::from(dir)))
+}
+
+impl K8sArgs {
+    /// The emulator configuration these flags describe.
+    pub fn config(&self) -> Config {
+        Config {
+            listen: self.listen,
+            nodes: NodeShape {
+                count: self.nodes,
+                cpu: self.node_cpu.clone(),
+                memory: self.node_memory.clone(),
+                pods: self.node_pods,
+                disk: self.node_disk.clone(),
+            },
+            with_agent_sandbox: self.with_agent_sandbox,
+            faults: self.faults.clone(),
+            ..Config::default()
+        }
+    }
+}
+
+/// Run the emulator until `shutdown` resolves; prints the kubeconfig path once ready.
+///
+/// # Errors
+/// When the emulator cannot start or the kubeconfig cannot be written.
+pub async fn serve(args: K8sArgs, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    for (reference, dir) in &args.images {
+        anyhow::ensure!(
+            dir.is_dir(),
+            "--image {reference}={}: not a directory",
+            dir.display()
+        );
+    }
+    if let Some(fleet) = &args.images_from {
+        anyhow::ensure!(
+            fleet.is_file(),
+            "--images-from {}: no such file",
+            fleet.display()
+        );
+    }
+    if !args.images.is_empty() || args.images_from.is_some() || !args.pull_latency.is_zero() {
+        tracing::warn!(
+            "--image, --images-from and --pull-latency take effect once pods run as sandboxes; this build stores pods without running them"
+        );
+    }
+    let emulator = Emulator::start(args.config()).await?;
+    let path = match &args.write_kubeconfig {
+        Some(p) => p.clone(),
+        None => std::env::temp_dir()
+            .join(format!("sandfleet-devcluster-{}", std::process::id()))
+            .join("kubeconfig"),
+    };
+    emulator.write_kubeconfig(&path)?;
+    println!("{}", path.display());
+    eprintln!(
+        "sandfleet devcluster k8s: serving {} (context {CONTEXT}); export KUBECONFIG={}",
+        emulator.url(),
+        path.display()
+    );
+    shutdown.await;
+    emulator.shutdown().await;
+    Ok(())
+}

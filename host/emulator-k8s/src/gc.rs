@@ -1,0 +1,258 @@
+//! Garbage collection by `ownerReferences`, as the kube-controller-manager does it:
+//! an object whose owners are all gone is deleted (background propagation); an owner
+//! deleted with `Foreground` keeps a `foregroundDeletion` finalizer until its dependents
+//! with `blockOwnerDeletion` are gone; with `Orphan` its dependents lose the reference
+//! and stay. A namespace being deleted is emptied first.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use crate::state::State;
+use crate::store::rv_of;
+
+fn uid(object: &Value) -> &str {
+    object["metadata"]["uid"].as_str().unwrap_or_default()
+}
+
+fn finalizers(object: &Value) -> Vec<String> {
+    object["metadata"]["finalizers"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|f| f.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn deleting(object: &Value) -> bool {
+    object["metadata"].get("deletionTimestamp").is_some()
+}
+
+fn owner_refs(object: &Value) -> Vec<Value> {
+    object["metadata"]["ownerReferences"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+struct Item {
+    resource: Arc<str>,
+    namespace: String,
+    name: String,
+    object: Arc<Value>,
+}
+
+fn snapshot(state: &State) -> Vec<Item> {
+    let mut items = Vec::new();
+    for resource in state.store.resources() {
+        let (objects, _) = state.store.list(&resource, None);
+        for object in objects {
+            items.push(Item {
+                resource: resource.clone(),
+                namespace: object["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .into(),
+                name: object["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .into(),
+                object,
+            });
+        }
+    }
+    items
+}
+
+fn rewrite(state: &State, item: &Item, change: impl FnOnce(&mut Value)) {
+    let mut object = (*item.object).clone();
+    change(&mut object);
+    // A conflict means someone else wrote first; the next pass sees the new state.
+    let _ = state.store.update(
+        &item.resource,
+        &item.namespace,
+        &item.name,
+        object,
+        Some(rv_of(&item.object)),
+        false,
+    );
+}
+
+fn remove_finalizer(state: &State, item: &Item, finalizer: &str) {
+    rewrite(state, item, |o| {
+        let kept: Vec<Value> = finalizers(o)
+            .into_iter()
+            .filter(|f| f != finalizer)
+            .map(Value::String)
+            .collect();
+        o["metadata"]["finalizers"] = Value::Array(kept);
+    });
+}
+
+fn delete(state: &State, item: &Item, foreground: bool) {
+    if foreground
+        && !finalizers(&item.object)
+            .iter()
+            .any(|f| f == "foregroundDeletion")
+    {
+        rewrite(state, item, |o| {
+            let mut list = o["metadata"]["finalizers"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            list.push(json!("foregroundDeletion"));
+            o["metadata"]["finalizers"] = Value::Array(list);
+        });
+        if let Some(fresh) = state.store.get(&item.resource, &item.namespace, &item.name) {
+            let _ = state.store.delete(
+                &item.resource,
+                &item.namespace,
+                &item.name,
+                (Some(uid(&fresh)), None),
+                false,
+            );
+        }
+        return;
+    }
+    let _ = state.store.delete(
+        &item.resource,
+        &item.namespace,
+        &item.name,
+        (Some(uid(&item.object)), None),
+        false,
+    );
+}
+
+/// One pass over every object. Returns whether it changed anything.
+pub(crate) fn collect(state: &State) -> bool {
+    let before = state.store.current_rv();
+    let items = snapshot(state);
+    let by_uid: HashMap<&str, &Item> = items.iter().map(|i| (uid(&i.object), i)).collect();
+    let mut dependents: HashMap<&str, Vec<&Item>> = HashMap::new();
+    for item in &items {
+        for r in item.object["metadata"]["ownerReferences"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            if let Some(owner) = r["uid"].as_str() {
+                dependents.entry(owner).or_default().push(item);
+            }
+        }
+    }
+    let mut handled: HashSet<&str> = HashSet::new();
+    for item in items.iter().filter(|i| deleting(&i.object)) {
+        let finals = finalizers(&item.object);
+        let owner_uid = uid(&item.object);
+        let deps = dependents.get(owner_uid).cloned().unwrap_or_default();
+        if finals.iter().any(|f| f == "orphan") {
+            for d in &deps {
+                rewrite(state, d, |o| {
+                    let kept: Vec<Value> = owner_refs(o)
+                        .into_iter()
+                        .filter(|r| r["uid"].as_str() != Some(owner_uid))
+                        .collect();
+                    o["metadata"]["ownerReferences"] = Value::Array(kept);
+                });
+                handled.insert(uid(&d.object));
+            }
+            remove_finalizer(state, item, "orphan");
+        } else if finals.iter().any(|f| f == "foregroundDeletion") {
+            let mut blocking = false;
+            for d in &deps {
+                let blocks = owner_refs(&d.object).iter().any(|r| {
+                    r["uid"].as_str() == Some(owner_uid) && r["blockOwnerDeletion"] == json!(true)
+                });
+                blocking |= blocks;
+                if !deleting(&d.object) {
+                    let has_own = dependents.contains_key(uid(&d.object));
+                    delete(state, d, has_own);
+                }
+                handled.insert(uid(&d.object));
+            }
+            if !blocking {
+                remove_finalizer(state, item, "foregroundDeletion");
+            }
+        }
+    }
+    for item in &items {
+        let refs = owner_refs(&item.object);
+        if refs.is_empty() || handled.contains(uid(&item.object)) || deleting(&item.object) {
+            continue;
+        }
+        let (solid, dangling): (Vec<&Value>, Vec<&Value>) = refs
+            .iter()
+            .partition(|r| r["uid"].as_str().is_some_and(|u| by_uid.contains_key(u)));
+        if dangling.is_empty() {
+            continue;
+        }
+        if solid.is_empty() {
+            delete(state, item, false);
+        } else {
+            let keep: Vec<Value> = solid.into_iter().cloned().collect();
+            rewrite(state, item, |o| {
+                o["metadata"]["ownerReferences"] = Value::Array(keep)
+            });
+        }
+    }
+    state.store.current_rv() != before
+}
+
+/// Delete everything in a namespace (finalizers of its objects are dropped: nothing
+/// else would ever remove them once the namespace is gone).
+pub(crate) fn empty_namespace(state: &State, namespace: &str) {
+    for resource in state.registry.all().iter().filter(|r| r.namespaced) {
+        let key = resource.key();
+        let (objects, _) = state.store.list(&key, Some(namespace));
+        for object in objects {
+            let name = object["metadata"]["name"].as_str().unwrap_or_default();
+            if !finalizers(&object).is_empty() {
+                let mut cleared = (*object).clone();
+                cleared["metadata"]["finalizers"] = json!([]);
+                let _ = state
+                    .store
+                    .update(&key, namespace, name, cleared, None, false);
+            }
+            let _ = state
+                .store
+                .delete(&key, namespace, name, (None, None), false);
+        }
+    }
+}
+
+/// Run the collector until the store is dropped: a pass whenever an event may have
+/// left a dependent without its owner or an owner waiting for its dependents.
+pub(crate) async fn run(state: Arc<State>) {
+    let mut changes = state.store.subscribe();
+    let mut seen = 0;
+    loop {
+        let needed = match state.store.all_events_since(seen) {
+            Ok((events, rv)) => {
+                seen = rv;
+                events.iter().any(|e| {
+                    e.kind == crate::store::EventType::Deleted
+                        || deleting(&e.object)
+                        || e.object["metadata"].get("ownerReferences").is_some()
+                })
+            }
+            Err(_) => {
+                seen = state.store.current_rv();
+                true
+            }
+        };
+        if needed {
+            // Each pass's own writes are events too; loop until a pass is quiet.
+            for _ in 0..16 {
+                if !collect(&state) {
+                    break;
+                }
+            }
+        }
+        if changes.changed().await.is_err() {
+            return;
+        }
+    }
+}

@@ -1,0 +1,23 @@
+//! What every request handler and background task shares.
+
+use std::time::Duration;
+
+use crate::faults::Faults;
+use crate::registry::Registry;
+use crate::store::Store;
+
+/// The server's shared state.
+pub(crate) struct State {
+    /// Every object.
+    pub(crate) store: Store,
+    /// What is served.
+    pub(crate) registry: Registry,
+    /// The bearer token clients must send.
+    pub(crate) token: String,
+    /// `https://host:port`, for legacy discovery's server address.
+    pub(crate) server_address: String,
+    /// How often a watch that allows bookmarks gets one.
+    pub(crate) bookmark_interval: Duration,
+    /// Injected faults.
+    pub(crate) faults: Faults,
+}

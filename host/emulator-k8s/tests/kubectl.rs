@@ -1,0 +1,476 @@
+//! End-to-end: the real `kubectl` (1.32, installed on these machines) against the
+//! emulator started in-process on 127.0.0.1:0, with a fresh HOME so discovery is not
+//! cached between tests.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use sandfleet_emulator_k8s::{Config, Emulator};
+
+struct Cluster {
+    emulator: Emulator,
+    dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    async fn start() -> Self {
+        let emulator = Emulator::start(Config::default())
+            .await
+            .expect("emulator starts");
+        let dir = tempfile::tempdir().expect("temp dir");
+        emulator
+            .write_kubeconfig(&dir.path().join("kubeconfig"))
+            .expect("kubeconfig written");
+        Self { emulator, dir }
+    }
+
+    fn file(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, text).expect("write manifest");
+        path
+    }
+
+    /// Run kubectl off the async runtime (it blocks for its whole run).
+    async fn kubectl(&self, args: &[&str]) -> Output {
+        let kubeconfig = self.dir.path().join("kubeconfig");
+        let home = self.dir.path().join("home");
+        let args: Vec<String> = args.iter().map(|s| (*s).to_string()).collect();
+        tokio::task::spawn_blocking(move || {
+            std::fs::create_dir_all(&home).expect("home");
+            std::process::Command::new("kubectl")
+                .args(&args)
+                .arg("--request-timeout=10s")
+                .env("KUBECONFIG", kubeconfig)
+                .env("HOME", home)
+                .output()
+                .expect("kubectl runs")
+        })
+        .await
+        .expect("kubectl task")
+    }
+
+    async fn ok(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args).await;
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    async fn fails(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args).await;
+        assert!(
+            !out.status.success(),
+            "kubectl {args:?} should fail: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    }
+}
+
+fn crd_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("crds")
+}
+
+const TEMPLATE: &str = r#"apiVersion: extensions.agents.x-k8s.io/v1beta1
+kind: SandboxTemplate
+metadata:
+  name: python
+spec:
+  podTemplate:
+    spec:
+      containers:
+      - name: main
+        image: python:3.12
+"#;
+
+async fn with_crds() -> Cluster {
+    let cluster = Cluster::start().await;
+    let out = cluster
+        .ok(&["apply", "-f", crd_dir().to_str().unwrap()])
+        .await;
+    assert_eq!(out.matches("created").count(), 4, "{out}");
+    cluster
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_crds_then_a_template_and_get_it() {
+    let cluster = with_crds().await;
+    let crd = cluster
+        .ok(&[
+            "get",
+            "crd",
+            "sandboxtemplates.extensions.agents.x-k8s.io",
+            "-o",
+            "name",
+        ])
+        .await;
+    assert_eq!(
+        crd.trim(),
+        "customresourcedefinition.apiextensions.k8s.io/sandboxtemplates.extensions.agents.x-k8s.io"
+    );
+    // Unchanged on a second apply: kubectl's 3-way diff finds nothing to send.
+    let again = cluster
+        .ok(&["apply", "-f", crd_dir().to_str().unwrap()])
+        .await;
+    assert_eq!(again.matches("unchanged").count(), 4, "{again}");
+
+    let file = cluster.file("t.yaml", TEMPLATE);
+    let out = cluster.ok(&["apply", "-f", file.to_str().unwrap()]).await;
+    assert!(
+        out.contains("sandboxtemplate.extensions.agents.x-k8s.io/python created"),
+        "{out}"
+    );
+    let image = cluster
+        .ok(&[
+            "get",
+            "sandboxtemplate",
+            "python",
+            "-o",
+            "jsonpath={.spec.podTemplate.spec.containers[0].image}",
+        ])
+        .await;
+    assert_eq!(image, "python:3.12");
+    let changed = cluster.file("t2.yaml", &TEMPLATE.replace("python:3.12", "python:3.13"));
+    let out = cluster
+        .ok(&["apply", "-f", changed.to_str().unwrap()])
+        .await;
+    assert!(out.contains("configured"), "{out}");
+    let generation = cluster
+        .ok(&[
+            "get",
+            "sandboxtemplate",
+            "python",
+            "-o",
+            "jsonpath={.metadata.generation}",
+        ])
+        .await;
+    assert_eq!(generation, "2");
+    let listed = cluster.ok(&["get", "sandboxtemplates"]).await;
+    assert!(listed.contains("python"), "{listed}");
+    cluster.emulator.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_side_apply_by_two_managers_conflicts_naming_the_field() {
+    let cluster = with_crds().await;
+    let file = cluster.file("t.yaml", TEMPLATE);
+    let path = file.to_str().unwrap();
+    let out = cluster
+        .ok(&["apply", "--server-side", "--field-manager=a", "-f", path])
+        .await;
+    assert!(out.contains("serverside-applied"), "{out}");
+    let other = cluster.file("t2.yaml", &TEMPLATE.replace("python:3.12", "python:3.13"));
+    let err = cluster
+        .fails(&[
+            "apply",
+            "--server-side",
+            "--field-manager=b",
+            "-f",
+            other.to_str().unwrap(),
+        ])
+        .await;
+    assert!(
+        err.contains("Apply failed with 1 conflict: conflict with \"a\""),
+        "{err}"
+    );
+    assert!(err.contains(".spec.podTemplate.spec.containers"), "{err}");
+    let forced = cluster
+        .ok(&[
+            "apply",
+            "--server-side",
+            "--field-manager=b",
+            "--force-conflicts",
+            "-f",
+            other.to_str().unwrap(),
+        ])
+        .await;
+    assert!(forced.contains("serverside-applied"), "{forced}");
+    let image = cluster
+        .ok(&[
+            "get",
+            "sandboxtemplate",
+            "python",
+            "-o",
+            "jsonpath={.spec.podTemplate.spec.containers[0].image}",
+        ])
+        .await;
+    assert_eq!(image, "python:3.13");
+    cluster.emulator.shutdown().await;
+}
+
+fn pod(name: &str, labels: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  labels: {{{labels}}}\nspec:\n  containers:\n  - name: main\n    image: busybox\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_pods_with_equality_and_set_based_selectors() {
+    let cluster = Cluster::start().await;
+    let manifest = [
+        pod("a", "app: foo, tier: web"),
+        pod("b", "app: bar, tier: x"),
+        pod("c", "app: baz"),
+        pod("d", "app: bar"),
+    ]
+    .join("---\n");
+    let file = cluster.file("pods.yaml", &manifest);
+    cluster.ok(&["apply", "-f", file.to_str().unwrap()]).await;
+    let names = cluster
+        .ok(&["get", "pods", "-l", "app=foo", "-o", "name"])
+        .await;
+    assert_eq!(names.trim(), "pod/a");
+    let names = cluster
+        .ok(&[
+            "get",
+            "pods",
+            "-l",
+            "app in (foo,bar),tier!=x",
+            "-o",
+            "name",
+        ])
+        .await;
+    assert_eq!(names.lines().collect::<Vec<_>>(), ["pod/a", "pod/d"]);
+    let names = cluster
+        .ok(&["get", "pods", "-l", "!tier", "-o", "name"])
+        .await;
+    assert_eq!(names.lines().collect::<Vec<_>>(), ["pod/c", "pod/d"]);
+    let none = cluster.kubectl(&["get", "pods", "-l", "app=nothing"]).await;
+    assert!(none.status.success());
+    assert!(
+        String::from_utf8_lossy(&none.stderr).contains("No resources found in default namespace.")
+    );
+    cluster.emulator.shutdown().await;
+}
+
+async fn uid_of(cluster: &Cluster, what: &[&str]) -> String {
+    let mut args = vec!["get"];
+    args.extend_from_slice(what);
+    args.extend_from_slice(&["-o", "jsonpath={.metadata.uid}"]);
+    cluster.ok(&args).await
+}
+
+async fn wait_gone(cluster: &Cluster, what: &[&str]) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut args = vec!["get"];
+        args.extend_from_slice(what);
+        let out = cluster.kubectl(&args).await;
+        if String::from_utf8_lossy(&out.stderr).contains("NotFound") {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what:?} was not collected");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn owned_configmap(name: &str, owner_kind: &str, owner: &str, uid: &str, block: bool) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  ownerReferences:\n  - apiVersion: v1\n    kind: {owner_kind}\n    name: {owner}\n    uid: {uid}\n    blockOwnerDeletion: {block}\ndata:\n  k: v\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_collects_dependents_in_background_and_foreground_and_orphans_on_request() {
+    let cluster = Cluster::start().await;
+    let file = cluster.file(
+        "owners.yaml",
+        &[
+            pod("bg", "app: gc"),
+            pod("fg", "app: gc"),
+            pod("or", "app: gc"),
+        ]
+        .join("---\n"),
+    );
+    cluster.ok(&["apply", "-f", file.to_str().unwrap()]).await;
+    let mut deps = Vec::new();
+    for owner in ["bg", "fg", "or"] {
+        let uid = uid_of(&cluster, &["pod", owner]).await;
+        deps.push(owned_configmap(
+            &format!("dep-{owner}"),
+            "Pod",
+            owner,
+            &uid,
+            owner == "fg",
+        ));
+    }
+    let file = cluster.file("deps.yaml", &deps.join("---\n"));
+    cluster.ok(&["apply", "-f", file.to_str().unwrap()]).await;
+
+    let out = cluster.ok(&["delete", "pod", "bg"]).await;
+    assert!(out.contains("pod \"bg\" deleted"), "{out}");
+    wait_gone(&cluster, &["configmap", "dep-bg"]).await;
+
+    cluster
+        .ok(&["delete", "pod", "fg", "--cascade=foreground"])
+        .await;
+    wait_gone(&cluster, &["configmap", "dep-fg"]).await;
+    wait_gone(&cluster, &["pod", "fg"]).await;
+
+    cluster
+        .ok(&["delete", "pod", "or", "--cascade=orphan"])
+        .await;
+    wait_gone(&cluster, &["pod", "or"]).await;
+    let refs = cluster
+        .ok(&[
+            "get",
+            "configmap",
+            "dep-or",
+            "-o",
+            "jsonpath={.metadata.ownerReferences}",
+        ])
+        .await;
+    assert!(
+        refs.is_empty() || refs == "[]",
+        "orphan keeps no reference: {refs}"
+    );
+    cluster.emulator.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_a_status_kubectl_prints_and_the_server_keeps_serving() {
+    let cluster = with_crds().await;
+    // Schema failure: a required field missing and a wrong type.
+    let bad = cluster.file(
+        "bad.yaml",
+        "apiVersion: extensions.agents.x-k8s.io/v1beta1\nkind: SandboxWarmPool\nmetadata:\n  name: p\nspec:\n  replicas: many\n",
+    );
+    let err = cluster.fails(&["apply", "-f", bad.to_str().unwrap()]).await;
+    assert!(
+        err.contains("The SandboxWarmPool \"p\" is invalid"),
+        "{err}"
+    );
+    assert!(
+        err.contains("spec.sandboxTemplateRef: Required value"),
+        "{err}"
+    );
+    assert!(err.contains("spec.replicas"), "{err}");
+    // An enum violation.
+    let bad_enum = cluster.file(
+        "enum.yaml",
+        "apiVersion: extensions.agents.x-k8s.io/v1beta1\nkind: SandboxWarmPool\nmetadata:\n  name: p\nspec:\n  sandboxTemplateRef: {name: t}\n  updateStrategy: {type: Sometimes}\n",
+    );
+    let err = cluster
+        .fails(&["apply", "-f", bad_enum.to_str().unwrap()])
+        .await;
+    assert!(err.contains("Unsupported value: \"Sometimes\""), "{err}");
+    // An unknown field under kubectl's default strict validation.
+    let unknown = cluster.file(
+        "unknown.yaml",
+        &TEMPLATE.replace("  podTemplate:", "  bogus: 1\n  podTemplate:"),
+    );
+    let err = cluster
+        .fails(&["apply", "-f", unknown.to_str().unwrap()])
+        .await;
+    assert!(err.contains("unknown field \"spec.bogus\""), "{err}");
+    // An unknown kind.
+    let kind = cluster.file(
+        "kind.yaml",
+        "apiVersion: example.com/v1\nkind: Nope\nmetadata:\n  name: thing\n",
+    );
+    let err = cluster
+        .fails(&["apply", "-f", kind.to_str().unwrap()])
+        .await;
+    assert!(err.contains("no matches for kind \"Nope\""), "{err}");
+    // A strategic merge patch on a custom resource: 415.
+    let file = cluster.file("t.yaml", TEMPLATE);
+    cluster.ok(&["apply", "-f", file.to_str().unwrap()]).await;
+    let err = cluster
+        .fails(&[
+            "patch",
+            "sandboxtemplate",
+            "python",
+            "--type",
+            "strategic",
+            "-p",
+            "{\"spec\":{}}",
+        ])
+        .await;
+    assert!(
+        err.contains("application/strategic-merge-patch+json is not supported"),
+        "{err}"
+    );
+    assert!(
+        err.contains("accepted media types include: application/json-patch+json"),
+        "{err}"
+    );
+    // Malformed JSON patch text.
+    let err = cluster
+        .fails(&[
+            "patch",
+            "sandboxtemplate",
+            "python",
+            "--type",
+            "merge",
+            "-p",
+            "{not json",
+        ])
+        .await;
+    assert!(!err.is_empty());
+    // Still serving.
+    let ns = cluster.ok(&["get", "namespaces", "-o", "name"]).await;
+    assert!(ns.contains("namespace/agent-sandbox-system"), "{ns}");
+    let deploy = cluster
+        .ok(&[
+            "get",
+            "deployment",
+            "-n",
+            "agent-sandbox-system",
+            "agent-sandbox-controller",
+            "-o",
+            "jsonpath={.status.readyReplicas}",
+        ])
+        .await;
+    assert_eq!(deploy, "1");
+    cluster.emulator.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_for_condition_and_scale_subresource() {
+    let cluster = with_crds().await;
+    let pool = cluster.file(
+        "pool.yaml",
+        "apiVersion: extensions.agents.x-k8s.io/v1beta1\nkind: SandboxWarmPool\nmetadata:\n  name: p\nspec:\n  sandboxTemplateRef: {name: python}\n",
+    );
+    cluster.ok(&["apply", "-f", pool.to_str().unwrap()]).await;
+    // The schema default fills replicas.
+    let replicas = cluster
+        .ok(&[
+            "get",
+            "sandboxwarmpool",
+            "p",
+            "-o",
+            "jsonpath={.spec.replicas}",
+        ])
+        .await;
+    assert_eq!(replicas, "1");
+    let out = cluster
+        .ok(&["scale", "sandboxwarmpool", "p", "--replicas=4"])
+        .await;
+    assert!(out.contains("scaled"), "{out}");
+    let replicas = cluster
+        .ok(&[
+            "get",
+            "sandboxwarmpool",
+            "p",
+            "-o",
+            "jsonpath={.spec.replicas}",
+        ])
+        .await;
+    assert_eq!(replicas, "4");
+    let err = cluster
+        .fails(&[
+            "wait",
+            "--for=condition=Ready",
+            "sandboxwarmpool/p",
+            "--timeout=1s",
+        ])
+        .await;
+    assert!(err.contains("timed out waiting for the condition"), "{err}");
+    cluster.emulator.shutdown().await;
+}
