@@ -28,6 +28,9 @@ const API_KEY: &str = "OPEN-SANDBOX-API-KEY";
 /// answer was lost can be found and deleted.
 const LABEL_CLAIM: &str = "sandfleet.io/claim";
 
+/// The environment variable naming each command sent.
+const COMMAND_MARKER: &str = "SANDFLEET_COMMAND_ID";
+
 /// Pause between readiness probes.
 const PROBE_PAUSE: Duration = Duration::from_millis(100);
 
@@ -595,11 +598,15 @@ impl Backend for OpenSandboxBackend {
             return Err(self.error(ErrorKind::Invalid, "a command needs a program"));
         }
         let command = shell_words::join(&request.argv);
-        let envs = request
+        // Names this logical command, so a server (or the emulator's
+        // counters) can tell a command run twice from two commands.
+        let marker = format!("{:016x}", crate::random());
+        let mut envs: BTreeMap<&str, &str> = request
             .env
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
+        envs.insert(COMMAND_MARKER, &marker);
         // Long commands (evaluations) are polled instead of streamed.
         let background =
             !request.timeout.is_zero() && request.timeout >= self.config.background_after;

@@ -1,0 +1,371 @@
+//! The driver against `sandfleet devcluster opensandbox`'s emulator, over
+//! real sockets on loopback: the whole claim → exec → files → release
+//! path, each production fault, and bad input. The emulator's counters say
+//! whether any command ran twice and whether any sandbox was left.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use sandfleet_backend_opensandbox::{OpenSandboxBackend, OpenSandboxConfig};
+use sandfleet_core::{
+    Backend, ErrorKind, ExecRequest, RunId, SandboxHandle, TemplateRef, TemplateSpec,
+};
+use sandfleet_emulator_opensandbox::{
+    Emulator, EmulatorConfig, Faults, Runtime, images_from_fleet,
+};
+use sandfleet_transport::{Clients, TransportConfig};
+
+/// An emulator serving the quickstart's images as plain sandboxes (fast,
+/// and enough for everything but paths inside a sandbox).
+async fn emulator(faults: &str) -> Emulator {
+    emulator_on(Runtime::Plain, faults).await
+}
+
+async fn emulator_on(runtime: Runtime, faults: &str) -> Emulator {
+    let fleet = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/quickstart.toml");
+    let mut config = EmulatorConfig::new(images_from_fleet(&fleet).unwrap());
+    config.runtime = runtime;
+    config.faults = faults.parse::<Faults>().unwrap();
+    Emulator::start(config).await.unwrap()
+}
+
+fn backend_with(emulator: &Emulator, config: OpenSandboxConfig) -> OpenSandboxBackend {
+    let clients = Clients::new(None).unwrap();
+    OpenSandboxBackend::with_server(
+        "os",
+        config,
+        &emulator.base_url(),
+        Some(emulator.api_key().to_string()),
+        &clients,
+    )
+    .unwrap()
+}
+
+fn backend(emulator: &Emulator) -> OpenSandboxBackend {
+    backend_with(emulator, OpenSandboxConfig::default())
+}
+
+async fn template(backend: &OpenSandboxBackend, run: &RunId) -> TemplateRef {
+    backend
+        .ensure_template(&TemplateSpec {
+            name: "sf-calc".into(),
+            image: "calc".into(),
+            cpu_milli: 500,
+            memory_mib: 256,
+            disk_mib: 512,
+            network: false,
+            env: Default::default(),
+            labels: run.labels(),
+        })
+        .await
+        .unwrap()
+}
+
+async fn claim(backend: &OpenSandboxBackend, run: &RunId) -> SandboxHandle {
+    let template = template(backend, run).await;
+    backend
+        .claim(
+            &template,
+            &run.labels(),
+            Instant::now() + Duration::from_secs(30),
+        )
+        .await
+        .unwrap()
+}
+
+fn shell(script: &str) -> ExecRequest {
+    ExecRequest {
+        argv: vec!["sh".into(), "-c".into(), script.into()],
+        timeout: Duration::from_secs(30),
+        ..ExecRequest::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sandbox_is_claimed_driven_and_released() {
+    // Isolated sandboxes: the file's path is the sandbox's own /tmp.
+    let emulator = emulator_on(Runtime::Namespaces, "").await;
+    let backend = backend(&emulator);
+    let run = RunId::generate("os-driver");
+    let sandbox = claim(&backend, &run).await;
+
+    let ran = backend
+        .exec(
+            &sandbox,
+            &shell("echo hi; echo oops >&2; printf 'a\\n\\nb\\n'; exit 3"),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(ran.exit_code, 3);
+    assert_eq!(String::from_utf8_lossy(&ran.stdout), "hi\na\n\nb\n");
+    assert_eq!(String::from_utf8_lossy(&ran.stderr), "oops\n");
+
+    backend
+        .put_file(
+            &sandbox,
+            "/tmp/sandfleet/patch.diff",
+            b"--- a\n+++ b\n",
+            0o644,
+        )
+        .await
+        .unwrap();
+    let back = backend
+        .get_file(&sandbox, "/tmp/sandfleet/patch.diff")
+        .await
+        .unwrap();
+    assert_eq!(back, b"--- a\n+++ b\n");
+    let cat = backend
+        .exec(&sandbox, &shell("cat /tmp/sandfleet/patch.diff"), None)
+        .await
+        .unwrap();
+    assert_eq!(cat.stdout, b"--- a\n+++ b\n");
+
+    backend
+        .renew(&sandbox, Duration::from_secs(300))
+        .await
+        .unwrap();
+    assert_eq!(
+        backend.list_owned(&run).await.unwrap().sandboxes,
+        [sandbox.id.clone()]
+    );
+    backend.release(&sandbox).await.unwrap();
+    // Released twice is released once (the repeat DELETE answers 404).
+    backend.release(&sandbox).await.unwrap();
+    assert_eq!(emulator.live_sandboxes(), 0);
+    assert!(emulator.executions().repeated_markers().is_empty());
+    emulator.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_command_ends_at_its_terminal_event_not_at_the_end_of_the_stream() {
+    // execd holds every stream open after the exit status; here for a
+    // minute. A client that read to the end would wait that long.
+    let emulator = emulator("grace-tail=60s").await;
+    let backend = backend(&emulator);
+    let run = RunId::generate("os-tail");
+    let sandbox = claim(&backend, &run).await;
+    for _ in 0..3 {
+        let ran = tokio::time::timeout(
+            Duration::from_secs(20),
+            backend.exec(&sandbox, &shell("true"), None),
+        )
+        .await
+        .expect("the command waited for the stream's end")
+        .unwrap();
+        assert_eq!(ran.exit_code, 0);
+    }
+    backend.release(&sandbox).await.unwrap();
+    emulator.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_production_faults_lose_nothing_and_run_nothing_twice() {
+    let emulator = emulator("keepalive=1s,execd-late=500,cut-tail,flaky=0.1").await;
+    let backend = backend_with(
+        &emulator,
+        OpenSandboxConfig {
+            transport: TransportConfig {
+                idle_timeout: Duration::from_millis(500),
+                ..TransportConfig::default()
+            },
+            ..OpenSandboxConfig::default()
+        },
+    );
+    let run = RunId::generate("os-faults");
+    let template = template(&backend, &run).await;
+    let (mut claimed, mut refused) = (Vec::new(), 0);
+    for _ in 0..6 {
+        match backend
+            .claim(
+                &template,
+                &run.labels(),
+                Instant::now() + Duration::from_secs(30),
+            )
+            .await
+        {
+            Ok(sandbox) => claimed.push(sandbox),
+            // A flaky create is refused, never repeated.
+            Err(error) => {
+                assert_eq!(error.kind(), ErrorKind::Unavailable, "{error}");
+                refused += 1;
+            }
+        }
+    }
+    assert!(!claimed.is_empty());
+    let mut finished = 0;
+    for (i, sandbox) in claimed.iter().enumerate() {
+        if i > 0 {
+            // Longer than the server's keep-alive.
+            tokio::time::sleep(Duration::from_millis(1200)).await;
+        }
+        let ran = backend
+            .exec(sandbox, &shell("echo done"), None)
+            .await
+            .unwrap();
+        assert_eq!(ran.stdout, b"done\n");
+        finished += 1;
+    }
+    assert_eq!(finished, claimed.len());
+    let executions = emulator.executions();
+    assert!(executions.repeated_markers().is_empty(), "{executions:?}");
+    assert_eq!(
+        executions.sandboxes_created as usize,
+        claimed.len(),
+        "refused {refused}"
+    );
+    let reaped = backend.reap(&run).await.unwrap();
+    assert_eq!(reaped.sandboxes, claimed.len());
+    assert_eq!(emulator.live_sandboxes(), 0);
+    emulator.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_full_pool_falls_back_to_a_direct_create_or_says_so() {
+    let emulator = emulator("pool-max=1").await;
+    let pooled = OpenSandboxConfig {
+        pool: Some("swe-pool".into()),
+        ..OpenSandboxConfig::default()
+    };
+    let backend = backend_with(&emulator, pooled.clone());
+    let run = RunId::generate("os-pool");
+    let first = claim(&backend, &run).await;
+    let second = claim(&backend, &run).await;
+    assert_ne!(first.id, second.id);
+
+    let strict = backend_with(
+        &emulator,
+        OpenSandboxConfig {
+            pool_fallback: false,
+            ..pooled
+        },
+    );
+    let template = template(&strict, &run).await;
+    let error = strict
+        .claim(
+            &template,
+            &run.labels(),
+            Instant::now() + Duration::from_secs(30),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error.kind(), ErrorKind::Throttled { .. }),
+        "{error}"
+    );
+    assert!(
+        error
+            .to_string()
+            .starts_with("os: create a sandbox of sf-calc"),
+        "{error}"
+    );
+    assert!(
+        error.to_string().contains("POOL_CAPACITY_EXHAUSTED"),
+        "{error}"
+    );
+    backend.reap(&run).await.unwrap();
+    assert_eq!(emulator.live_sandboxes(), 0);
+    emulator.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_input_is_one_line_naming_the_cluster_and_nothing_is_created() {
+    let emulator = emulator("").await;
+    let clients = Clients::new(None).unwrap();
+    let wrong_key = OpenSandboxBackend::with_server(
+        "os",
+        OpenSandboxConfig::default(),
+        &emulator.base_url(),
+        Some("not-the-key".into()),
+        &clients,
+    )
+    .unwrap();
+    let found = wrong_key.preflight().await;
+    assert_eq!(found.failures.len(), 1, "{found:?}");
+    assert!(found.failures[0].contains("401"), "{found:?}");
+    assert!(
+        found.failures[0].contains("check the key in $OPENSANDBOX_API_KEY"),
+        "{found:?}"
+    );
+
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let nowhere = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let unreachable = OpenSandboxBackend::with_server(
+        "os",
+        OpenSandboxConfig::default(),
+        &nowhere,
+        None,
+        &clients,
+    )
+    .unwrap();
+    let found = unreachable.preflight().await;
+    assert!(found.failures[0].contains("cannot connect"), "{found:?}");
+
+    let backend = backend(&emulator);
+    let run = RunId::generate("os-bad");
+    let template = template(&backend, &run).await;
+    let mut labels = run.labels();
+    labels.insert("team".into(), "-leading-dash".into());
+    let error = backend
+        .claim(&template, &labels, Instant::now() + Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Invalid, "{error}");
+    assert!(
+        error
+            .to_string()
+            .starts_with("os: metadata of a sandbox of sf-calc"),
+        "{error}"
+    );
+
+    let unknown = backend
+        .ensure_template(&TemplateSpec {
+            name: "sf-nothing".into(),
+            image: "no-such-image".into(),
+            cpu_milli: 500,
+            memory_mib: 256,
+            disk_mib: 512,
+            network: false,
+            env: Default::default(),
+            labels: run.labels(),
+        })
+        .await
+        .unwrap();
+    let error = backend
+        .claim(
+            &unknown,
+            &run.labels(),
+            Instant::now() + Duration::from_secs(5),
+        )
+        .await
+        .unwrap_err();
+    assert!(!error.kind().is_retryable(), "{error}");
+    assert!(error.to_string().contains("no-such-image"), "{error}");
+    assert_eq!(emulator.executions().sandboxes_created, 0);
+    emulator.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reap_takes_only_its_own_runs_sandboxes() {
+    let emulator = emulator("").await;
+    let backend = backend(&emulator);
+    let (mine, theirs) = (RunId::generate("os-mine"), RunId::generate("os-theirs"));
+    for _ in 0..3 {
+        claim(&backend, &mine).await;
+    }
+    let kept = claim(&backend, &theirs).await;
+    assert_eq!(backend.reap(&mine).await.unwrap().sandboxes, 3);
+    assert_eq!(
+        backend.list_owned(&theirs).await.unwrap().sandboxes,
+        [kept.id.clone()]
+    );
+    let still = backend
+        .exec(&kept, &shell("echo alive"), None)
+        .await
+        .unwrap();
+    assert_eq!(still.stdout, b"alive\n");
+    backend.reap(&theirs).await.unwrap();
+    assert_eq!(emulator.live_sandboxes(), 0);
+    emulator.shutdown().await;
+}
