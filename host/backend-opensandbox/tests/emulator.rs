@@ -127,7 +127,7 @@ async fn a_sandbox_is_claimed_driven_and_released() {
         .unwrap();
     assert_eq!(
         backend.list_owned(&run).await.unwrap().sandboxes,
-        [sandbox.id.clone()]
+        std::slice::from_ref(&sandbox.id)
     );
     backend.release(&sandbox).await.unwrap();
     // Released twice is released once (the repeat DELETE answers 404).
@@ -358,7 +358,7 @@ async fn a_reap_takes_only_its_own_runs_sandboxes() {
     assert_eq!(backend.reap(&mine).await.unwrap().sandboxes, 3);
     assert_eq!(
         backend.list_owned(&theirs).await.unwrap().sandboxes,
-        [kept.id.clone()]
+        std::slice::from_ref(&kept.id)
     );
     let still = backend
         .exec(&kept, &shell("echo alive"), None)

@@ -1,6 +1,7 @@
 //! The `sandfleet` command.
 
 mod config;
+mod devcluster_cmd;
 mod harness_cmd;
 mod inspect_cmd;
 mod plugin_cmd;
@@ -82,6 +83,10 @@ enum Command {
     /// Inspect, test and list plugins.
     #[command(subcommand)]
     Plugin(plugin_cmd::PluginCommand),
+    /// Run a wire-compatible emulator of a cluster backend on loopback, with
+    /// fault injection, until SIGINT/SIGTERM.
+    #[command(subcommand)]
+    Devcluster(devcluster_cmd::DevclusterCommand),
 }
 
 fn main() -> ExitCode {
@@ -105,6 +110,7 @@ fn main() -> ExitCode {
         Command::Grade(args) => harness_cmd::grade(&args),
         Command::ParseLog(args) => harness_cmd::parse_log(&args),
         Command::Plugin(command) => plugin_cmd::run(command),
+        Command::Devcluster(command) => devcluster_cmd::run(command),
     };
     match result {
         Ok(code) => code,

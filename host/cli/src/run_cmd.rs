@@ -100,7 +100,7 @@ fn spec(
 
 /// The first SIGINT or SIGTERM cancels the run, which then tears down; a
 /// second exits at once, leaving state `sandfleet reap` can find.
-async fn stop_on_signals(cancel: CancellationToken) {
+pub(crate) async fn stop_on_signals(cancel: CancellationToken) {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut interrupt), Ok(mut terminate)) = (
         signal(SignalKind::interrupt()),
