@@ -46,7 +46,7 @@ fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
     }
 }
 
-fn signal(child: &Child, name: &str) {
+pub(crate) fn signal(child: &Child, name: &str) {
     let status = Command::new("kill")
         .args([name, &child.id().to_string()])
         .status()
@@ -54,7 +54,7 @@ fn signal(child: &Child, name: &str) {
     assert!(status.success());
 }
 
-fn wait(child: &mut Child) -> std::process::ExitStatus {
+pub(crate) fn wait(child: &mut Child) -> std::process::ExitStatus {
     let until = Instant::now() + PATIENCE;
     loop {
         if let Some(status) = child.try_wait().unwrap() {

@@ -57,10 +57,14 @@ pub fn images_from_fleet(path: &Path) -> anyhow::Result<ImageMap> {
         .with_context(|| format!("--images-from {}: cannot read it", path.display()))?;
     let document: toml::Table = toml::from_str(&text)
         .with_context(|| format!("--images-from {}: not a TOML fleet file", path.display()))?;
-    let base = path
+    // Image directories are relative to the fleet file, wherever the
+    // emulator was started.
+    let absolute = std::path::absolute(path)
+        .with_context(|| format!("--images-from {}: cannot resolve it", path.display()))?;
+    let base = absolute
         .parent()
         .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from("."));
+        .unwrap_or_else(|| PathBuf::from("/"));
     let mut images = ImageMap::new();
     let Some(clusters) = document.get("clusters") else {
         bail!(

@@ -1,15 +1,18 @@
 //! Serving a router on a listener over HTTP/1.1 with keep-alive, and the
 //! `keepalive` fault: a connection that has had no request in flight and no
-//! byte in either direction for that long is closed by the server, the way
-//! uvicorn's `timeout_keep_alive` closes it. The close is a real one on an
-//! idle socket, so a client that reuses the socket at that moment races it,
-//! exactly as in production.
+//! byte in either direction for that long is dead to the server, the way
+//! uvicorn's `timeout_keep_alive` kills it. In production the server's FIN
+//! and the client's next request cross on the wire; here the race is always
+//! lost: the socket stays open, and the first request written to it is
+//! dropped unanswered (the connection is reset), which a client sees as
+//! "disconnected without sending a response". A client that expires idle
+//! sockets sooner never writes to a dead one.
 
 use std::convert::Infallible;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -60,6 +63,8 @@ struct Activity {
     last: AtomicU64,
     /// Requests whose response body has not been dropped yet.
     in_flight: AtomicUsize,
+    /// Idle past the keep-alive: the next request is dropped.
+    dead: AtomicBool,
 }
 
 impl Activity {
@@ -111,6 +116,7 @@ async fn connection(
         epoch: Instant::now(),
         last: AtomicU64::new(0),
         in_flight: AtomicUsize::new(0),
+        dead: AtomicBool::new(false),
     });
     let io = TokioIo::new(Tracked {
         inner: stream,
@@ -145,9 +151,9 @@ async fn connection(
                 }
                 return;
             }
-            () = async { activity.idle(keepalive.unwrap_or_default()).await }, if keepalive.is_some() && !closing => {
-                connection.as_mut().graceful_shutdown();
-                closing = true;
+            () = async { activity.idle(keepalive.unwrap_or_default()).await },
+                if keepalive.is_some() && !closing && !activity.dead.load(Ordering::Acquire) => {
+                activity.dead.store(true, Ordering::Release);
             }
             () = shutdown.cancelled(), if !closing => {
                 connection.as_mut().graceful_shutdown();
@@ -198,6 +204,11 @@ impl AsyncRead for Tracked {
         let before = buf.filled().len();
         let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
         if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            if self.activity.dead.load(Ordering::Acquire) {
+                // A request on a socket the server let go: unanswered.
+                buf.set_filled(before);
+                return Poll::Ready(Err(io::ErrorKind::ConnectionReset.into()));
+            }
             self.activity.touch();
         }
         polled
