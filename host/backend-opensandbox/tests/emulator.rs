@@ -369,3 +369,28 @@ async fn a_reap_takes_only_its_own_runs_sandboxes() {
     assert_eq!(emulator.live_sandboxes(), 0);
     emulator.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_create_that_fails_on_the_server_is_not_repeated_and_leaves_nothing() {
+    // The first create collides on a port (500), as Docker hosts do.
+    let emulator = emulator("port-500").await;
+    let backend = backend(&emulator);
+    let run = RunId::generate("os-port");
+    let template = template(&backend, &run).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let error = backend
+        .claim(&template, &run.labels(), deadline)
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Failed, "{error}");
+    assert!(error.to_string().contains("500"), "{error}");
+    assert_eq!(emulator.executions().sandboxes_created, 0);
+    let sandbox = backend
+        .claim(&template, &run.labels(), deadline)
+        .await
+        .unwrap();
+    assert_eq!(backend.list_owned(&run).await.unwrap().sandboxes.len(), 1);
+    backend.release(&sandbox).await.unwrap();
+    assert_eq!(emulator.live_sandboxes(), 0);
+    emulator.shutdown().await;
+}

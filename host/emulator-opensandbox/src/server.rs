@@ -65,6 +65,9 @@ struct Activity {
     in_flight: AtomicUsize,
     /// Idle past the keep-alive: the next request is dropped.
     dead: AtomicBool,
+    /// A response has been sent: as in uvicorn, the keep-alive timer runs
+    /// between requests, not before the first.
+    served: AtomicBool,
 }
 
 impl Activity {
@@ -83,7 +86,10 @@ impl Activity {
     async fn idle(&self, limit: Duration) {
         loop {
             let idle_for = self.idle_for();
-            if self.in_flight.load(Ordering::Acquire) == 0 && idle_for >= limit {
+            if self.served.load(Ordering::Acquire)
+                && self.in_flight.load(Ordering::Acquire) == 0
+                && idle_for >= limit
+            {
                 return;
             }
             tokio::time::sleep(
@@ -101,6 +107,7 @@ struct InFlight(Arc<Activity>);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
+        self.0.served.store(true, Ordering::Release);
         self.0.touch();
         self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
@@ -117,6 +124,7 @@ async fn connection(
         last: AtomicU64::new(0),
         in_flight: AtomicUsize::new(0),
         dead: AtomicBool::new(false),
+        served: AtomicBool::new(false),
     });
     let io = TokioIo::new(Tracked {
         inner: stream,
