@@ -124,22 +124,7 @@ impl OpenSandboxBackend {
     }
 
     async fn json<T: serde::de::DeserializeOwned>(&self, call: &Call) -> Result<T, BackendError> {
-        let response = self.transport.send(&self.name, call).await?;
-        let body = response.bytes().await.map_err(|e| {
-            self.error(
-                ErrorKind::Transport { sent: true },
-                format!("{}: reading the answer: {e}", call.describe()),
-            )
-        })?;
-        serde_json::from_slice(&body).map_err(|e| {
-            self.error(
-                ErrorKind::Failed,
-                format!(
-                    "{}: the answer is not what the API describes: {e}",
-                    call.describe()
-                ),
-            )
-        })
+        self.transport.json(&self.name, call).await
     }
 
     /// Creates a sandbox of `spec` carrying `labels`; never repeated.
@@ -717,12 +702,7 @@ impl Backend for OpenSandboxBackend {
                 .map_err(|e| self.error(ErrorKind::Failed, e))?;
         }
         let response = self.transport.send(&self.name, &call).await?;
-        response.bytes().await.map(|b| b.to_vec()).map_err(|e| {
-            self.error(
-                ErrorKind::Transport { sent: true },
-                format!("download {path} from sandbox {}: {e}", sandbox.id),
-            )
-        })
+        self.transport.body(&self.name, &call, response).await
     }
 
     async fn scrub(&self, sandbox: &SandboxHandle) -> Result<(), BackendError> {

@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use reqwest::Method;
-use sandfleet_core::{BackendError, ErrorKind, ExecResult, OutputChunk, OutputSink, OutputStream};
+use sandfleet_core::{BackendError, ExecResult, OutputChunk, OutputSink, OutputStream};
 use sandfleet_transport::{Call, Transport};
 
 use crate::exec::{DEFAULT_MAX_OUTPUT, Kept};
@@ -88,21 +88,7 @@ impl<F: Fn(Method, String, String) -> Result<Call, BackendError>> Poller<'_, F> 
             format!("/command/status/{id}"),
             format!("status of background command {id}"),
         )?;
-        let response = self.transport.send(self.cluster, &call).await?;
-        let body = response.bytes().await.map_err(|e| {
-            BackendError::new(
-                ErrorKind::Transport { sent: true },
-                self.cluster,
-                format!("{}: {e}", call.describe()),
-            )
-        })?;
-        serde_json::from_slice(&body).map_err(|e| {
-            BackendError::new(
-                ErrorKind::Failed,
-                self.cluster,
-                format!("{}: not a command status: {e}", call.describe()),
-            )
-        })
+        self.transport.json(self.cluster, &call).await
     }
 
     /// Reads the logs from line `cursor` on; returns the next cursor.
@@ -125,20 +111,14 @@ impl<F: Fn(Method, String, String) -> Result<Call, BackendError>> Poller<'_, F> 
             .get(TAIL_CURSOR)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse().ok());
-        let text = response.bytes().await.map_err(|e| {
-            BackendError::new(
-                ErrorKind::Transport { sent: true },
-                self.cluster,
-                format!("{}: {e}", call.describe()),
-            )
-        })?;
+        let text = self.transport.body(self.cluster, &call, response).await?;
         if !text.is_empty() {
             kept.push(&text, limit);
             if let Some(sink) = sink {
                 let _ = sink
                     .send(OutputChunk {
                         stream: OutputStream::Stdout,
-                        bytes: text.to_vec(),
+                        bytes: text.clone(),
                     })
                     .await;
             }

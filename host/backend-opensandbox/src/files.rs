@@ -43,9 +43,14 @@ mod tests {
             .unwrap();
         let file = text.find("name=\"file\"; filename=\"patch.diff\"").unwrap();
         assert!(metadata < file);
-        assert!(
-            text.contains(r#"{"mode":644,"path":"/workspace/patch.diff"}"#),
-            "{text}"
+        let metadata_json = text
+            .lines()
+            .find(|line| line.starts_with('{'))
+            .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
+            .unwrap();
+        assert_eq!(
+            metadata_json,
+            serde_json::json!({"path": "/workspace/patch.diff", "mode": 644})
         );
         assert!(text.ends_with(&format!("\r\n--{boundary}--\r\n")));
         assert!(text.contains("\r\n\r\ndiff\n\r\n"));

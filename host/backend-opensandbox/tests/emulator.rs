@@ -46,10 +46,14 @@ fn backend(emulator: &Emulator) -> OpenSandboxBackend {
 }
 
 async fn template(backend: &OpenSandboxBackend, run: &RunId) -> TemplateRef {
+    template_of(backend, run, "calc").await
+}
+
+async fn template_of(backend: &OpenSandboxBackend, run: &RunId, image: &str) -> TemplateRef {
     backend
         .ensure_template(&TemplateSpec {
-            name: "sf-calc".into(),
-            image: "calc".into(),
+            name: format!("sf-{image}"),
+            image: image.into(),
             cpu_milli: 500,
             memory_mib: 256,
             disk_mib: 512,
@@ -319,19 +323,7 @@ async fn bad_input_is_one_line_naming_the_cluster_and_nothing_is_created() {
         "{error}"
     );
 
-    let unknown = backend
-        .ensure_template(&TemplateSpec {
-            name: "sf-nothing".into(),
-            image: "no-such-image".into(),
-            cpu_milli: 500,
-            memory_mib: 256,
-            disk_mib: 512,
-            network: false,
-            env: Default::default(),
-            labels: run.labels(),
-        })
-        .await
-        .unwrap();
+    let unknown = template_of(&backend, &run, "no-such-image").await;
     let error = backend
         .claim(
             &unknown,

@@ -90,6 +90,9 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // One TLS crypto provider (ring) for every client in the process: the
+    // drivers' and the OTLP exporter's reqwest are built without one.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let _telemetry = telemetry::init();
     let cli = Cli::parse();
     let result = match cli.command {

@@ -184,6 +184,56 @@ impl Transport {
             })
     }
 
+    /// Reads the whole body of a successful answer to `call`.
+    ///
+    /// # Errors
+    ///
+    /// [`sandfleet_core::ErrorKind::Transport`] (sent) when the answer
+    /// breaks off.
+    pub async fn body(
+        &self,
+        cluster: &str,
+        call: &Call,
+        response: reqwest::Response,
+    ) -> Result<Vec<u8>, BackendError> {
+        response.bytes().await.map(|b| b.to_vec()).map_err(|error| {
+            self.counters
+                .failure(sandfleet_core::ErrorKind::Transport { sent: true });
+            BackendError::new(
+                sandfleet_core::ErrorKind::Transport { sent: true },
+                cluster,
+                format!("{}: the answer broke off: {error}", call.describe()),
+            )
+            .with_source(error)
+        })
+    }
+
+    /// Makes `call` and reads its answer as JSON of type `T`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Transport::send`] and [`Transport::body`]; an answer that is
+    /// not a `T` is [`sandfleet_core::ErrorKind::Failed`].
+    pub async fn json<T: serde::de::DeserializeOwned>(
+        &self,
+        cluster: &str,
+        call: &Call,
+    ) -> Result<T, BackendError> {
+        let response = self.send(cluster, call).await?;
+        let body = self.body(cluster, call, response).await?;
+        serde_json::from_slice(&body).map_err(|error| {
+            BackendError::new(
+                sandfleet_core::ErrorKind::Failed,
+                cluster,
+                format!(
+                    "{}: the answer is not what the API describes: {error}",
+                    call.describe()
+                ),
+            )
+            .with_source(error)
+        })
+    }
+
     /// Sends `call` once.
     async fn attempt(&self, call: &Call) -> Result<reqwest::Response, Failed> {
         let mut request = self
