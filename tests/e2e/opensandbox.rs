@@ -72,6 +72,29 @@ fn the_quickstart_on_the_faulty_emulator_gives_the_local_runs_statuses() {
         serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
     assert_eq!(report["releases"]["failed"], 0, "{report}");
 
+    // A wrong key stops the run at preflight, before any sandbox exists.
+    let refused_out = scratch.path().join("refused");
+    let refused = Command::new(env!("CARGO_BIN_EXE_sandfleet"))
+        .args(["run", "examples/quickstart-opensandbox.toml", "--out"])
+        .arg(&refused_out)
+        .current_dir(repo())
+        .env("SANDFLEET_LOG", "warn")
+        .env("OPENSANDBOX_BASE_URL", &env[0].1)
+        .env("OPENSANDBOX_API_KEY", "not-the-key")
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let said = stderr(&refused);
+    assert!(
+        said.contains("opensandbox: list sandboxes: GET /v1/sandboxes: 401"),
+        "{said}"
+    );
+    assert!(
+        said.contains("check the key in $OPENSANDBOX_API_KEY"),
+        "{said}"
+    );
+    assert!(results(&refused_out).is_empty(), "{said}");
+
     signal(&server, "-TERM");
     let status = wait(&mut server);
     assert!(status.success(), "devcluster exited {status}");
