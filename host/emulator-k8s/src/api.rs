@@ -558,10 +558,22 @@ pub(crate) fn create(
         .as_str()
         .unwrap_or_default()
         .to_string();
+    store_new(state, target, &name, object, dry_run, warnings)
+}
+
+/// Stores a new object and answers 201 with it.
+fn store_new(
+    state: &State,
+    target: &Target,
+    name: &str,
+    object: Value,
+    dry_run: bool,
+    warnings: Vec<String>,
+) -> ApiResult<Written> {
     let made = state
         .store
         .create(&target.resource.key(), target.ns(), object, dry_run)
-        .map_err(|e| store_error(target, &name, e))?;
+        .map_err(|e| store_error(target, name, e))?;
     if !dry_run {
         after_crd_write(state, target, &made);
     }
@@ -894,18 +906,7 @@ fn apply(state: &State, target: &Target, query: &Query, body: &[u8]) -> ApiResul
             object["kind"] = json!(target.resource.kind);
             defaults(target, &mut object);
             object["metadata"]["managedFields"] = managed;
-            let made = state
-                .store
-                .create(&target.resource.key(), target.ns(), object, dry_run)
-                .map_err(|e| store_error(target, &name, e))?;
-            if !dry_run {
-                after_crd_write(state, target, &made);
-            }
-            Ok(Written {
-                code: 201,
-                object: present(target, &made),
-                warnings,
-            })
+            store_new(state, target, &name, object, dry_run, warnings)
         }
         Some(old) => {
             let managed = merged["metadata"]["managedFields"].clone();

@@ -494,22 +494,12 @@ impl Store {
         namespace: Option<&str>,
         since: u64,
     ) -> Result<(Vec<Arc<Event>>, u64), StoreError> {
-        let inner = self.lock();
-        if since < inner.compacted_through {
-            return Err(StoreError::Gone {
-                asked: since,
-                oldest: inner.compacted_through,
-            });
-        }
-        // History is sorted by RV: skip to the first event after `since`.
-        let start = inner.history.partition_point(|e| e.rv <= since);
-        let events = inner
-            .history
-            .range(start..)
+        let (events, rv) = self.all_events_since(since)?;
+        let events = events
+            .into_iter()
             .filter(|e| &*e.resource == resource && namespace.is_none_or(|ns| e.namespace == ns))
-            .cloned()
             .collect();
-        Ok((events, inner.rv))
+        Ok((events, rv))
     }
 }
 
