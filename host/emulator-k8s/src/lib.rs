@@ -16,10 +16,15 @@
 //! ```
 
 mod api;
+mod authz;
+mod client;
+mod controllers;
+mod exec;
 mod faults;
 mod fields;
 mod gc;
 mod kubeconfig;
+mod kubelet;
 mod registry;
 mod schema;
 mod seed;
@@ -28,6 +33,7 @@ mod server;
 mod state;
 mod status;
 mod store;
+mod table;
 mod tls;
 mod watch;
 
@@ -41,7 +47,10 @@ use anyhow::Context;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+pub use authz::{DenyRule, USER};
+pub use controllers::Tuning;
 pub use kubeconfig::{CONTEXT, Kubeconfig};
+pub use kubelet::runtime::{ImageMap, PodRuntime};
 pub use seed::NodeShape;
 
 /// The four agent-sandbox CRDs (kubernetes-sigs/agent-sandbox, v1beta1), embedded.
@@ -81,6 +90,20 @@ pub struct Config {
     pub bookmark_interval: Duration,
     /// A fixed token (default: a random one).
     pub token: Option<String>,
+    /// The images pods can run: image name (as a pod's `image` says it) → directory.
+    /// Empty: pods are scheduled but stay Pending in `ErrImagePull`.
+    pub images: ImageMap,
+    /// How pods run: isolated local sandboxes, or plain processes (scale tests).
+    pub runtime: PodRuntime,
+    /// What the first pull of an image on a node costs.
+    pub pull_latency: Duration,
+    /// The local backend's state directory (default: a temporary one).
+    pub state_dir: Option<PathBuf>,
+    /// The controllers' time-based behaviour.
+    pub tuning: Tuning,
+    /// What the token's user may not do (RBAC that forbids it): 403s and denied
+    /// access reviews.
+    pub deny: Vec<DenyRule>,
 }
 
 impl Default for Config {
@@ -99,6 +122,12 @@ impl Default for Config {
             history: 10_000,
             bookmark_interval: Duration::from_secs(60),
             token: None,
+            images: ImageMap::new(),
+            runtime: PodRuntime::default(),
+            pull_latency: Duration::ZERO,
+            state_dir: None,
+            tuning: Tuning::default(),
+            deny: Vec::new(),
         }
     }
 }
@@ -108,9 +137,10 @@ pub struct Emulator {
     url: String,
     token: String,
     ca_pem: String,
+    state: Arc<state::State>,
     stop: Option<oneshot::Sender<()>>,
     server: JoinHandle<()>,
-    gc: JoinHandle<()>,
+    background: Vec<JoinHandle<()>>,
 }
 
 /// Apply a CRD YAML document through the API (as `kubectl create` would).
@@ -161,6 +191,13 @@ impl Emulator {
                 uuid::Uuid::new_v4().simple()
             )
         });
+        let runtime = kubelet::runtime::Runtime::new(
+            config.images.clone(),
+            config.runtime,
+            config.pull_latency,
+            config.state_dir.clone(),
+        )
+        .await?;
         let state = Arc::new(state::State {
             store: store::Store::new(config.history),
             registry: registry::Registry::default(),
@@ -168,6 +205,9 @@ impl Emulator {
             server_address: addr.to_string(),
             bookmark_interval: config.bookmark_interval,
             faults,
+            authz: authz::Authorizer::new(config.deny.clone()),
+            runtime: Arc::new(runtime),
+            connections: std::sync::atomic::AtomicUsize::new(0),
         });
         seed::seed(&state.store, &config.nodes);
         if config.with_agent_sandbox {
@@ -175,21 +215,52 @@ impl Emulator {
                 apply_crd(&state, file, text)?;
             }
         }
-        let gc = tokio::spawn(gc::run(state.clone()));
+        let background = vec![
+            tokio::spawn(gc::run(state.clone())),
+            tokio::spawn(controllers::run(state.clone(), config.tuning.clone())),
+            tokio::spawn(kubelet::run(state.clone(), state.runtime.clone())),
+        ];
         let (stop, stopped) = oneshot::channel::<()>();
-        let router = server::router(state);
-        let server = tokio::spawn(server::serve(listener, tls_config, router, async move {
-            let _ = stopped.await;
-        }));
+        let router = server::router(state.clone());
+        let server = tokio::spawn(server::serve(
+            state.clone(),
+            listener,
+            tls_config,
+            router,
+            async move {
+                let _ = stopped.await;
+            },
+        ));
         tracing::info!(%url, "kubernetes emulator serving");
         Ok(Self {
             url,
             token,
             ca_pem: identity.ca_pem,
+            state,
             stop: Some(stop),
             server,
-            gc,
+            background,
         })
+    }
+
+    /// Client connections the API server holds open now (each HTTP/1.1 or HTTP/2
+    /// connection once, however many requests or watches it carries). Also served at
+    /// `GET /debug/sandfleet/connections`.
+    pub fn connections(&self) -> usize {
+        self.state
+            .connections
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Pods running as local sandboxes now.
+    pub fn running_pods(&self) -> usize {
+        self.state.runtime.live()
+    }
+
+    /// The local backend's state directory, where pod sandboxes live (None without
+    /// images).
+    pub fn sandbox_state_dir(&self) -> Option<PathBuf> {
+        self.state.runtime.state_dir()
     }
 
     /// `https://127.0.0.1:PORT`.
@@ -224,20 +295,26 @@ impl Emulator {
         self.kubeconfig().write(path)
     }
 
-    /// Stop serving and close every connection (watches included).
+    /// Stop serving, close every connection (watches included), stop the controllers
+    /// and destroy every pod sandbox.
     pub async fn shutdown(mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
         let _ = (&mut self.server).await;
-        self.gc.abort();
+        for task in &self.background {
+            task.abort();
+        }
+        self.state.runtime.teardown().await;
     }
 }
 
 impl Drop for Emulator {
     fn drop(&mut self) {
         self.server.abort();
-        self.gc.abort();
+        for task in &self.background {
+            task.abort();
+        }
     }
 }
 
@@ -263,40 +340,51 @@ pub struct K8sArgs {
     /// Allocatable ephemeral storage per node.
     #[arg(long, default_value = "100Gi")]
     pub node_disk: String,
-    /// An image the kubelet can run: `REF=DIR` (repeatable).
-    #[arg(long = "image", value_name = "REF=DIR", value_parser = parse_image)]
-    pub images: Vec<(String, PathBuf)>,
-    /// Take the images from a fleet config's `[images]`.
+    /// An image pods can run: `REF=DIR`, the image name as a pod's `image` field says
+    /// it and the directory it maps to (repeatable).
+    #[arg(long = "image", value_name = "REF=DIR", value_parser = sandfleet_emulator_opensandbox::parse_image_arg)]
+    pub images: Vec<(String, sandfleet_backend_local::ImageSource)>,
+    /// Take the images from a fleet file's `[clusters.<name>.images]` tables (relative
+    /// paths resolved against the file).
     #[arg(long, value_name = "FLEET.toml")]
     pub images_from: Option<PathBuf>,
     /// What the first pull of an image on a node costs.
     #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
     pub pull_latency: Duration,
+    /// How pods run: isolated local sandboxes (namespaces) or plain processes (plain,
+    /// for scale tests).
+    #[arg(long, value_enum, default_value_t = PodRuntime::Namespaces)]
+    pub runtime: PodRuntime,
+    /// The local backend's state directory for pod sandboxes (default: a temporary one).
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
     /// Injected faults: `latency=MS,conflict=P,watch-drop=S,gone-burst,flaky=P,throttle=QPS`.
     #[arg(long, default_value = "")]
     pub faults: String,
+    /// Forbid the user a verb on a resource, as RBAC would: `VERB:RESOURCE[.GROUP][/SUB]`
+    /// (`*` for any), e.g. `create:sandboxclaims.extensions.agents.x-k8s.io` (repeatable).
+    #[arg(long = "deny", value_name = "VERB:RESOURCE")]
+    pub deny: Vec<DenyRule>,
     /// Write the kubeconfig here (default: a file in the temp directory).
     #[arg(long, value_name = "FILE")]
     pub write_kubeconfig: Option<PathBuf>,
-    /// Pre-apply the four agent-sandbox CRDs.
+    /// Pre-apply the four agent-sandbox CRDs (otherwise they are served once applied).
     #[arg(long)]
     pub with_agent_sandbox: bool,
 }
 
-fn parse_image(text: &str) -> Result<(String, PathBuf), String> {
-    let (reference, dir) = text
-        .split_once('=')
-        .ok_or_else(|| format!("--image {text}: expected REF=DIR"))?;
-    if reference.is_empty() || dir.is_empty() {
-        return Err(format!("--image {text}: expected REF=DIR"));
-    }
-    Ok((reference.to_string(), PathBuf::from(dir)))
-}
-
 impl K8sArgs {
     /// The emulator configuration these flags describe.
-    pub fn config(&self) -> Config {
-        Config {
+    ///
+    /// # Errors
+    /// When `--images-from` cannot be read or names no images.
+    pub fn config(&self) -> anyhow::Result<Config> {
+        let mut images = match &self.images_from {
+            Some(fleet) => sandfleet_emulator_opensandbox::images_from_fleet(fleet)?,
+            None => ImageMap::new(),
+        };
+        images.extend(self.images.iter().cloned());
+        Ok(Config {
             listen: self.listen,
             nodes: NodeShape {
                 count: self.nodes,
@@ -307,44 +395,39 @@ impl K8sArgs {
             },
             with_agent_sandbox: self.with_agent_sandbox,
             faults: self.faults.clone(),
+            images,
+            runtime: self.runtime,
+            pull_latency: self.pull_latency,
+            state_dir: self.state_dir.clone(),
+            deny: self.deny.clone(),
             ..Config::default()
-        }
+        })
     }
 }
 
-/// Run the emulator until `shutdown` resolves; prints the kubeconfig path once ready.
+/// Run the emulator until `shutdown` resolves; prints the kubeconfig path once ready,
+/// and destroys every pod sandbox it made before returning.
 ///
 /// # Errors
 /// When the emulator cannot start or the kubeconfig cannot be written.
 pub async fn serve(args: K8sArgs, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-    for (reference, dir) in &args.images {
-        anyhow::ensure!(
-            dir.is_dir(),
-            "--image {reference}={}: not a directory",
-            dir.display()
-        );
-    }
-    if let Some(fleet) = &args.images_from {
-        anyhow::ensure!(
-            fleet.is_file(),
-            "--images-from {}: no such file",
-            fleet.display()
-        );
-    }
-    if !args.images.is_empty() || args.images_from.is_some() || !args.pull_latency.is_zero() {
-        tracing::warn!(
-            "--image, --images-from and --pull-latency take effect once pods run as sandboxes; this build stores pods without running them"
-        );
-    }
-    let emulator = Emulator::start(args.config()).await?;
+    let emulator = Emulator::start(args.config()?).await?;
     let path = match &args.write_kubeconfig {
         Some(p) => p.clone(),
         None => std::env::temp_dir()
             .join(format!("sandfleet-devcluster-{}", std::process::id()))
             .join("kubeconfig"),
     };
-    emulator.write_kubeconfig(&path)?;
-    println!("{}", path.display());
+    if let Err(error) = emulator.write_kubeconfig(&path) {
+        emulator.shutdown().await;
+        return Err(error);
+    }
+    {
+        use std::io::Write as _;
+        let mut stdout = std::io::stdout().lock();
+        let _ = writeln!(stdout, "{}", path.display());
+        let _ = stdout.flush();
+    }
     eprintln!(
         "sandfleet devcluster k8s: serving {} (context {CONTEXT}); export KUBECONFIG={}",
         emulator.url(),

@@ -32,6 +32,8 @@ pub(crate) struct Version {
     pub(crate) status: bool,
     /// The scale subresource.
     pub(crate) scale: Option<ScalePaths>,
+    /// A CRD version's `additionalPrinterColumns`, for tables.
+    pub(crate) columns: Vec<Value>,
 }
 
 /// A resource the server serves.
@@ -85,6 +87,24 @@ impl Resource {
         }
     }
 
+    /// The verbs discovery lists: access reviews are create-only.
+    pub(crate) fn verbs(&self) -> Value {
+        if self.group == "authorization.k8s.io" {
+            json!(["create"])
+        } else {
+            json!([
+                "create",
+                "delete",
+                "deletecollection",
+                "get",
+                "list",
+                "patch",
+                "update",
+                "watch"
+            ])
+        }
+    }
+
     /// The served version named `version`.
     pub(crate) fn version(&self, version: &str) -> Option<&Version> {
         self.versions.iter().find(|v| v.name == version)
@@ -107,6 +127,7 @@ fn builtin(
             schema: None,
             status,
             scale: None,
+            columns: Vec::new(),
         }],
         plural: plural.into(),
         singular: kind.to_lowercase(),
@@ -183,6 +204,33 @@ fn builtins() -> Vec<Resource> {
         deployments,
         replicasets,
         daemonsets,
+        builtin(
+            "networking.k8s.io",
+            "v1",
+            "networkpolicies",
+            "NetworkPolicy",
+            true,
+            &["netpol"],
+            false,
+        ),
+        builtin(
+            "node.k8s.io",
+            "v1",
+            "runtimeclasses",
+            "RuntimeClass",
+            false,
+            &[],
+            false,
+        ),
+        builtin(
+            "authorization.k8s.io",
+            "v1",
+            "selfsubjectaccessreviews",
+            "SelfSubjectAccessReview",
+            false,
+            &[],
+            false,
+        ),
         builtin(
             "apiextensions.k8s.io",
             "v1",
@@ -294,6 +342,10 @@ pub(crate) fn resource_from_crd(crd: &Value) -> Result<Resource, ApiError> {
         versions.push(Version {
             name: text(&v["name"], "spec.versions[].name")?,
             schema: v["schema"].get("openAPIV3Schema").cloned(),
+            columns: v["additionalPrinterColumns"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default(),
             status: sub.get("status").is_some(),
             scale,
         });
@@ -416,16 +468,6 @@ impl Registry {
     /// The aggregated discovery document (`apidiscovery.k8s.io/<api_version>`) for
     /// `/api` (`core == true`) or `/apis`.
     pub(crate) fn aggregated(&self, core: bool, api_version: &str) -> Value {
-        let verbs = json!([
-            "create",
-            "delete",
-            "deletecollection",
-            "get",
-            "list",
-            "patch",
-            "update",
-            "watch"
-        ]);
         let items: Vec<Value> = self
             .groups()
             .into_iter()
@@ -455,7 +497,7 @@ impl Registry {
                                     "responseKind": gvk,
                                     "scope": if r.namespaced { "Namespaced" } else { "Cluster" },
                                     "singularResource": r.singular,
-                                    "verbs": verbs,
+                                    "verbs": r.verbs(),
                                 });
                                 if !r.short_names.is_empty() {
                                     entry["shortNames"] = json!(r.short_names);
@@ -535,16 +577,6 @@ impl Registry {
         if resources.is_empty() {
             return None;
         }
-        let verbs = json!([
-            "create",
-            "delete",
-            "deletecollection",
-            "get",
-            "list",
-            "patch",
-            "update",
-            "watch"
-        ]);
         let mut list = Vec::new();
         for r in &resources {
             let mut entry = json!({
@@ -552,7 +584,7 @@ impl Registry {
                 "singularName": r.singular,
                 "namespaced": r.namespaced,
                 "kind": r.kind,
-                "verbs": verbs,
+                "verbs": r.verbs(),
             });
             if !r.short_names.is_empty() {
                 entry["shortNames"] = json!(r.short_names);

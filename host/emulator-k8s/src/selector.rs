@@ -58,6 +58,39 @@ fn parse_set(key: &str, rest: &str, selector: &str) -> Result<Vec<String>, ApiEr
 }
 
 impl LabelSelector {
+    /// A `metav1.LabelSelector` object (`matchLabels`, `matchExpressions`), as pod
+    /// affinity terms and workloads write them; an unknown operator matches nothing.
+    pub(crate) fn from_object(selector: &Value) -> Self {
+        let strings = |v: &Value| -> Vec<String> {
+            v.as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|s| s.as_str().map(str::to_string))
+                .collect()
+        };
+        let mut reqs: Vec<Requirement> = selector["matchLabels"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| Requirement::Equals(k.clone(), v.as_str().unwrap_or_default().into()))
+            .collect();
+        for e in selector["matchExpressions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let key = e["key"].as_str().unwrap_or_default().to_string();
+            reqs.push(match e["operator"].as_str() {
+                Some("In") => Requirement::In(key, strings(&e["values"])),
+                Some("NotIn") => Requirement::NotIn(key, strings(&e["values"])),
+                Some("Exists") => Requirement::Exists(key),
+                Some("DoesNotExist") => Requirement::NotExists(key),
+                _ => Requirement::In(key, Vec::new()),
+            });
+        }
+        Self(reqs)
+    }
+
     /// Parse `app=foo,tier!=x,env in (a,b),!legacy,has`.
     ///
     /// # Errors

@@ -3,6 +3,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use axum::Router;
 use axum::body::Body;
@@ -116,6 +117,22 @@ fn openapi_v2_protobuf() -> Vec<u8> {
     [field(1, b"2.0"), field(2, &info)].concat()
 }
 
+/// The RBAC verb of a request.
+fn verb(method: &Method, item: bool, watch: bool, subresource: &str) -> &'static str {
+    match *method {
+        Method::GET if subresource == "exec" => "create",
+        Method::GET if watch => "watch",
+        Method::GET if item => "get",
+        Method::GET => "list",
+        Method::POST => "create",
+        Method::PUT => "update",
+        Method::PATCH => "patch",
+        Method::DELETE if item => "delete",
+        Method::DELETE => "deletecollection",
+        _ => "unknown",
+    }
+}
+
 /// Serve one request.
 pub(crate) async fn handle(state: Arc<State>, request: Request) -> Response {
     if let Some(latency) = state.faults.latency {
@@ -156,6 +173,15 @@ async fn route(state: Arc<State>, request: Request) -> ApiResult<Response> {
         }
     };
     match segs.as_slice() {
+        ["debug", "sandfleet", "connections"] => {
+            get_only(&parts.method)?;
+            let open = state.connections.load(Ordering::SeqCst);
+            return Ok(json_response(
+                200,
+                &json!({"connections": open}),
+                "application/json",
+            ));
+        }
         ["api"] => {
             get_only(&parts.method)?;
             return Ok(discovery(&state, &parts.headers, true));
@@ -254,6 +280,23 @@ async fn route(state: Arc<State>, request: Request) -> ApiResult<Response> {
         name: rest.get(1).map(|s| (*s).to_string()),
         subresource: rest.get(2).map(|s| (*s).to_string()),
     };
+    let sub = target.subresource.as_deref().unwrap_or_default();
+    state.authz.check(
+        verb(&parts.method, target.name.is_some(), watch, sub),
+        group,
+        &resource.plural,
+        sub,
+        target.namespace.as_deref(),
+        target.name.as_deref(),
+    )?;
+    if sub == "exec" && resource.group.is_empty() && resource.plural == "pods" {
+        if !matches!(parts.method, Method::GET | Method::POST) {
+            return Err(ApiError::method_not_allowed(parts.method.as_str(), &path));
+        }
+        let namespace = target.namespace.clone().unwrap_or_default();
+        let name = target.name.clone().unwrap_or_default();
+        return crate::exec::serve(state, parts, &namespace, &name).await;
+    }
     if let Some(sub) = target.subresource.as_deref() {
         let version_def = resource.version(version).expect("found by version");
         let known = (sub == "status" && version_def.status)
@@ -283,6 +326,18 @@ async fn route(state: Arc<State>, request: Request) -> ApiResult<Response> {
     })?;
     let is_item = target.name.is_some();
     let method = parts.method.clone();
+    if resource.group == "authorization.k8s.io" {
+        if method != Method::POST || is_item {
+            return Err(ApiError::method_not_allowed(method.as_str(), &path));
+        }
+        let review = api::decode_body(&content_type, &body)?;
+        return Ok(json_response(
+            201,
+            &state.authz.review(review),
+            "application/json",
+        ));
+    }
+    let as_table = crate::table::wanted(&parts.headers);
     if matches!(method, Method::PUT | Method::PATCH) && state.faults.conflict_now() {
         return Err(ApiError::stale(
             &resource.qualified(),
@@ -290,13 +345,30 @@ async fn route(state: Arc<State>, request: Request) -> ApiResult<Response> {
         ));
     }
     let response = match (method, is_item) {
-        (Method::GET, false) if watch => crate::watch::start(state.clone(), target, &query)?,
-        (Method::GET, false) => json_response(
-            200,
-            &api::list(&state, &target, &query)?,
-            "application/json",
-        ),
-        (Method::GET, true) => json_response(200, &api::get(&state, &target)?, "application/json"),
+        (Method::GET, false) if watch => {
+            crate::watch::start(state.clone(), target, &query, as_table)?
+        }
+        (Method::GET, false) => {
+            let list = api::list(&state, &target, &query)?;
+            if as_table {
+                let items = list["items"].as_array().cloned().unwrap_or_default();
+                let table = crate::table::table(&target, &items, &list["metadata"]);
+                json_response(200, &table, crate::table::CONTENT_TYPE)
+            } else {
+                json_response(200, &list, "application/json")
+            }
+        }
+        (Method::GET, true) => {
+            let object = api::get(&state, &target)?;
+            if as_table && target.subresource.is_none() {
+                let rv = object["metadata"]["resourceVersion"].clone();
+                let table =
+                    crate::table::table(&target, &[object], &json!({"resourceVersion": rv}));
+                json_response(200, &table, crate::table::CONTENT_TYPE)
+            } else {
+                json_response(200, &object, "application/json")
+            }
+        }
         (Method::POST, false) => {
             let object = api::decode_body(&content_type, &body)?;
             written(api::create(&state, &target, &query, &user_agent, object)?)
@@ -331,6 +403,22 @@ async fn route(state: Arc<State>, request: Request) -> ApiResult<Response> {
     Ok(response)
 }
 
+/// Counts a client connection while it is open.
+struct Open(Arc<State>);
+
+impl Open {
+    fn new(state: Arc<State>) -> Self {
+        state.connections.fetch_add(1, Ordering::SeqCst);
+        Self(state)
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.connections.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// The router: one fallback handler that routes by path itself (Kubernetes paths are
 /// too irregular for a route table: namespaces, subresources, `watch/` prefixes).
 pub(crate) fn router(state: Arc<State>) -> Router {
@@ -343,6 +431,7 @@ pub(crate) fn router(state: Arc<State>) -> Router {
 /// Accept TLS connections on `listener` until `shutdown` resolves; then close them all
 /// (watches are long-lived, so draining would never end).
 pub(crate) async fn serve(
+    state: Arc<State>,
     listener: TcpListener,
     tls: Arc<rustls::ServerConfig>,
     router: Router,
@@ -359,7 +448,9 @@ pub(crate) async fn serve(
                 let _ = tcp.set_nodelay(true);
                 let acceptor = acceptor.clone();
                 let service = hyper_util::service::TowerToHyperService::new(router.clone());
+                let open = Open::new(state.clone());
                 connections.spawn(async move {
+                    let _open = open;
                     let Ok(tls) = acceptor.accept(tcp).await else { return };
                     let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
                         .serve_connection_with_upgrades(TokioIo::new(tls), service)

@@ -1,8 +1,12 @@
 //! What every request handler and background task shares.
 
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
+use crate::authz::Authorizer;
 use crate::faults::Faults;
+use crate::kubelet::runtime::Runtime;
 use crate::registry::Registry;
 use crate::store::Store;
 
@@ -20,4 +24,10 @@ pub(crate) struct State {
     pub(crate) bookmark_interval: Duration,
     /// Injected faults.
     pub(crate) faults: Faults,
+    /// What the token's user may not do.
+    pub(crate) authz: Authorizer,
+    /// Runs pods as local sandboxes.
+    pub(crate) runtime: Arc<Runtime>,
+    /// Client connections open now.
+    pub(crate) connections: AtomicUsize,
 }

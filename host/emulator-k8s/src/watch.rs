@@ -36,13 +36,32 @@ struct Watch {
     bookmarks: bool,
     initial_events_end: bool,
     timeout: Option<Duration>,
+    /// Events carry one-row Tables (`Accept: ...;as=Table`), as the list did.
+    table: bool,
+}
+
+impl Watch {
+    fn object(&self, object: &Value) -> Value {
+        let presented = present(&self.target, object);
+        if self.table {
+            let rv = presented["metadata"]["resourceVersion"].clone();
+            crate::table::table(&self.target, &[presented], &json!({"resourceVersion": rv}))
+        } else {
+            presented
+        }
+    }
 }
 
 /// Start a watch; the response streams until the timeout, a fault, or the client leaves.
 ///
 /// # Errors
 /// 400 for bad parameters.
-pub(crate) fn start(state: Arc<State>, target: Target, query: &Query) -> ApiResult<Response> {
+pub(crate) fn start(
+    state: Arc<State>,
+    target: Target,
+    query: &Query,
+    table: bool,
+) -> ApiResult<Response> {
     let options = ListOptions::read(query, &target.resource.kind)?;
     let start = match query.get("resourceVersion").filter(|s| !s.is_empty()) {
         None | Some("0") => None,
@@ -65,6 +84,7 @@ pub(crate) fn start(state: Arc<State>, target: Target, query: &Query) -> ApiResu
         bookmarks: query.flag("allowWatchBookmarks"),
         initial_events_end: send_initial,
         timeout,
+        table,
     };
     let (tx, rx) = mpsc::channel::<Bytes>(256);
     tokio::spawn(run(state, watch, tx));
@@ -111,11 +131,7 @@ async fn run(state: Arc<State>, watch: Watch, tx: mpsc::Sender<Bytes>) {
         None => {
             let (items, rv) = state.store.list(&key, ns.as_deref());
             for item in items.iter().filter(|o| watch.options.matches(o)) {
-                if tx
-                    .send(line("ADDED", &present(&watch.target, item)))
-                    .await
-                    .is_err()
-                {
+                if tx.send(line("ADDED", &watch.object(item))).await.is_err() {
                     return;
                 }
             }
@@ -156,7 +172,7 @@ async fn run(state: Arc<State>, watch: Watch, tx: mpsc::Sender<Bytes>) {
                         (_, false, false) => continue,
                     };
                     if tx
-                        .send(line(kind.as_str(), &present(&watch.target, &e.object)))
+                        .send(line(kind.as_str(), &watch.object(&e.object)))
                         .await
                         .is_err()
                     {
