@@ -43,7 +43,7 @@ impl AdapterArgs {
         limits.adapter.deadline = std::time::Duration::from_secs(30);
         let registry = Registry::new(PluginHost::new(HostConfig {
             limits,
-            cache_dir: crate::default_cache_dir(),
+            cache_dir: sandfleet_fleet::default_cache_dir(),
             ..HostConfig::default()
         })?);
         if let Err(errors) =
@@ -80,7 +80,7 @@ impl AdapterArgs {
                 value: value.to_string(),
             });
         }
-        crate::setup::check_settings(&adapter, &settings, "command line")?;
+        sandfleet_fleet::setup::check_settings(&adapter, &settings, "command line")?;
         Ok((adapter, settings))
     }
 }
@@ -213,7 +213,7 @@ pub(crate) fn prepare(args: &PrepareArgs) -> anyhow::Result<ExitCode> {
 pub(crate) fn grade(args: &GradeArgs) -> anyhow::Result<ExitCode> {
     let (adapter, settings) = args.adapter.open()?;
     let predictions = match &args.predictions {
-        Some(path) => crate::setup::solutions(Some(path))?,
+        Some(path) => sandfleet_fleet::setup::solutions(Some(path))?,
         None => HashMap::new(),
     };
     let rows = rows(&args.instances)?;

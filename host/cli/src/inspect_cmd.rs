@@ -8,8 +8,8 @@ use anyhow::Context as _;
 use sandfleet_core::Capacity;
 use sandfleet_engine::{Cluster, Strategy, plan};
 
-use crate::config::FleetConfig;
-use crate::setup;
+use sandfleet_fleet::FleetConfig;
+use sandfleet_fleet::setup;
 
 pub(crate) fn plan(config_path: &Path) -> anyhow::Result<ExitCode> {
     let config = FleetConfig::load(config_path)?;

@@ -1,6 +1,5 @@
 //! The `sandfleet` command.
 
-mod config;
 mod devcluster_cmd;
 mod harness_cmd;
 mod inspect_cmd;
@@ -8,7 +7,6 @@ mod plugin_cmd;
 mod progress_ui;
 mod reap_cmd;
 mod run_cmd;
-mod setup;
 mod telemetry;
 
 use std::path::PathBuf;
@@ -140,14 +138,6 @@ fn describe(error: &anyhow::Error) -> String {
         text.push_str(&said);
     }
     text
-}
-
-/// Where compiled plugins are cached between runs.
-pub(crate) fn default_cache_dir() -> Option<PathBuf> {
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))?;
-    Some(base.join("sandfleet").join("plugins"))
 }
 
 #[cfg(test)]

@@ -46,7 +46,7 @@ pub(crate) fn run(command: PluginCommand) -> anyhow::Result<ExitCode> {
 
 fn host(cache: bool) -> anyhow::Result<PluginHost> {
     Ok(PluginHost::new(HostConfig {
-        cache_dir: cache.then(crate::default_cache_dir).flatten(),
+        cache_dir: cache.then(sandfleet_fleet::default_cache_dir).flatten(),
         ..HostConfig::default()
     })?)
 }

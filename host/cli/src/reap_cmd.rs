@@ -7,8 +7,8 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use sandfleet_core::RunId;
 
-use crate::config::FleetConfig;
-use crate::setup;
+use sandfleet_fleet::FleetConfig;
+use sandfleet_fleet::setup;
 
 pub(crate) fn reap(
     run_id: &str,

@@ -7,8 +7,9 @@ use anyhow::Context as _;
 use sandfleet_core::RunId;
 use sandfleet_engine::{CancellationToken, RunError, RunSpec};
 
-use crate::config::FleetConfig;
-use crate::{progress_ui, setup};
+use sandfleet_fleet::FleetConfig;
+use crate::progress_ui;
+use sandfleet_fleet::setup;
 
 /// Exit code when a signal stopped the run.
 const INTERRUPTED: u8 = 130;

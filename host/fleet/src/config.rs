@@ -19,49 +19,59 @@ use serde::{Deserialize, Deserializer};
 
 /// A parsed, validated fleet file.
 #[derive(Debug, Clone)]
-pub(crate) struct FleetConfig {
+pub struct FleetConfig {
     /// The file it came from.
-    pub(crate) path: PathBuf,
-    pub(crate) run: RunConfig,
-    pub(crate) adapter: AdapterConfig,
-    pub(crate) fleet: FleetSettings,
-    pub(crate) plugins: PluginsConfig,
-    pub(crate) clusters: Vec<ClusterConfig>,
+    pub path: PathBuf,
+    /// `[run]`: the dataset, solutions, output and epochs.
+    pub run: RunConfig,
+    /// `[adapter]`: the task adapter and its settings.
+    pub adapter: AdapterConfig,
+    /// `[fleet]`: strategy, concurrency, pools, limits.
+    pub fleet: FleetSettings,
+    /// `[plugins]`: which plugins serve each role, and their limits.
+    pub plugins: PluginsConfig,
+    /// `[[clusters]]`, in file order (placement indices).
+    pub clusters: Vec<ClusterConfig>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct RunConfig {
+/// `[run]`: what to run and where its results go.
+pub struct RunConfig {
     /// Prefix of generated run ids.
     #[serde(default = "default_run_name")]
-    pub(crate) name: String,
+    pub name: String,
     /// The dataset: JSONL, one row per task.
-    pub(crate) dataset: PathBuf,
+    pub dataset: PathBuf,
     /// Solutions to evaluate: JSONL rows with an id (`id`, `task_id` or
     /// `instance_id`) and a solution (`solution`, `model_patch` or `patch`).
     #[serde(default)]
-    pub(crate) solutions: Option<PathBuf>,
+    pub solutions: Option<PathBuf>,
     /// Output directory, unless `--out` says otherwise.
     #[serde(default)]
-    pub(crate) out: Option<PathBuf>,
+    pub out: Option<PathBuf>,
     /// Passes over the dataset.
     #[serde(default = "one", deserialize_with = "positive")]
-    pub(crate) epochs: u32,
+    pub epochs: u32,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct AdapterConfig {
+/// `[adapter]`: the task adapter plugin and its settings.
+pub struct AdapterConfig {
     /// The task adapter plugin.
-    pub(crate) name: String,
+    pub name: String,
     /// Settings handed to the adapter (see `sandfleet plugin check`).
     #[serde(default)]
-    pub(crate) settings: BTreeMap<String, SettingValue>,
+    pub settings: BTreeMap<String, SettingValue>,
 }
 
 /// An adapter setting: written as a string, number or boolean, handed over as text.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct SettingValue(pub(crate) String);
+pub struct SettingValue(
+    /// The value as text.
+    pub String,
+);
 
 impl<'de> Deserialize<'de> for SettingValue {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -80,32 +90,36 @@ impl<'de> Deserialize<'de> for SettingValue {
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct PluginsConfig {
+/// `[plugins]`: the plugin directory, the plugin serving each role, and limits.
+pub struct PluginsConfig {
     /// A directory of `<name>.wasm` plugins overriding the built-ins; the
     /// daemon reloads them when they change.
     #[serde(default)]
-    pub(crate) dir: Option<PathBuf>,
+    pub dir: Option<PathBuf>,
     #[serde(default = "default_placement")]
-    pub(crate) placement: String,
+    /// The placement policy.
+    pub placement: String,
     #[serde(default = "default_sizing")]
-    pub(crate) sizing: String,
+    /// The sizing policy.
+    pub sizing: String,
     /// The reset check for recycling.
     #[serde(default)]
-    pub(crate) reset: Option<String>,
+    pub reset: Option<String>,
     /// Where compiled plugins are cached (default: the user's cache dir).
     #[serde(default)]
-    pub(crate) cache_dir: Option<PathBuf>,
+    pub cache_dir: Option<PathBuf>,
     /// Meter fuel (then `fuel` limits apply).
     #[serde(default)]
-    pub(crate) fuel: bool,
+    pub fuel: bool,
     /// Limits per plugin kind.
     #[serde(default)]
-    pub(crate) limits: LimitsConfig,
+    pub limits: LimitsConfig,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct LimitsConfig {
+/// `[plugins.limits]`: deadline, memory and fuel per plugin kind.
+pub struct LimitsConfig {
     #[serde(default)]
     placement: KindLimitConfig,
     #[serde(default)]
@@ -132,7 +146,8 @@ struct KindLimitConfig {
 const DEFAULT_ADAPTER_DEADLINE: Duration = Duration::from_secs(5);
 
 impl LimitsConfig {
-    pub(crate) fn resolve(&self) -> KindLimits {
+    /// The limits per kind: the configured ones over the defaults.
+    pub fn resolve(&self) -> KindLimits {
         let mut limits = KindLimits::default();
         limits.adapter.deadline = DEFAULT_ADAPTER_DEADLINE;
         for (kind, config) in [
@@ -158,10 +173,14 @@ impl LimitsConfig {
 }
 
 #[derive(Debug, Clone)]
-pub(crate) struct ClusterConfig {
-    pub(crate) name: String,
-    pub(crate) weight: u32,
-    pub(crate) backend: BackendConfig,
+/// One `[[clusters]]` entry.
+pub struct ClusterConfig {
+    /// Its name, unique in the file.
+    pub name: String,
+    /// Its weight for weighted placement (default 1).
+    pub weight: u32,
+    /// Its backend and the backend's table.
+    pub backend: BackendConfig,
 }
 
 /// A cluster's backend, chosen by its `backend` key, and that backend's own
@@ -169,21 +188,24 @@ pub(crate) struct ClusterConfig {
 /// backend is a new variant with its table type.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(tag = "backend", rename_all = "lowercase", deny_unknown_fields)]
-pub(crate) enum BackendConfig {
+pub enum BackendConfig {
     /// The embedded local backend.
     Local {
         #[serde(default)]
+        /// `[clusters.local]`.
         local: LocalConfig,
     },
     /// An OpenSandbox server (its lifecycle API and execd).
     OpenSandbox {
         #[serde(default)]
+        /// `[clusters.opensandbox]`.
         opensandbox: OpenSandboxConfig,
     },
 }
 
 impl BackendConfig {
-    pub(crate) fn kind(&self) -> &'static str {
+    /// The `backend` key's value.
+    pub fn kind(&self) -> &'static str {
         match self {
             BackendConfig::Local { .. } => "local",
             BackendConfig::OpenSandbox { .. } => "opensandbox",
@@ -224,19 +246,28 @@ struct RawFile {
 
 /// A fleet file that cannot be used.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum ConfigError {
+pub enum ConfigError {
     #[error("{path}: cannot read: {source}")]
+    /// The file cannot be read.
     Read {
+        /// The file.
         path: PathBuf,
+        /// Why.
         source: std::io::Error,
     },
     #[error("{location}: {message}")]
-    Invalid { location: String, message: String },
+    /// The file says something unusable.
+    Invalid {
+        /// `file:line:column`, or the file alone.
+        location: String,
+        /// What is wrong.
+        message: String,
+    },
 }
 
 impl FleetConfig {
     /// Reads and validates the fleet file at `path`.
-    pub(crate) fn load(path: &Path) -> Result<Self, ConfigError> {
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.to_path_buf(),
             source,
@@ -244,7 +275,9 @@ impl FleetConfig {
         Self::parse(&text, path)
     }
 
-    pub(crate) fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
+    /// Parses and validates `text`, read from `path` (which names errors and
+    /// anchors relative paths).
+    pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
         let raw: RawFile = toml::from_str(text).map_err(|e| ConfigError::Invalid {
             location: location(path, text, e.span()),
             message: e.message().trim_end().to_string(),

@@ -19,16 +19,20 @@ use sandfleet_transport::Clients;
 use crate::config::{BackendConfig, FleetConfig};
 
 /// The plugins a run uses, looked up and checked.
-pub(crate) struct Plugins {
-    pub(crate) adapter: TaskAdapter,
-    pub(crate) placement: PlacementPolicy,
-    pub(crate) sizing: SizingPolicy,
-    pub(crate) reset: Option<ResetCheck>,
+pub struct Plugins {
+    /// The task adapter.
+    pub adapter: TaskAdapter,
+    /// The placement policy.
+    pub placement: PlacementPolicy,
+    /// The sizing policy.
+    pub sizing: SizingPolicy,
+    /// The reset check, when recycling is possible.
+    pub reset: Option<ResetCheck>,
 }
 
 /// Loads the built-in plugins and the plugin directory, and looks up the
 /// ones the configuration names.
-pub(crate) fn plugins(config: &FleetConfig) -> anyhow::Result<Plugins> {
+pub fn plugins(config: &FleetConfig) -> anyhow::Result<Plugins> {
     let host = PluginHost::new(HostConfig {
         limits: config.plugins.limits.resolve(),
         fuel: config.plugins.fuel,
@@ -92,7 +96,7 @@ fn lines(errors: &[impl std::fmt::Display]) -> String {
 
 /// Checks settings against the keys the adapter declares: unknown keys and
 /// missing required ones are errors naming `origin`.
-pub(crate) fn check_settings(
+pub fn check_settings(
     adapter: &TaskAdapter,
     settings: &[Setting],
     origin: &str,
@@ -123,7 +127,7 @@ pub(crate) fn check_settings(
 }
 
 /// The adapter settings from the configuration.
-pub(crate) fn adapter_settings(config: &FleetConfig) -> Vec<Setting> {
+pub fn adapter_settings(config: &FleetConfig) -> Vec<Setting> {
     config
         .adapter
         .settings
@@ -137,7 +141,7 @@ pub(crate) fn adapter_settings(config: &FleetConfig) -> Vec<Setting> {
 
 /// Loads every dataset row through the adapter. All bad rows are reported
 /// together, each as `file:line: message`.
-pub(crate) fn tasks(
+pub fn tasks(
     config: &FleetConfig,
     adapter: &TaskAdapter,
 ) -> anyhow::Result<Vec<sandfleet_plugin::adapter::Task>> {
@@ -200,7 +204,7 @@ pub(crate) fn tasks(
 /// Solutions by task id, from JSONL rows with an id field (`id`, `task_id`
 /// or `instance_id`) and a solution field (`solution`, `model_patch` or
 /// `patch`; `null` means no solution).
-pub(crate) fn solutions(path: Option<&Path>) -> anyhow::Result<HashMap<String, Option<String>>> {
+pub fn solutions(path: Option<&Path>) -> anyhow::Result<HashMap<String, Option<String>>> {
     let Some(path) = path else {
         return Ok(HashMap::new());
     };
@@ -233,7 +237,7 @@ pub(crate) fn solutions(path: Option<&Path>) -> anyhow::Result<HashMap<String, O
 }
 
 /// The work of a run: every task in every epoch, with its solution.
-pub(crate) fn work_items(
+pub fn work_items(
     config: &FleetConfig,
     tasks: Vec<sandfleet_plugin::adapter::Task>,
     solutions: &HashMap<String, Option<String>>,
@@ -250,7 +254,7 @@ pub(crate) fn work_items(
 }
 
 /// Checks that some cluster can make every image the tasks need.
-pub(crate) fn check_images(
+pub fn check_images(
     config: &FleetConfig,
     clusters: &[Cluster],
     tasks: &[sandfleet_plugin::adapter::Task],
@@ -279,7 +283,7 @@ pub(crate) fn check_images(
 }
 
 /// The configured clusters' drivers.
-pub(crate) fn clusters(config: &FleetConfig) -> anyhow::Result<Vec<Cluster>> {
+pub fn clusters(config: &FleetConfig) -> anyhow::Result<Vec<Cluster>> {
     // Clusters configured alike share one HTTP client.
     let clients = Clients::new(None).map_err(anyhow::Error::msg)?;
     config

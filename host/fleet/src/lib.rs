@@ -1,0 +1,24 @@
+//! The fleet file and what it builds, shared by the `sandfleet` command and
+//! the daemon: [`FleetConfig`] parses and validates `fleet.toml` (every error
+//! names file, line, column and key), and [`setup`] turns it into plugins,
+//! tasks, solutions and cluster drivers, each checked before anything is
+//! created.
+
+mod config;
+pub mod setup;
+
+pub use config::{
+    AdapterConfig, BackendConfig, ClusterConfig, ConfigError, FleetConfig, LimitsConfig,
+    PluginsConfig, RunConfig, SettingValue,
+};
+
+/// Where compiled plugins are cached between runs: `$XDG_CACHE_HOME` or
+/// `~/.cache`, under `sandfleet/plugins`.
+pub fn default_cache_dir() -> Option<std::path::PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|home| std::path::PathBuf::from(home).join(".cache"))
+        })?;
+    Some(base.join("sandfleet").join("plugins"))
+}
