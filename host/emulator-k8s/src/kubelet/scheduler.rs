@@ -217,7 +217,9 @@ pub(crate) fn choose<'n>(
         }
     }
     best.map(|(_, n)| n).ok_or_else(|| {
-        let reasons: Vec<String> = misfits.iter().map(|(m, n)| format!("{n} {}", m.text())).collect();
+        // Sorted as strings, as the scheduler's FitError sorts them.
+        let mut reasons: Vec<String> = misfits.iter().map(|(m, n)| format!("{n} {}", m.text())).collect();
+        reasons.sort();
         format!(
             "0/{} nodes are available: {}. preemption: 0/{} nodes are available: {} No preemption victims found for incoming pod.",
             nodes.len(),
