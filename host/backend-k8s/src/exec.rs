@@ -1,0 +1,333 @@
+//! Commands in a sandbox's pod over `pods/exec` websockets (kube offers
+//! `v5.channel.k8s.io` and falls back to `v4`), without a router: a
+//! persistent shell per sandbox that runs many commands over one websocket,
+//! or a websocket per command. Both frame each command the same way
+//! ([`crate::frames`]); a timeout kills the command's process group through
+//! a second, short exec. A command is never sent twice: once its text may
+//! have reached the pod, any failure is reported as such.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
+use kube::api::{Api, AttachParams, AttachedProcess};
+use sandfleet_core::{
+    ExecRequest, ExecResult, OutputChunk, OutputSink, OutputStream, dropped_marker,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, SimplexStream, WriteHalf};
+
+use crate::frames::{Stream, kill_argv, script};
+use crate::objects::CONTAINER;
+
+/// How long a killed command may take to show its end frame before the
+/// session carrying it is given up.
+const KILL_GRACE: Duration = Duration::from_secs(10);
+
+/// Bytes read from a stream at once.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// Why a command has no result.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// The exec could not start: nothing was sent to the pod.
+    NotStarted(kube::Error),
+    /// The connection ended before the command's end: it may have run.
+    Lost(String),
+}
+
+/// A pod to run commands in.
+#[derive(Clone)]
+pub(crate) struct Target {
+    pub(crate) pods: Api<Pod>,
+    pub(crate) pod: String,
+}
+
+impl Target {
+    fn params(&self, stdin: bool) -> AttachParams {
+        AttachParams::default()
+            .container(CONTAINER)
+            .stdin(stdin)
+            .stdout(true)
+            .stderr(true)
+    }
+
+    /// Starts `argv` in the pod.
+    pub(crate) async fn start(
+        &self,
+        argv: Vec<String>,
+        stdin: bool,
+    ) -> Result<AttachedProcess, kube::Error> {
+        self.pods.exec(&self.pod, argv, &self.params(stdin)).await
+    }
+
+    /// Kills process group `pid` (best effort: the command's end frame, or
+    /// its absence, tells what happened).
+    async fn kill(&self, pid: u32) {
+        match self.start(kill_argv(pid), false).await {
+            Ok(mut process) => {
+                if let Some(status) = process.take_status() {
+                    let _ = tokio::time::timeout(KILL_GRACE, status).await;
+                }
+            }
+            Err(error) => {
+                tracing::warn!(pod = %self.pod, pid, %error, "cannot kill a timed-out command")
+            }
+        }
+    }
+}
+
+/// A long-lived shell in a pod, reading commands from its stdin.
+pub(crate) struct Session {
+    // Dropping the process closes the websocket, and with it the shell.
+    _process: AttachedProcess,
+    stdin: WriteHalf<SimplexStream>,
+    stdout: ReadHalf<SimplexStream>,
+    stderr: ReadHalf<SimplexStream>,
+}
+
+impl Session {
+    /// Opens a shell (`shell`) in the target's pod.
+    pub(crate) async fn open(target: &Target, shell: &str) -> Result<Self, kube::Error> {
+        let mut process = target.start(vec![shell.to_string()], true).await?;
+        let (Some(stdin), Some(stdout), Some(stderr)) =
+            (process.stdin(), process.stdout(), process.stderr())
+        else {
+            unreachable!("stdin, stdout and stderr were asked for");
+        };
+        Ok(Session {
+            _process: process,
+            stdin,
+            stdout,
+            stderr,
+        })
+    }
+
+    /// Runs `request`. `Err` means the session is unusable and must be
+    /// dropped (the command may have run).
+    pub(crate) async fn run(
+        &mut self,
+        target: &Target,
+        request: &ExecRequest,
+        output: Option<&OutputSink>,
+    ) -> Result<ExecResult, Failure> {
+        let marker = marker();
+        let started = Instant::now();
+        self.stdin
+            .write_all(script(request, &marker, false).as_bytes())
+            .await
+            .map_err(|e| Failure::Lost(format!("writing to the exec session: {e}")))?;
+        self.stdin
+            .flush()
+            .await
+            .map_err(|e| Failure::Lost(format!("writing to the exec session: {e}")))?;
+        follow(
+            target,
+            &mut self.stdout,
+            &mut self.stderr,
+            &marker,
+            request,
+            output,
+            started,
+        )
+        .await
+    }
+}
+
+/// Runs `request` over a websocket of its own; the exit code is the status
+/// channel's.
+pub(crate) async fn one_shot(
+    target: &Target,
+    request: &ExecRequest,
+    output: Option<&OutputSink>,
+) -> Result<ExecResult, Failure> {
+    let marker = marker();
+    let started = Instant::now();
+    let argv = vec!["sh".into(), "-c".into(), script(request, &marker, true)];
+    let mut process = target
+        .start(argv, false)
+        .await
+        .map_err(Failure::NotStarted)?;
+    let status = process.take_status();
+    let (Some(mut stdout), Some(mut stderr)) = (process.stdout(), process.stderr()) else {
+        unreachable!("stdout and stderr were asked for");
+    };
+    let mut result = follow(
+        target,
+        &mut stdout,
+        &mut stderr,
+        &marker,
+        request,
+        output,
+        started,
+    )
+    .await?;
+    if !result.timed_out
+        && let Some(status) = status
+        && let Ok(Some(status)) = tokio::time::timeout(KILL_GRACE, status).await
+    {
+        result.exit_code = exit_code(&status);
+    }
+    Ok(result)
+}
+
+/// The exit code a pods/exec status reports: 0 on success, the `ExitCode`
+/// cause otherwise (-1 when there is none: the exec itself failed).
+pub(crate) fn exit_code(status: &Status) -> i32 {
+    if status.status.as_deref() == Some("Success") {
+        return 0;
+    }
+    status
+        .details
+        .as_ref()
+        .and_then(|d| d.causes.as_ref())
+        .and_then(|causes| {
+            causes
+                .iter()
+                .find(|c| c.reason.as_deref() == Some("ExitCode"))
+        })
+        .and_then(|c| c.message.as_deref())
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(-1)
+}
+
+/// A fresh command marker: 128 bits from the process's random hasher keys.
+fn marker() -> String {
+    format!("sf{:016x}{:016x}", crate::random(), crate::random())
+}
+
+/// Output kept of one stream, up to `limit` bytes.
+struct Kept {
+    stream: OutputStream,
+    bytes: Vec<u8>,
+    dropped: u64,
+    limit: Option<u64>,
+}
+
+impl Kept {
+    fn new(stream: OutputStream, limit: Option<u64>) -> Self {
+        Kept {
+            stream,
+            bytes: Vec::new(),
+            dropped: 0,
+            limit,
+        }
+    }
+
+    /// Keeps what fits of `chunk` and sends it to `sink`.
+    async fn push(&mut self, chunk: Vec<u8>, sink: Option<&OutputSink>) {
+        if chunk.is_empty() {
+            return;
+        }
+        let room = self.limit.map_or(usize::MAX, |limit| {
+            limit.saturating_sub(self.bytes.len() as u64) as usize
+        });
+        let kept = chunk.len().min(room);
+        self.dropped += (chunk.len() - kept) as u64;
+        if kept == 0 {
+            return;
+        }
+        let kept = chunk[..kept].to_vec();
+        self.bytes.extend_from_slice(&kept);
+        if let Some(sink) = sink {
+            let _ = sink
+                .send(OutputChunk {
+                    stream: self.stream,
+                    bytes: kept,
+                })
+                .await;
+        }
+    }
+
+    /// The kept bytes, ended by the dropped-output marker when some were
+    /// dropped (sent to `sink` too).
+    async fn finish(mut self, sink: Option<&OutputSink>) -> (Vec<u8>, u64) {
+        if self.dropped > 0 {
+            let note = dropped_marker(self.stream, self.dropped, self.limit.unwrap_or_default());
+            self.bytes.extend_from_slice(note.as_bytes());
+            if let Some(sink) = sink {
+                let _ = sink
+                    .send(OutputChunk {
+                        stream: self.stream,
+                        bytes: note.into_bytes(),
+                    })
+                    .await;
+            }
+        }
+        (self.bytes, self.dropped)
+    }
+}
+
+/// Reads one command's frames off `stdout` and `stderr` until both end,
+/// killing the command's process group at its timeout.
+async fn follow(
+    target: &Target,
+    stdout: &mut ReadHalf<SimplexStream>,
+    stderr: &mut ReadHalf<SimplexStream>,
+    marker: &str,
+    request: &ExecRequest,
+    sink: Option<&OutputSink>,
+    started: Instant,
+) -> Result<ExecResult, Failure> {
+    let mut out = Stream::new(marker, true);
+    let mut err = Stream::new(marker, !request.merge_stderr);
+    let mut kept_out = Kept::new(OutputStream::Stdout, request.max_output);
+    let mut kept_err = Kept::new(OutputStream::Stderr, request.max_output);
+    let mut out_buf = vec![0u8; READ_CHUNK];
+    let mut err_buf = vec![0u8; READ_CHUNK];
+    let mut timed_out = false;
+    let mut deadline = (!request.timeout.is_zero())
+        .then(|| tokio::time::Instant::from_std(started + request.timeout));
+    while out.ended.is_none() || err.ended.is_none() {
+        let timer = async {
+            match deadline {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            read = stdout.read(&mut out_buf), if out.ended.is_none() => {
+                let n = read.map_err(|e| Failure::Lost(format!("reading the command's output: {e}")))?;
+                if n == 0 {
+                    return Err(Failure::Lost("the exec connection closed before the command ended".into()));
+                }
+                kept_out.push(out.feed(&out_buf[..n]), sink).await;
+            }
+            read = stderr.read(&mut err_buf), if err.ended.is_none() => {
+                let n = read.map_err(|e| Failure::Lost(format!("reading the command's errors: {e}")))?;
+                if n == 0 {
+                    return Err(Failure::Lost("the exec connection closed before the command ended".into()));
+                }
+                kept_err.push(err.feed(&err_buf[..n]), sink).await;
+            }
+            () = timer => {
+                if timed_out {
+                    return Err(Failure::Lost(format!(
+                        "the command outlived its timeout by {} and could not be killed",
+                        humantime::format_duration(KILL_GRACE)
+                    )));
+                }
+                timed_out = true;
+                match out.pid {
+                    Some(pid) => target.kill(pid).await,
+                    None => tracing::warn!(pod = %target.pod, "a command timed out before it started"),
+                }
+                deadline = Some(tokio::time::Instant::now() + KILL_GRACE);
+            }
+        }
+    }
+    let (stdout, stdout_dropped) = kept_out.finish(sink).await;
+    let (stderr, stderr_dropped) = kept_err.finish(sink).await;
+    let exit_code = match out.ended {
+        Some(Some(code)) if !timed_out => code,
+        _ => -1,
+    };
+    Ok(ExecResult {
+        exit_code,
+        stdout,
+        stderr,
+        timed_out,
+        duration: started.elapsed(),
+        stdout_dropped,
+        stderr_dropped,
+    })
+}

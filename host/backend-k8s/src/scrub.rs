@@ -1,0 +1,53 @@
+//! Making a claimed sandbox fit for another task: every process in the pod
+//! but its entrypoint (pid 1) is killed, until none is left. The kill runs
+//! only when pid 1 is the container's entrypoint as the template set it —
+//! proof that the exec landed in the pod's own pid namespace.
+
+use crate::exec::{Target, exit_code};
+
+/// Rounds of killing before the scrub gives up.
+const ROUNDS: u32 = 20;
+
+/// Kills everything in the pod but pid 1, whose command line must be
+/// `entrypoint`.
+///
+/// # Errors
+///
+/// A sentence saying why the sandbox cannot be reused.
+pub(crate) async fn scrub(target: &Target, entrypoint: &[String]) -> Result<(), String> {
+    const SCRUB: &str = r#"want=$1; rounds=$2; one=$(tr '\000' ' ' < /proc/1/cmdline); [ "$one" = "$want" ] || { echo "pid 1 runs '$one', not the sandbox's entrypoint" >&2; exit 3; }; i=0; while [ "$i" -lt "$rounds" ]; do i=$((i+1)); left=0; for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" = 1 ] && continue; [ "$p" = "$$" ] && continue; s=$(cat "$d/stat" 2>/dev/null) || continue; case "$s" in *") Z "*) continue;; esac; kill -KILL "$p" 2>/dev/null && left=$((left+1)); done; [ "$left" = 0 ] && exit 0; sleep 0.05; done; echo "processes survived $rounds rounds of kills" >&2; exit 4"#;
+    let want: String = entrypoint.iter().map(|word| format!("{word} ")).collect();
+    let argv = vec![
+        "sh".to_string(),
+        "-c".into(),
+        SCRUB.into(),
+        "sf".into(),
+        want,
+        ROUNDS.to_string(),
+    ];
+    let mut process = target
+        .start(argv, false)
+        .await
+        .map_err(|e| format!("cannot exec the scrub: {}", crate::client::one_line(&e)))?;
+    let status = process.take_status();
+    let (Some(stdout), Some(stderr)) = (process.stdout(), process.stderr()) else {
+        unreachable!("stdout and stderr were asked for");
+    };
+    let (_, said) = tokio::join!(drain(stdout), drain(stderr));
+    let status = match status {
+        Some(status) => status.await,
+        None => None,
+    };
+    match status.map(|s| exit_code(&s)) {
+        Some(0) => Ok(()),
+        Some(code) => Err(format!("scrub exited {code}: {}", said.trim())),
+        None => Err("the scrub's exec ended without a status".into()),
+    }
+}
+
+async fn drain(mut stream: impl tokio::io::AsyncRead + Unpin) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut bytes = Vec::new();
+    let _ = stream.read_to_end(&mut bytes).await;
+    String::from_utf8_lossy(&bytes).into_owned()
+}

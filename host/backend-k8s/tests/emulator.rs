@@ -1,0 +1,407 @@
+//! The driver against the Kubernetes emulator over loopback HTTPS: the
+//! real agent-sandbox flow (templates and pools by server-side apply, claims
+//! made ready by the shared watch, pods that are local sandboxes), exec over
+//! the pods/exec websocket, files, preflight and its one-line failures,
+//! capacity, and reaps scoped to their run.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sandfleet_backend_k8s::{ExecMode, K8sBackend, K8sClients, K8sConfig};
+use sandfleet_core::{
+    Backend, ErrorKind, ExecRequest, LABEL_TASK, RunId, TemplateRef, TemplateSpec, template_name,
+};
+use sandfleet_emulator_k8s::{CONTEXT, Config, DenyRule, Emulator, ImageMap, Tuning};
+
+/// The image every test sandbox is made of.
+const IMAGE: &str = "calc";
+
+struct Cluster {
+    // Serving until the test ends.
+    _emulator: Emulator,
+    dir: tempfile::TempDir,
+}
+
+fn images() -> ImageMap {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/quickstart/images/calc");
+    let source: sandfleet_backend_local::ImageSource =
+        toml::from_str(&format!("path = {:?}", path.display().to_string())).unwrap();
+    ImageMap::from([(IMAGE.to_string(), source)])
+}
+
+impl Cluster {
+    async fn start(config: Config) -> Self {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let emulator = Emulator::start(Config {
+            images: images(),
+            tuning: Tuning {
+                cold_start_after: Duration::from_millis(200),
+                ..Tuning::default()
+            },
+            ..config
+        })
+        .await
+        .expect("the emulator starts");
+        let dir = tempfile::tempdir().unwrap();
+        emulator
+            .write_kubeconfig(&dir.path().join("kubeconfig"))
+            .unwrap();
+        Cluster {
+            _emulator: emulator,
+            dir,
+        }
+    }
+
+    async fn agent_sandbox() -> Self {
+        Self::start(Config {
+            with_agent_sandbox: true,
+            ..Config::default()
+        })
+        .await
+    }
+
+    fn kubeconfig(&self) -> PathBuf {
+        self.dir.path().join("kubeconfig")
+    }
+
+    fn config(&self) -> K8sConfig {
+        K8sConfig {
+            kubeconfig: Some(self.kubeconfig()),
+            context: Some(CONTEXT.into()),
+            ..K8sConfig::default()
+        }
+    }
+
+    fn backend(&self, config: K8sConfig) -> K8sBackend {
+        K8sBackend::new("dev", config, &K8sClients::new()).unwrap()
+    }
+}
+
+fn spec(run: &RunId) -> TemplateSpec {
+    TemplateSpec {
+        name: template_name(run, IMAGE),
+        image: IMAGE.into(),
+        cpu_milli: 100,
+        memory_mib: 64,
+        disk_mib: 64,
+        network: false,
+        env: [("GREETING".to_string(), "hi".to_string())].into(),
+        labels: run.labels(),
+    }
+}
+
+fn command(argv: &[&str]) -> ExecRequest {
+    ExecRequest {
+        argv: argv.iter().map(|a| a.to_string()).collect(),
+        timeout: Duration::from_secs(20),
+        ..ExecRequest::default()
+    }
+}
+
+fn sh(script: &str) -> ExecRequest {
+    command(&["sh", "-c", script])
+}
+
+fn soon() -> Instant {
+    Instant::now() + Duration::from_secs(60)
+}
+
+async fn warm_template(backend: &K8sBackend, run: &RunId, replicas: u32) -> TemplateRef {
+    let template = backend.ensure_template(&spec(run)).await.unwrap();
+    if replicas > 0 {
+        backend
+            .warm(&template, replicas, &run.labels())
+            .await
+            .unwrap();
+        let status = backend
+            .wait_pool_ready(&template, replicas, soon())
+            .await
+            .unwrap();
+        assert!(status.ready >= replicas, "{status:?}");
+    }
+    template
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warm_claim_runs_commands_over_one_session_with_exit_codes_streams_stdin_and_files() {
+    let cluster = Cluster::agent_sandbox().await;
+    let backend = cluster.backend(cluster.config());
+    assert!(
+        backend.preflight().await.failures.is_empty(),
+        "{:?}",
+        backend.preflight().await
+    );
+    let run = RunId::new("run-a").unwrap();
+    let template = warm_template(&backend, &run, 1).await;
+    let mut labels = run.labels();
+    labels.insert(LABEL_TASK.into(), "task-1".into());
+    let handle = backend.claim(&template, &labels, soon()).await.unwrap();
+    // A warm sandbox keeps the pool's generated name; the handle reads it
+    // from the claim's status and the pod from the annotation.
+    assert!(handle.hostname.starts_with(&template.name), "{handle:?}");
+    assert!(
+        handle.endpoint.as_deref().unwrap().starts_with("127.42."),
+        "{handle:?}"
+    );
+
+    let out = backend
+        .exec(&handle, &sh("echo out; echo err >&2; exit 3"), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        (out.exit_code, &out.stdout[..], &out.stderr[..]),
+        (3, &b"out\n"[..], &b"err\n"[..])
+    );
+    let merged = ExecRequest {
+        merge_stderr: true,
+        ..sh("echo a; echo b >&2; echo c")
+    };
+    let out = backend.exec(&handle, &merged, None).await.unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "a\nb\nc\n");
+    assert!(out.stderr.is_empty());
+    // Environment, workdir, stdin (binary) and no trailing newline.
+    let request = ExecRequest {
+        env: vec![("X".into(), "it's \"quoted\"".into())],
+        workdir: Some("/tmp".into()),
+        stdin: Some(vec![0, 1, 2, 255, b'\n', b'%']),
+        ..sh("printf '%s|' \"$X\" \"$PWD\" \"$GREETING\"; od -An -tu1 | tr -s ' '")
+    };
+    let out = backend.exec(&handle, &request, None).await.unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "it's \"quoted\"|/tmp|hi| 0 1 2 255 10 37\n"
+    );
+    let out = backend
+        .exec(&handle, &command(&["printf", "no newline"]), None)
+        .await
+        .unwrap();
+    assert_eq!(out.stdout, b"no newline");
+
+    // A timeout kills the command's whole process group.
+    let slow = ExecRequest {
+        timeout: Duration::from_millis(500),
+        ..sh("sleep 30 & echo $! > /tmp/child; sleep 30")
+    };
+    let out = backend.exec(&handle, &slow, None).await.unwrap();
+    assert!(out.timed_out && out.exit_code == -1, "{out:?}");
+    let child = backend.get_file(&handle, "/tmp/child").await.unwrap();
+    let child = String::from_utf8(child).unwrap();
+    let alive = backend
+        .exec(
+            &handle,
+            &sh(&format!(
+                "kill -0 {} 2>/dev/null && echo alive || echo gone",
+                child.trim()
+            )),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&alive.stdout), "gone\n");
+
+    // Files: binary, larger than one websocket frame, with parents made.
+    let contents: Vec<u8> = (0..700_000u32).map(|i| (i * 7 % 256) as u8).collect();
+    backend
+        .put_file(&handle, "/tmp/deep/dir/blob.bin", &contents, 0o640)
+        .await
+        .unwrap();
+    assert_eq!(
+        backend
+            .get_file(&handle, "/tmp/deep/dir/blob.bin")
+            .await
+            .unwrap(),
+        contents
+    );
+    let mode = backend
+        .exec(
+            &handle,
+            &command(&["stat", "-c", "%a", "/tmp/deep/dir/blob.bin"]),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(mode.stdout, b"640\n");
+    let missing = backend.get_file(&handle, "/tmp/none").await.unwrap_err();
+    assert_eq!(missing.kind(), ErrorKind::NotFound, "{missing}");
+
+    backend.release(&handle).await.unwrap();
+    backend.release(&handle).await.unwrap();
+    let lost = backend
+        .renew(&handle, Duration::from_secs(600))
+        .await
+        .unwrap_err();
+    assert_eq!(lost.kind(), ErrorKind::SandboxLost, "{lost}");
+    backend.reap(&run).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cold_claims_bind_through_an_empty_pool_and_one_shot_exec_gives_the_status_channels_code() {
+    let cluster = Cluster::agent_sandbox().await;
+    let backend = cluster.backend(K8sConfig {
+        exec: ExecMode::Oneshot,
+        ..cluster.config()
+    });
+    let run = RunId::new("run-cold").unwrap();
+    let template = warm_template(&backend, &run, 0).await;
+    let handle = backend
+        .claim(&template, &run.labels(), soon())
+        .await
+        .unwrap();
+    // A cold sandbox is named like its claim.
+    assert_eq!(handle.hostname, handle.id);
+    let out = backend
+        .exec(&handle, &sh("echo cold; exit 7"), None)
+        .await
+        .unwrap();
+    assert_eq!((out.exit_code, &out.stdout[..]), (7, &b"cold\n"[..]));
+    backend.release(&handle).await.unwrap();
+    backend.reap(&run).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reaping_one_run_leaves_another_runs_objects_in_the_namespace_whole() {
+    let cluster = Cluster::agent_sandbox().await;
+    let backend = Arc::new(cluster.backend(cluster.config()));
+    let doomed = RunId::new("run-doomed").unwrap();
+    let kept = RunId::new("run-kept").unwrap();
+    let mut handles = Vec::new();
+    for run in [&doomed, &kept] {
+        let template = warm_template(&backend, run, 1).await;
+        handles.push(
+            backend
+                .claim(&template, &run.labels(), soon())
+                .await
+                .unwrap(),
+        );
+    }
+    let before = backend.list_owned(&kept).await.unwrap();
+    let owned = backend.list_owned(&doomed).await.unwrap();
+    // The claimed sandbox and the pool's replacement for it.
+    assert_eq!(
+        (
+            owned.templates.len(),
+            owned.pools.len(),
+            owned.sandboxes.len()
+        ),
+        (1, 1, 2),
+        "{owned:?}"
+    );
+
+    let reaped = backend.reap(&doomed).await.unwrap();
+    assert_eq!(
+        (reaped.templates, reaped.pools, reaped.sandboxes),
+        (1, 1, 2),
+        "{reaped:?}"
+    );
+    let after = backend.list_owned(&doomed).await.unwrap();
+    assert!(
+        after.templates.is_empty() && after.pools.is_empty() && after.sandboxes.is_empty(),
+        "{after:?}"
+    );
+    assert_eq!(backend.list_owned(&kept).await.unwrap(), before);
+    // The other run's sandbox still runs commands.
+    let out = backend
+        .exec(&handles[1], &command(&["true"]), None)
+        .await
+        .unwrap();
+    assert_eq!(out.exit_code, 0);
+    assert_eq!(backend.reap(&doomed).await.unwrap().sandboxes, 0);
+    backend.reap(&kept).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capacity_counts_the_nodes_the_selector_matches() {
+    let cluster = Cluster::agent_sandbox().await;
+    let all = cluster.backend(cluster.config()).capacity().await.unwrap();
+    assert_eq!(all.nodes, Some(3));
+    assert_eq!(all.cpu_milli, Some(3 * 8000));
+    assert_eq!(all.memory_mib, Some(3 * 32 * 1024));
+    assert_eq!(all.sandbox_slots, Some(3 * 110));
+    assert_eq!(all.disk_mib_per_node, Some(100 * 1024));
+    let one = cluster
+        .backend(K8sConfig {
+            node_selector: [(
+                "kubernetes.io/hostname".to_string(),
+                "sandfleet-node-1".to_string(),
+            )]
+            .into(),
+            ..cluster.config()
+        })
+        .capacity()
+        .await
+        .unwrap();
+    assert_eq!((one.nodes, one.cpu_milli), (Some(1), Some(8000)));
+}
+
+/// Preflight's only failure for a cluster configured with `config` on an
+/// emulator started with `emulator`.
+async fn the_failure(emulator: Config, config: impl FnOnce(&Cluster) -> K8sConfig) -> String {
+    let cluster = Cluster::start(emulator).await;
+    let backend = cluster.backend(config(&cluster));
+    let found = backend.preflight().await;
+    assert_eq!(found.failures.len(), 1, "{found:?}");
+    let failure = found.failures[0].clone();
+    assert!(!failure.contains('\n'), "{failure}");
+    // Nothing was created.
+    let owned = backend.list_owned(&RunId::new("preflight").unwrap()).await;
+    if let Ok(owned) = owned {
+        assert!(
+            owned.templates.is_empty() && owned.pools.is_empty(),
+            "{owned:?}"
+        );
+    }
+    failure
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_one_preflight_line_before_anything_is_created() {
+    let with = || Config {
+        with_agent_sandbox: true,
+        ..Config::default()
+    };
+    let failure = the_failure(with(), |c| K8sConfig {
+        kubeconfig: Some(c.dir.path().join("missing.yaml")),
+        ..c.config()
+    })
+    .await;
+    assert!(
+        failure.starts_with("kubeconfig ") && failure.contains("missing.yaml"),
+        "{failure}"
+    );
+    let failure = the_failure(with(), |c| K8sConfig {
+        context: Some("prod".into()),
+        ..c.config()
+    })
+    .await;
+    assert!(
+        failure.contains("has no context `prod` (it has: sandfleet-devcluster)"),
+        "{failure}"
+    );
+    let failure = the_failure(with(), |c| K8sConfig {
+        namespace: "nowhere".into(),
+        ..c.config()
+    })
+    .await;
+    assert_eq!(failure, "namespace `nowhere` does not exist");
+    let failure = the_failure(Config::default(), Cluster::config).await;
+    assert!(
+        failure.starts_with("agent-sandbox CRDs not installed: sandboxes.agents.x-k8s.io"),
+        "{failure}"
+    );
+    let denied = Config {
+        deny: vec![
+            "create:sandboxclaims.extensions.agents.x-k8s.io"
+                .parse::<DenyRule>()
+                .unwrap(),
+        ],
+        ..with()
+    };
+    let failure = the_failure(denied, Cluster::config).await;
+    assert!(
+        failure.starts_with(
+            "RBAC forbids create on sandboxclaims.extensions.agents.x-k8s.io in namespace `default`"
+        ),
+        "{failure}"
+    );
+}
