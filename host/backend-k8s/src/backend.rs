@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use futures_util::StreamExt;
+use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
@@ -26,6 +27,7 @@ use crate::exec::{Failure, Session, Target, one_shot};
 use crate::files::FileError;
 use crate::objects;
 use crate::preflight::MANAGER;
+use crate::prepull::PrepullError;
 use crate::resources::{
     POD_NAME_ANNOTATION, Sandbox, SandboxClaim, SandboxTemplate, SandboxWarmPool,
 };
@@ -107,6 +109,37 @@ impl K8sBackend {
             slot,
             watches: Mutex::new(HashMap::new()),
             sessions: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Pulls `images` on every node the cluster's node selector matches,
+    /// through a DaemonSet of `run` deleted once every node has them (or at
+    /// `deadline`). Returns the nodes that pulled them.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Timeout`] when nodes still lack images at `deadline`;
+    /// the API server's refusals as their kinds.
+    pub async fn prepull(
+        &self,
+        run: &RunId,
+        images: &[String],
+        deadline: Instant,
+    ) -> Result<u32, BackendError> {
+        if images.is_empty() {
+            return Ok(0);
+        }
+        let daemon_sets = self.api::<DaemonSet>().await?;
+        let daemon_set = crate::prepull::daemon_set(run, images, &self.config);
+        match crate::prepull::prepull(daemon_sets, daemon_set, deadline).await {
+            Ok(nodes) => Ok(u32::try_from(nodes).unwrap_or(0)),
+            Err(PrepullError::Api(verb, error)) => {
+                Err(self.api_error(&format!("{verb} the pre-pull DaemonSet"), error))
+            }
+            Err(PrepullError::Timeout { ready, nodes }) => Err(self.error(
+                ErrorKind::Timeout,
+                format!("pre-pull: {ready} of {nodes} nodes had every image at the deadline"),
+            )),
         }
     }
 
@@ -843,6 +876,26 @@ impl Backend for K8sBackend {
                 Err(error) if is_not_found(&error) => {}
                 Err(error) => {
                     return Err(self.api_error(&format!("delete template {template}"), error));
+                }
+            }
+        }
+        // A pre-pull the run was killed in the middle of.
+        let daemon_sets = self.api::<DaemonSet>().await?;
+        let pulls = match daemon_sets
+            .list_metadata(&ListParams::default().labels(&crate::prepull::run_selector(run_id)))
+            .await
+        {
+            Ok(pulls) => pulls.items,
+            // An account that may not pre-pull has none to remove.
+            Err(kube::Error::Api(status)) if status.code == 403 => Vec::new(),
+            Err(error) => return Err(self.api_error("list pre-pull DaemonSets", error)),
+        };
+        for pull in pulls.iter().filter_map(|d| d.metadata.name.as_deref()) {
+            match daemon_sets.delete(pull, &DeleteParams::background()).await {
+                Ok(_) => {}
+                Err(error) if is_not_found(&error) => {}
+                Err(error) => {
+                    return Err(self.api_error(&format!("delete DaemonSet {pull}"), error));
                 }
             }
         }

@@ -21,6 +21,7 @@ mod files;
 mod frames;
 mod objects;
 mod preflight;
+mod prepull;
 mod quantity;
 mod resources;
 mod scrub;

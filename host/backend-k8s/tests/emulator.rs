@@ -405,3 +405,43 @@ async fn bad_input_is_one_preflight_line_before_anything_is_created() {
         "{failure}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prepull_puts_the_images_on_every_matching_node_and_leaves_no_daemon_set() {
+    let cluster = Cluster::agent_sandbox().await;
+    let backend = cluster.backend(cluster.config());
+    let run = RunId::new("run-pull").unwrap();
+    let nodes = backend
+        .prepull(&run, &[IMAGE.to_string()], soon())
+        .await
+        .unwrap();
+    assert_eq!(nodes, 3);
+    let client = kube::Client::try_from(
+        kube::Config::from_custom_kubeconfig(
+            kube::config::Kubeconfig::read_from(cluster.kubeconfig()).unwrap(),
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await
+        .unwrap(),
+    )
+    .unwrap();
+    let listed = kube::Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .list(&Default::default())
+        .await
+        .unwrap();
+    for node in listed.items {
+        let images: Vec<String> = node
+            .status
+            .and_then(|s| s.images)
+            .unwrap_or_default()
+            .into_iter()
+            .flat_map(|i| i.names.unwrap_or_default())
+            .collect();
+        assert!(images.iter().any(|i| i.contains(IMAGE)), "{images:?}");
+    }
+    let left = kube::Api::<k8s_openapi::api::apps::v1::DaemonSet>::namespaced(client, "default")
+        .list(&Default::default())
+        .await
+        .unwrap();
+    assert!(left.items.is_empty(), "{:?}", left.items.len());
+}

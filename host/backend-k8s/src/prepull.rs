@@ -1,0 +1,184 @@
+//! Pre-pulling a run's images on every node the cluster's node selector
+//! matches: one DaemonSet whose pods name each image (all but one as init
+//! containers that only run `true`), waited on until every node's pod is
+//! ready — every image is then in every node's cache — and deleted.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use futures_util::StreamExt;
+use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec};
+use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::runtime::watcher;
+use sandfleet_core::{LABEL_RUN_ID, RunId};
+
+use crate::config::K8sConfig;
+
+/// Label naming a pre-pull DaemonSet's pods.
+pub(crate) const LABEL_PREPULL: &str = "sandfleet.io/prepull";
+
+/// The DaemonSet that pulls `images` for `run`.
+pub(crate) fn daemon_set(run: &RunId, images: &[String], config: &K8sConfig) -> DaemonSet {
+    let name = format!("sf-prepull-{:08x}", fnv(run.as_str()));
+    let mut labels = run.labels();
+    labels.insert(LABEL_PREPULL.into(), name.clone());
+    let container = |index: usize, image: &String, command: Vec<String>| Container {
+        name: format!("image-{index}"),
+        image: Some(image.clone()),
+        command: Some(command),
+        image_pull_policy: config.image_pull_policy.clone(),
+        ..Container::default()
+    };
+    let (first, rest) = images.split_first().expect("at least one image");
+    let pod = PodSpec {
+        init_containers: (!rest.is_empty()).then(|| {
+            rest.iter()
+                .enumerate()
+                .map(|(i, image)| container(i + 1, image, vec!["true".into()]))
+                .collect()
+        }),
+        containers: vec![container(0, first, config.entrypoint.clone())],
+        automount_service_account_token: Some(false),
+        node_selector: (!config.node_selector.is_empty()).then(|| config.node_selector.clone()),
+        image_pull_secrets: config.pull_secret.as_ref().map(|name| {
+            vec![k8s_openapi::api::core::v1::LocalObjectReference { name: name.clone() }]
+        }),
+        runtime_class_name: config.runtime_class.clone(),
+        termination_grace_period_seconds: Some(0),
+        ..PodSpec::default()
+    };
+    DaemonSet {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            namespace: Some(config.namespace.clone()),
+            labels: Some(labels.clone()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(DaemonSetSpec {
+            selector: LabelSelector {
+                match_labels: Some(BTreeMap::from([(LABEL_PREPULL.to_string(), name)])),
+                ..LabelSelector::default()
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(pod),
+            },
+            ..DaemonSetSpec::default()
+        }),
+        ..DaemonSet::default()
+    }
+}
+
+/// FNV-1a, 32 bits: a short stable name from a run id.
+fn fnv(text: &str) -> u32 {
+    text.bytes().fold(0x811c_9dc5u32, |hash, byte| {
+        (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193)
+    })
+}
+
+/// Why a pre-pull failed.
+#[derive(Debug)]
+pub(crate) enum PrepullError {
+    /// The API server refused a request.
+    Api(&'static str, kube::Error),
+    /// Nodes still lacked images at the deadline.
+    Timeout { ready: i32, nodes: i32 },
+}
+
+/// Creates the DaemonSet, waits until its pod on every matching node is
+/// ready, and deletes it (also when the wait fails). Returns the nodes.
+pub(crate) async fn prepull(
+    daemon_sets: Api<DaemonSet>,
+    daemon_set: DaemonSet,
+    deadline: Instant,
+) -> Result<i32, PrepullError> {
+    let name = daemon_set.metadata.name.clone().expect("named");
+    match daemon_sets
+        .create(&PostParams::default(), &daemon_set)
+        .await
+    {
+        Ok(_) => {}
+        // Left by a run that stopped mid-pull: it pulls the same images.
+        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        Err(error) => return Err(PrepullError::Api("create", error)),
+    }
+    let waited = wait(&daemon_sets, &name, deadline).await;
+    let deleted = daemon_sets.delete(&name, &DeleteParams::background()).await;
+    let nodes = waited?;
+    match deleted {
+        Ok(_) => Ok(nodes),
+        Err(error) if crate::errors::is_not_found(&error) => Ok(nodes),
+        Err(error) => Err(PrepullError::Api("delete", error)),
+    }
+}
+
+async fn wait(
+    daemon_sets: &Api<DaemonSet>,
+    name: &str,
+    deadline: Instant,
+) -> Result<i32, PrepullError> {
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut events = std::pin::pin!(watcher(daemon_sets.clone(), config));
+    let mut last = (0, -1);
+    let done = tokio::time::timeout_at(deadline.into(), async {
+        while let Some(event) = events.next().await {
+            let (Ok(watcher::Event::Apply(ds)) | Ok(watcher::Event::InitApply(ds))) = event else {
+                continue;
+            };
+            let Some(status) = ds.status else { continue };
+            let observed =
+                status.observed_generation.unwrap_or(0) >= ds.metadata.generation.unwrap_or(0);
+            last = (status.number_ready, status.desired_number_scheduled);
+            if observed && status.number_ready >= status.desired_number_scheduled {
+                return status.desired_number_scheduled;
+            }
+        }
+        -1
+    })
+    .await;
+    match done {
+        Ok(nodes) if nodes >= 0 => Ok(nodes),
+        _ => Err(PrepullError::Timeout {
+            ready: last.0,
+            nodes: last.1.max(0),
+        }),
+    }
+}
+
+/// The label selector of a run's pre-pull DaemonSets.
+pub(crate) fn run_selector(run: &RunId) -> String {
+    format!("{LABEL_RUN_ID}={},{LABEL_PREPULL}", run.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_image_is_a_container_of_one_pod_per_node() {
+        let run = RunId::new("r1").unwrap();
+        let images = vec!["a:1".to_string(), "b:2".to_string(), "c:3".to_string()];
+        let config = K8sConfig {
+            node_selector: BTreeMap::from([("pool".into(), "sb".into())]),
+            ..K8sConfig::default()
+        };
+        let value = serde_json::to_value(daemon_set(&run, &images, &config)).unwrap();
+        let pod = &value["spec"]["template"]["spec"];
+        assert_eq!(pod["containers"][0]["image"], "a:1");
+        assert_eq!(pod["initContainers"][0]["image"], "b:2");
+        assert_eq!(pod["initContainers"][1]["command"][0], "true");
+        assert_eq!(pod["nodeSelector"]["pool"], "sb");
+        let name = value["metadata"]["name"].as_str().unwrap();
+        assert_eq!(
+            value["spec"]["selector"]["matchLabels"][LABEL_PREPULL],
+            name
+        );
+        assert_eq!(value["metadata"]["labels"][LABEL_RUN_ID], "r1");
+        assert_eq!(fnv("a"), 0xe40c292c);
+    }
+}
