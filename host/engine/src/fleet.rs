@@ -379,7 +379,8 @@ impl Fleet {
         }
         let spec = TemplateSpec {
             name: template_name(&self.run_id, &self.images[image]),
-            image: self.images[image].clone(),
+            // What the cluster pulls; records keep the task's own image.
+            image: self.settings.image_rewrite.apply(&self.images[image]),
             cpu_milli: self.settings.cpu_milli,
             memory_mib: self.settings.memory_mib,
             disk_mib: self.settings.disk_mib,

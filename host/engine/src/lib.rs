@@ -52,7 +52,7 @@ pub use results::{
     GradeRecord, RESULTS_FILE, ResultsStore, TaskRecord, TaskStatus, TestRecord, Timings,
 };
 pub use run::{REPORT_FILE, RunSpec, run};
-pub use settings::{DiskCap, FleetSettings, Strategy, de as settings_de};
+pub use settings::{DiskCap, FleetSettings, ImageRewrite, Strategy, de as settings_de};
 pub use task::WorkItem;
 pub use text::printable;
 pub use tokio_util::sync::CancellationToken;

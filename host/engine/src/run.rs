@@ -134,9 +134,10 @@ impl Engine {
         checked?;
         checks::images_made(
             &self.spec.clusters,
-            pending
-                .iter()
-                .map(|item| (item.task.image.clone(), item.task.id.clone())),
+            pending.iter().map(|item| {
+                let image = self.spec.settings.image_rewrite.apply(&item.task.image);
+                (image, item.task.id.clone())
+            }),
         )?;
         if pending.is_empty() {
             return Ok(());

@@ -98,6 +98,10 @@ pub struct FleetSettings {
     /// Retries the run may spend on requests that are safe to repeat
     /// (claims, pool sizes, releases) after errors that may pass.
     pub retry_budget: u32,
+    /// Image prefixes mapped to a mirror (from `[run] image_rewrite`): what
+    /// the backends are asked to make; results keep the task's own image.
+    #[serde(skip)]
+    pub image_rewrite: ImageRewrite,
 }
 
 impl Default for FleetSettings {
@@ -112,6 +116,7 @@ impl Default for FleetSettings {
             overcommit_factor: 2.0,
             max_live_sandboxes: 256,
             epochs: 1,
+            image_rewrite: ImageRewrite::default(),
             keep_warm: false,
             recycle: false,
             max_reuses: 8,
@@ -137,6 +142,33 @@ impl FleetSettings {
             avg_image_mib,
             headroom_percent: self.disk_headroom_percent,
         })
+    }
+}
+
+/// Image prefixes mapped to a mirror, such as `docker.io/` to an in-region
+/// registry: the longest prefix that matches is replaced.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ImageRewrite(Vec<(String, String)>);
+
+impl ImageRewrite {
+    /// The rules `prefix → replacement`.
+    pub fn new(rules: impl IntoIterator<Item = (String, String)>) -> Self {
+        let mut rules: Vec<(String, String)> = rules.into_iter().collect();
+        rules.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then_with(|| a.0.cmp(&b.0)));
+        ImageRewrite(rules)
+    }
+
+    /// `image` with its longest matching prefix replaced (unchanged when
+    /// none matches).
+    pub fn apply(&self, image: &str) -> String {
+        self.0
+            .iter()
+            .find_map(|(prefix, mirror)| {
+                image
+                    .strip_prefix(prefix.as_str())
+                    .map(|rest| format!("{mirror}{rest}"))
+            })
+            .unwrap_or_else(|| image.to_string())
     }
 }
 
@@ -186,5 +218,31 @@ pub mod de {
                 "overcommit_factor must be at least 1.0, not {factor}"
             )))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_longest_prefix_is_rewritten() {
+        let rewrite = ImageRewrite::new([
+            ("docker.io/".to_string(), "mirror.local/hub/".to_string()),
+            (
+                "docker.io/swebench/".to_string(),
+                "mirror.local/swe/".to_string(),
+            ),
+        ]);
+        assert_eq!(
+            rewrite.apply("docker.io/library/python:3.12"),
+            "mirror.local/hub/library/python:3.12"
+        );
+        assert_eq!(
+            rewrite.apply("docker.io/swebench/sweb.eval:1"),
+            "mirror.local/swe/sweb.eval:1"
+        );
+        assert_eq!(rewrite.apply("ghcr.io/x/y"), "ghcr.io/x/y");
+        assert_eq!(ImageRewrite::default().apply("calc"), "calc");
     }
 }

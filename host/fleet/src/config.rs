@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use sandfleet_backend_local::LocalConfig;
 use sandfleet_backend_opensandbox::OpenSandboxConfig;
-use sandfleet_engine::FleetSettings;
 use sandfleet_engine::settings_de::{duration, positive};
+use sandfleet_engine::{FleetSettings, ImageRewrite};
 use sandfleet_plugin::{Kind, KindLimits, Limits};
 use serde::{Deserialize, Deserializer};
 
@@ -53,6 +53,11 @@ pub struct RunConfig {
     /// Passes over the dataset.
     #[serde(default = "one", deserialize_with = "positive")]
     pub epochs: u32,
+    /// Image prefixes mapped to a mirror (`"docker.io/" =
+    /// "mirror.example/hub/"`), for every backend; results keep the task's
+    /// own image.
+    #[serde(default)]
+    pub image_rewrite: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -341,6 +346,7 @@ impl FleetConfig {
 
         let mut fleet = raw.fleet;
         fleet.epochs = run.epochs;
+        fleet.image_rewrite = ImageRewrite::new(run.image_rewrite.clone());
         if fleet.recycle && plugins.reset.is_none() {
             return Err(ConfigError::Invalid {
                 location: path.display().to_string(),
@@ -462,6 +468,22 @@ backend = "local"
         assert!(
             error.contains("unknown variant `cloud`, expected `local` or `opensandbox`"),
             "{error}"
+        );
+    }
+
+    #[test]
+    fn image_rewrites_reach_the_fleet_settings() {
+        let text = MINIMAL.replace(
+            "[run]\n",
+            "[run]\nimage_rewrite = { \"docker.io/\" = \"mirror.local/\" }\n",
+        );
+        let config = parse(&text).unwrap();
+        assert_eq!(
+            config
+                .fleet
+                .image_rewrite
+                .apply("docker.io/library/python:3.12"),
+            "mirror.local/library/python:3.12"
         );
     }
 
