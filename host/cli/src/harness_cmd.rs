@@ -3,7 +3,7 @@
 //! that run the harness themselves and want sandfleet's parity grading.
 
 use std::collections::HashMap;
-use std::io::Write as _;
+use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Mutex;
@@ -13,7 +13,7 @@ use anyhow::{Context as _, bail};
 use clap::Args;
 use sandfleet_core::file_stem;
 use sandfleet_plugin::adapter::{
-    CommandOutput, GradeStatus, Graded, Setting, SolutionState, Task, TaskAdapter, TestResult,
+    CommandOutput, GradeStatus, Graded, Setting, SolutionState, Task, TaskAdapter, TestTable,
 };
 use sandfleet_plugin::{CallErrorKind, HostConfig, PluginHost, Registry};
 use serde_json::{Map, Value, json};
@@ -81,7 +81,36 @@ impl AdapterArgs {
             });
         }
         sandfleet_fleet::setup::check_settings(&adapter, &settings, "command line")?;
+        self.check_values(&adapter, &settings)?;
         Ok((adapter, settings))
+    }
+
+    /// Rejects setting values the adapter cannot work with before any
+    /// instance is read, naming the flag that gave the value. `summarize`
+    /// of no results is the adapter's one call that takes the settings and
+    /// nothing else, so its refusal is the settings'.
+    fn check_values(&self, adapter: &TaskAdapter, settings: &[Setting]) -> anyhow::Result<()> {
+        let Err(error) = adapter.summarize_blocking(&[], settings) else {
+            return Ok(());
+        };
+        let CallErrorKind::Declined { message, .. } = &error.kind else {
+            return Err(error.into());
+        };
+        let named = |key: &str| {
+            message.contains(&format!("{key} `")) || message.contains(&format!("`{key}`"))
+        };
+        let flag = match &self.grader_version {
+            Some(version) if named("grader-version") => format!("--grader-version {version}"),
+            _ => self
+                .settings
+                .iter()
+                .find(|pair| pair.split_once('=').is_some_and(|(key, _)| named(key)))
+                .map_or_else(
+                    || format!("adapter `{}` settings", self.adapter),
+                    |pair| format!("--set {pair}"),
+                ),
+        };
+        bail!("{flag}: {message}")
     }
 }
 
@@ -267,6 +296,37 @@ pub(crate) fn grade(args: &GradeArgs) -> anyhow::Result<ExitCode> {
     finish(failures.len())
 }
 
+/// `path` as text: the adapters take UTF-8, and guessing at another
+/// encoding (or replacing bytes) would grade a log other than the one given.
+fn read_utf8(path: &Path) -> anyhow::Result<String> {
+    let bytes = std::fs::read(path).with_context(|| format!("{}: cannot read", path.display()))?;
+    String::from_utf8(bytes).map_err(|error| {
+        let at = error.utf8_error().valid_up_to();
+        anyhow::anyhow!(
+            "{}: not UTF-8 (the byte at offset {at} starts no UTF-8 character); \
+             the adapters grade text",
+            path.display()
+        )
+    })
+}
+
+/// The test command's exit status recorded next to the log, 0 when there is
+/// no `exit_code` file.
+fn read_exit_code(dir: &Path) -> anyhow::Result<i32> {
+    let path = dir.join("exit_code");
+    match std::fs::read_to_string(&path) {
+        Ok(text) => text.trim().parse().map_err(|_| {
+            anyhow::anyhow!(
+                "{}: holds `{}`, not an integer exit status",
+                path.display(),
+                text.trim().escape_debug()
+            )
+        }),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(0),
+        Err(error) => Err(anyhow::anyhow!("{}: cannot read: {error}", path.display())),
+    }
+}
+
 /// Grades one instance and writes its files.
 fn grade_one(
     adapter: &TaskAdapter,
@@ -279,23 +339,12 @@ fn grade_one(
         .load_blocking(&row.text, settings)
         .map_err(|e| anyhow::anyhow!(message(&e)))?;
     let dir = log_dir.join(file_stem(&task.id));
-    let log_path = dir.join("test_output.txt");
-    let log = std::fs::read(&log_path)
-        .with_context(|| format!("instance `{}`: cannot read {}", task.id, log_path.display()))?;
-    let exit_code = match std::fs::read_to_string(dir.join("exit_code")) {
-        Ok(text) => text.trim().parse().with_context(|| {
-            format!(
-                "instance `{}`: exit_code holds `{}`, not an integer",
-                task.id,
-                text.trim()
-            )
-        })?,
-        Err(_) => 0,
-    };
+    let log = read_utf8(&dir.join("test_output.txt"))?;
+    let exit_code = read_exit_code(&dir)?;
     let solution = predictions.get(&task.id).cloned().flatten();
     let outputs = [CommandOutput {
         exit_code,
-        stdout: String::from_utf8_lossy(&log).into_owned(),
+        stdout: log,
         stderr: String::new(),
         timed_out: false,
         duration_ms: 0,
@@ -303,22 +352,27 @@ fn grade_one(
     let grade = adapter
         .grade_blocking(&task, solution.as_deref(), &outputs)
         .map_err(|e| anyhow::anyhow!("instance `{}`: {}", task.id, message(&e)))?;
+    drop(outputs);
     // The adapter's report is the harness's own file, byte for byte; `null`
     // where the harness writes none.
     if grade.report.trim() != "null" {
         write_file(&dir.join("report.json"), grade.report.as_bytes())?;
     }
-    write_file(
-        &dir.join("status_map.json"),
-        &serde_json::to_vec_pretty(&status_map(&grade.tests))?,
-    )?;
-    let mine = json!({
-        "status": grade.status.name(),
-        "reward": grade.reward,
-        "detail": grade.detail,
-        "tests": grade.tests.iter().map(|t| json!({"name": t.name, "status": t.status.name()})).collect::<Vec<_>>(),
-    });
-    write_file(&dir.join("grade.json"), &serde_json::to_vec_pretty(&mine)?)?;
+    write_json(&dir.join("status_map.json"), |out| {
+        write_status_map(out, &grade.tests)
+    })?;
+    write_json(&dir.join("grade.json"), |out| {
+        let mut head = json!({"status": grade.status.name()});
+        // No reward where the reference implementation gives none.
+        if let Some(reward) = grade.reward {
+            head["reward"] = json!(reward);
+        }
+        head["detail"] = json!(grade.detail);
+        if let Some(infra) = &grade.infra {
+            head["infra_failure"] = json!({"reason": infra.reason, "certain": infra.certain});
+        }
+        write_grade(out, &head, &grade.tests)
+    })?;
     let solution = match predictions.get(&task.id) {
         None | Some(None) => SolutionState::Missing,
         Some(Some(patch)) if patch.is_empty() => SolutionState::Empty,
@@ -328,40 +382,96 @@ fn grade_one(
         task_id: task.id,
         status: grade.status,
         solution,
+        infra: grade.infra,
     })
 }
 
 pub(crate) fn parse_log(args: &ParseLogArgs) -> anyhow::Result<ExitCode> {
     let (adapter, settings) = args.adapter.open()?;
-    let log = std::fs::read(&args.file)
-        .with_context(|| format!("{}: cannot read", args.file.display()))?;
+    let log = read_utf8(&args.file)?;
     let tests = adapter
-        .parse_log_blocking(&args.parser, &String::from_utf8_lossy(&log), &settings)
-        .map_err(|e| anyhow::anyhow!("{}: {}", args.file.display(), message(&e)))?;
-    let mut text = serde_json::to_string_pretty(&status_map(&tests))?;
-    text.push('\n');
-    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        .parse_log_blocking(&args.parser, &log, &settings)
+        .map_err(|e| {
+            let origin = if is_unknown_parser(&e) {
+                format!("--parser {}", args.parser)
+            } else {
+                args.file.display().to_string()
+            };
+            anyhow::anyhow!("{origin}: {}", message(&e))
+        })?;
+    drop(log);
+    let mut out = BufWriter::new(std::io::stdout().lock());
+    let written = write_status_map(&mut out, &tests)
+        .and_then(|()| out.write_all(b"\n"))
+        .and_then(|()| out.flush());
+    match written {
         // A reader that stopped early (`| head`) is not an error.
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
         _ => Ok(ExitCode::SUCCESS),
     }
 }
 
-/// The harness's status map: test → `PASSED` | `FAILED` | ..., in log order.
-fn status_map(tests: &[TestResult]) -> Map<String, Value> {
-    tests
-        .iter()
-        .map(|t| {
-            (
-                t.name.clone(),
-                Value::String(t.status.name().to_uppercase()),
-            )
-        })
-        .collect()
+/// Whether the adapter declined because it has no parser of that name.
+fn is_unknown_parser(error: &sandfleet_plugin::CallError) -> bool {
+    matches!(&error.kind, CallErrorKind::Declined { message, .. } if message.contains("unknown log parser"))
+}
+
+/// The harness's status map, `{test: status}` in log order with each status
+/// exactly as the parser recorded it (`PASSED`, ..., or a stray token such
+/// as `ERROR:`), as `serde_json`'s pretty printer lays it out. Written
+/// test by test, so a log of millions of tests needs no second copy.
+fn write_status_map(out: &mut impl Write, tests: &TestTable) -> std::io::Result<()> {
+    if tests.is_empty() {
+        return out.write_all(b"{}");
+    }
+    out.write_all(b"{")?;
+    for (index, test) in tests.iter().enumerate() {
+        out.write_all(if index == 0 { b"\n  " } else { b",\n  " })?;
+        serde_json::to_writer(&mut *out, test.name)?;
+        out.write_all(b": ")?;
+        serde_json::to_writer(&mut *out, test.value)?;
+    }
+    out.write_all(b"\n}")
+}
+
+/// `grade.json`: `head`'s fields, then `tests` as `{name, status[, value]}`
+/// records (`value` only where the parser's value is not the status word),
+/// written test by test.
+fn write_grade(out: &mut impl Write, head: &Value, tests: &TestTable) -> std::io::Result<()> {
+    let head = serde_json::to_string_pretty(head)?;
+    out.write_all(head.trim_end_matches(['\n', '}']).as_bytes())?;
+    out.write_all(b",\n  \"tests\": [")?;
+    for (index, test) in tests.iter().enumerate() {
+        out.write_all(if index == 0 { b"\n    " } else { b",\n    " })?;
+        let status = test.status.name();
+        let mut record = json!({"name": test.name, "status": status});
+        if !test.value.eq_ignore_ascii_case(status) {
+            record["value"] = json!(test.value);
+        }
+        serde_json::to_writer(&mut *out, &record)?;
+    }
+    out.write_all(if tests.is_empty() {
+        b"]\n}"
+    } else {
+        b"\n  ]\n}"
+    })
 }
 
 fn write_file(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     std::fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))
+}
+
+/// Writes `path` through a buffer with `write`.
+fn write_json(
+    path: &Path,
+    write: impl FnOnce(&mut BufWriter<std::fs::File>) -> std::io::Result<()>,
+) -> anyhow::Result<()> {
+    let file =
+        std::fs::File::create(path).with_context(|| format!("writing {}", path.display()))?;
+    let mut out = BufWriter::new(file);
+    write(&mut out)
+        .and_then(|()| out.flush())
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 fn finish(failed: usize) -> anyhow::Result<ExitCode> {

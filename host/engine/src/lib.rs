@@ -49,7 +49,8 @@ pub use report::{
     WarmCounts,
 };
 pub use results::{
-    GradeRecord, RESULTS_FILE, ResultsStore, TaskRecord, TaskStatus, TestRecord, Timings,
+    GradeRecord, InfraFailureRecord, RESULTS_FILE, ResultsStore, TaskRecord, TaskStatus,
+    TestRecord, Timings,
 };
 pub use run::{REPORT_FILE, RunSpec, run};
 pub use settings::{DiskCap, FleetSettings, ImageRewrite, Strategy, de as settings_de};

@@ -8,6 +8,7 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use sandfleet_plugin::adapter::{GradeResult, GradeStatus, InfraFailure, TestTable};
 use serde::{Deserialize, Serialize};
 
 /// The file name inside the output directory.
@@ -22,9 +23,24 @@ pub enum TaskStatus {
     /// Ran and did not pass (including a grade of `error`, such as a patch
     /// that does not apply, and commands that overran their timeout).
     Failed,
-    /// The infrastructure failed (claim, exec, backend); says nothing about
-    /// the task. Rerun into the same directory to retry these.
+    /// The infrastructure failed (claim, exec, backend), or the adapter
+    /// judged that the environment rather than the solution failed (see
+    /// [`TaskRecord::infra_failure`]); says nothing about the task. Rerun
+    /// into the same directory to retry these.
     InfraError,
+}
+
+impl TaskStatus {
+    /// How a graded task ended: `ok` when it passed, `infra_error` when the
+    /// adapter judged that the environment failed (whatever the status),
+    /// `failed` otherwise.
+    pub fn of_grade(grade: &GradeResult) -> TaskStatus {
+        match (grade.status, &grade.infra) {
+            (_, Some(_)) => TaskStatus::InfraError,
+            (GradeStatus::Passed, None) => TaskStatus::Ok,
+            (GradeStatus::Failed | GradeStatus::Error, None) => TaskStatus::Failed,
+        }
+    }
 }
 
 /// Seconds spent on each step of a task.
@@ -45,8 +61,63 @@ pub struct Timings {
 pub struct TestRecord {
     /// The test's name.
     pub name: String,
-    /// `passed`, `failed`, `skipped`, `error` or `xfail`.
+    /// What its status counts as: `passed`, `failed`, `skipped`, `error`,
+    /// `xfail` or `other`.
     pub status: String,
+    /// The status exactly as the parser recorded it, when that is not
+    /// `status` in some letter case (SWE-bench: `ERROR:` for a line that
+    /// merely starts with a status word).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+}
+
+/// Why the adapter judged that the environment, not the solution, failed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InfraFailureRecord {
+    /// The sign, e.g. `out_of_memory` or `tests_timed_out`.
+    pub reason: String,
+    /// True when the solution cannot plausibly have caused it (SWE-bench
+    /// 5.x's `environment` tier); false when either could have (`ambiguous`).
+    pub certain: bool,
+}
+
+impl TestRecord {
+    /// The records of every test in `tests`, in log order.
+    pub fn all(tests: &TestTable) -> Vec<TestRecord> {
+        tests
+            .iter()
+            .map(|test| {
+                let status = test.status.name();
+                TestRecord {
+                    name: test.name.to_owned(),
+                    status: status.to_owned(),
+                    value: (!test.value.eq_ignore_ascii_case(status))
+                        .then(|| test.value.to_owned()),
+                }
+            })
+            .collect()
+    }
+}
+
+impl From<&InfraFailure> for InfraFailureRecord {
+    fn from(infra: &InfraFailure) -> Self {
+        InfraFailureRecord {
+            reason: infra.reason.clone(),
+            certain: infra.certain,
+        }
+    }
+}
+
+impl InfraFailureRecord {
+    /// `environment` when certain, `ambiguous` otherwise (SWE-bench 5.x's
+    /// tiers).
+    pub fn tier(&self) -> &'static str {
+        if self.certain {
+            "environment"
+        } else {
+            "ambiguous"
+        }
+    }
 }
 
 /// The adapter's grade.
@@ -54,8 +125,10 @@ pub struct TestRecord {
 pub struct GradeRecord {
     /// `passed`, `failed` or `error`.
     pub status: String,
-    /// The reward.
-    pub reward: f64,
+    /// The reward; absent when the adapter gives none (R2E-Gym: where its
+    /// reward code raises).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reward: Option<f64>,
     /// One line explaining the status.
     pub detail: String,
     /// Per-test outcomes.
@@ -94,6 +167,10 @@ pub struct TaskRecord {
     pub timings: Timings,
     /// The adapter's grade, when it graded.
     pub grade: Option<GradeRecord>,
+    /// Set when the adapter judged that the environment, not the solution,
+    /// failed (the task is then an `infra_error`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub infra_failure: Option<InfraFailureRecord>,
     /// When it finished (RFC 3339).
     pub finished_at: String,
 }
@@ -202,6 +279,7 @@ mod tests {
             output_dropped: 0,
             timings: Timings::default(),
             grade: None,
+            infra_failure: None,
             finished_at: "2026-01-01T00:00:00Z".to_string(),
         }
     }

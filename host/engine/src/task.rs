@@ -3,16 +3,17 @@
 //! and make the task's record. The sandbox is released afterwards, off the
 //! task's path (`release`).
 //!
-//! Only the infrastructure (claims, exec, backend, a lost lease) makes a
-//! task an `infra_error`; a task the adapter cannot prepare, a command that
-//! overruns under the `error` timeout rule, or a grade of `error` make it
+//! Only the infrastructure (claims, exec, backend, a lost lease) or a grade
+//! whose adapter judged the environment at fault (`infra`) makes a task an
+//! `infra_error`; a task the adapter cannot prepare, a command that overruns
+//! under the `error` timeout rule, or any other grade of `error` make it
 //! `failed`.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use sandfleet_plugin::adapter::{GradeResult, GradeStatus, Task, TaskAdapter, TimeoutRule};
+use sandfleet_plugin::adapter::{GradeResult, Task, TaskAdapter, TimeoutRule};
 use sandfleet_plugin::reset::ResetCheck;
 use tracing::Instrument;
 
@@ -20,7 +21,9 @@ use crate::fleet::Fleet;
 use crate::phases::{Phase, PhaseTimes};
 use crate::recycle::Held;
 use crate::release::ReleaseQueue;
-use crate::results::{GradeRecord, TaskRecord, TaskStatus, TestRecord, Timings};
+use crate::results::{
+    GradeRecord, InfraFailureRecord, TaskRecord, TaskStatus, TestRecord, Timings,
+};
 use crate::retry::Retries;
 use crate::settings::FleetSettings;
 use crate::text;
@@ -85,14 +88,20 @@ impl TaskRunner {
             .instrument(span)
             .await;
         progress.timings.total_s = progress.started.elapsed().as_secs_f64();
+        let mut infra_failure = None;
         let (status, timed_out, error, grade) = match outcome {
             Outcome::Graded { grade, timed_out } => {
-                let status = if grade.status == GradeStatus::Passed {
-                    TaskStatus::Ok
-                } else {
-                    TaskStatus::Failed
-                };
-                (status, timed_out, None, Some(grade_record(grade)))
+                let status = TaskStatus::of_grade(&grade);
+                infra_failure = grade.infra.as_ref().map(InfraFailureRecord::from);
+                let error = infra_failure.as_ref().map(|infra| {
+                    format!(
+                        "the adapter judged the environment at fault ({}, {}): {}",
+                        infra.reason,
+                        infra.tier(),
+                        grade.detail
+                    )
+                });
+                (status, timed_out, error, Some(grade_record(grade)))
             }
             Outcome::Ungraded { error, timed_out } => {
                 (TaskStatus::Failed, timed_out, Some(error), None)
@@ -112,6 +121,7 @@ impl TaskRunner {
             output_dropped: progress.output_dropped,
             timings: progress.timings,
             grade,
+            infra_failure,
             finished_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now())
                 .to_string(),
         }
@@ -210,14 +220,7 @@ fn grade_record(grade: GradeResult) -> GradeRecord {
         status: grade.status.name().to_string(),
         reward: grade.reward,
         detail: text::truncated(&grade.detail, MAX_ERROR),
-        tests: grade
-            .tests
-            .into_iter()
-            .map(|test| TestRecord {
-                status: test.status.name().to_string(),
-                name: test.name,
-            })
-            .collect(),
+        tests: TestRecord::all(&grade.tests),
         report: serde_json::from_str(&grade.report)
             .unwrap_or(serde_json::Value::String(grade.report)),
     }

@@ -104,7 +104,12 @@ impl Compiler {
     fn new(engine: Engine) -> wasmtime::Result<Self> {
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        // Every served version's `host` import, under its own versioned name.
         host::add_to_linker::<_, HasSelf<StoreState>>(&mut linker, |state| state)?;
+        crate::bindings::v0_1_0::host::add_to_linker::<_, HasSelf<StoreState>>(
+            &mut linker,
+            |state| state,
+        )?;
         Ok(Compiler { engine, linker })
     }
 }

@@ -60,7 +60,10 @@ pub use contract::{Contract, Kind};
 pub use dynamic::{DynamicPlugin, FunctionType};
 pub use error::{CallError, CallErrorKind, LoadError, LookupError, PluginRef, Source};
 pub use host::{Compiled, HostConfig, HostError, PluginHost, Tier};
-pub use limits::{DEFAULT_DEADLINE, DEFAULT_MEMORY_CAP, KindLimits, Limits};
+pub use limits::{
+    DEFAULT_DEADLINE, DEFAULT_MEMORY_CAP, INPUT_BYTES_PER_SECOND, KindLimits, Limits,
+    MEMORY_PER_INPUT_BYTE, WASM32_MEMORY_MAX,
+};
 pub use loaded::VersionInfo;
 pub use registry::{Builtin, LoadCounts, PluginStatus, Registry};
 pub use wasmtime::component::Val;

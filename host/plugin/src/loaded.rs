@@ -115,6 +115,19 @@ impl<W: World> Loaded<W> {
         function: &'static str,
         call: impl FnOnce(&W::Instance, &mut Store<StoreState>) -> wasmtime::Result<R>,
     ) -> Result<R, CallError> {
+        self.call_within(function, self.limits, call)
+    }
+
+    /// As [`Loaded::call`], under `limits` instead of the kind's (a call
+    /// whose input scales them). An instance whose memory grew past the
+    /// kind's cap is not kept: linear memory never shrinks, and an idle
+    /// instance should not hold on to the memory of its largest call.
+    pub(crate) fn call_within<R>(
+        &self,
+        function: &'static str,
+        limits: Limits,
+        call: impl FnOnce(&W::Instance, &mut Store<StoreState>) -> wasmtime::Result<R>,
+    ) -> Result<R, CallError> {
         let span = tracing::debug_span!(
             "plugin_call",
             plugin = &*self.info.plugin.name,
@@ -127,32 +140,40 @@ impl<W: World> Loaded<W> {
             Some(live) => live,
             None => self
                 .instantiate()
-                .map_err(|e| self.error(function, self.classify(e, false)))?,
+                .map_err(|e| self.error(function, self.classify(e, false, limits)))?,
         };
-        let ticks = self.limits.deadline.as_nanos() / self.host.config.epoch_tick.as_nanos().max(1);
+        let ticks = limits.deadline.as_nanos() / self.host.config.epoch_tick.as_nanos().max(1);
         // One extra tick: the current one may be almost over.
         live.store.set_epoch_deadline(ticks as u64 + 1);
         if self.host.config.fuel
-            && let Some(fuel) = self.limits.fuel
+            && let Some(fuel) = limits.fuel
         {
             live.store
                 .set_fuel(fuel)
                 .map_err(|e| self.error(function, CallErrorKind::Instantiate(e.to_string())))?;
         }
-        live.store.data_mut().limiter.cap_hit = false;
+        let limiter = &mut live.store.data_mut().limiter;
+        limiter.cap_hit = false;
+        limiter.memory_cap = limits.memory_cap;
         match call(&live.instance, &mut live.store) {
             Ok(result) => {
                 let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-                if self.host.config.reuse_instances && idle.len() < MAX_IDLE {
+                let small = live.store.data().limiter.memory_size <= self.limits.memory_cap;
+                if self.host.config.reuse_instances && small && idle.len() < MAX_IDLE {
                     idle.push(live);
                 }
                 Ok(result)
             }
             Err(e) => {
                 let cap_hit = live.store.data().limiter.cap_hit;
-                Err(self.error(function, self.classify(e, cap_hit)))
+                Err(self.error(function, self.classify(e, cap_hit, limits)))
             }
         }
+    }
+
+    /// The limits of this plugin's kind.
+    pub(crate) fn limits(&self) -> Limits {
+        self.limits
     }
 
     pub(crate) fn error(&self, function: &'static str, kind: CallErrorKind) -> CallError {
@@ -178,11 +199,11 @@ impl<W: World> Loaded<W> {
         Ok(Live { store, instance })
     }
 
-    fn classify(&self, error: wasmtime::Error, cap_hit: bool) -> CallErrorKind {
+    fn classify(&self, error: wasmtime::Error, cap_hit: bool, limits: Limits) -> CallErrorKind {
         match error.downcast_ref::<Trap>() {
-            Some(Trap::Interrupt) => CallErrorKind::Deadline(self.limits.deadline),
-            Some(Trap::OutOfFuel) => CallErrorKind::OutOfFuel(self.limits.fuel.unwrap_or(0)),
-            _ if cap_hit => CallErrorKind::MemoryCap(self.limits.memory_cap),
+            Some(Trap::Interrupt) => CallErrorKind::Deadline(limits.deadline),
+            Some(Trap::OutOfFuel) => CallErrorKind::OutOfFuel(limits.fuel.unwrap_or(0)),
+            _ if cap_hit => CallErrorKind::MemoryCap(limits.memory_cap),
             Some(trap) => CallErrorKind::Trap(trap.to_string()),
             None => CallErrorKind::Trap(format!("{error:#}")),
         }

@@ -81,6 +81,13 @@ impl host::Host for StoreState {
     }
 }
 
+/// A 0.1.0 component's `host` import: the same log.
+impl crate::bindings::v0_1_0::host::Host for StoreState {
+    fn log(&mut self, level: crate::bindings::v0_1_0::host::LogLevel, message: String) {
+        host::Host::log(self, level.into(), message);
+    }
+}
+
 struct FrozenClock;
 
 impl HostWallClock for FrozenClock {

@@ -17,29 +17,64 @@ pub mod placement;
 pub mod reset;
 pub mod sizing;
 
-/// Declares a typed world: the marker type, its [`World`] impl over the
-/// generated bindings, and the public wrapper holding a [`Handle`].
+/// Declares a typed world: the marker type, its [`World`] impl, one enum
+/// of pre-linked components and one of instances with a variant per
+/// contract version (`bindings::v0_1_0`, `bindings::v0_2_0`, generated from
+/// `$module`'s `$pre` and `$instance`), and the public wrapper holding a
+/// [`Handle`]. Calls match on the instance and convert an older version's
+/// values to and from the latest's (`bindings::v0_1_0`).
 macro_rules! typed_world {
-    ($(#[$doc:meta])* $wrapper:ident, $world:ident, $kind:ident, $pre:ty, $instance:ty) => {
+    (
+        $(#[$doc:meta])* $wrapper:ident, $world:ident, $kind:ident,
+        $module:ident :: { $pre:ident, $instance:ident },
+        $pre_enum:ident, $instance_enum:ident
+    ) => {
         pub(crate) struct $world;
+
+        /// The pre-linked component, by contract version.
+        pub(crate) enum $pre_enum {
+            V0_1_0(crate::bindings::v0_1_0::$module::$pre<crate::store::StoreState>),
+            V0_2_0(crate::bindings::v0_2_0::$module::$pre<crate::store::StoreState>),
+        }
+
+        /// A live instance, by contract version.
+        pub(crate) enum $instance_enum {
+            V0_1_0(crate::bindings::v0_1_0::$module::$instance),
+            V0_2_0(crate::bindings::v0_2_0::$module::$instance),
+        }
 
         impl crate::loaded::World for $world {
             const KIND: Option<crate::contract::Kind> = Some(crate::contract::Kind::$kind);
-            type Pre = $pre;
-            type Instance = $instance;
+            type Pre = $pre_enum;
+            type Instance = $instance_enum;
 
             fn pre(
                 pre: wasmtime::component::InstancePre<crate::store::StoreState>,
-                _: &crate::contract::Contract,
+                contract: &crate::contract::Contract,
             ) -> wasmtime::Result<Self::Pre> {
-                <$pre>::new(pre)
+                use crate::bindings::Version;
+                Ok(match Version::of(&contract.version) {
+                    Some(Version::V0_1_0) => $pre_enum::V0_1_0(
+                        crate::bindings::v0_1_0::$module::$pre::new(pre)?,
+                    ),
+                    Some(Version::V0_2_0) => $pre_enum::V0_2_0(
+                        crate::bindings::v0_2_0::$module::$pre::new(pre)?,
+                    ),
+                    None => wasmtime::bail!(
+                        "contract version {} is not served by this host",
+                        contract.version
+                    ),
+                })
             }
 
             fn instantiate(
                 pre: &Self::Pre,
                 store: &mut wasmtime::Store<crate::store::StoreState>,
             ) -> wasmtime::Result<Self::Instance> {
-                pre.instantiate(store)
+                Ok(match pre {
+                    $pre_enum::V0_1_0(pre) => $instance_enum::V0_1_0(pre.instantiate(store)?),
+                    $pre_enum::V0_2_0(pre) => $instance_enum::V0_2_0(pre.instantiate(store)?),
+                })
             }
         }
 
@@ -119,8 +154,25 @@ impl<W: World> Handle<W> {
         ) -> wasmtime::Result<Result<T, Failure>>,
         check: impl FnOnce(&T) -> Result<(), String>,
     ) -> Result<T, CallError> {
+        self.call_sized(function, 0, call, check)
+    }
+
+    /// As [`Handle::call`], for a call that takes `input_bytes` of input:
+    /// it runs under the kind's limits scaled for that much input
+    /// ([`crate::Limits::scaled_for_input`]).
+    pub(crate) fn call_sized<T>(
+        &self,
+        function: &'static str,
+        input_bytes: usize,
+        call: impl FnOnce(
+            &W::Instance,
+            &mut wasmtime::Store<crate::store::StoreState>,
+        ) -> wasmtime::Result<Result<T, Failure>>,
+        check: impl FnOnce(&T) -> Result<(), String>,
+    ) -> Result<T, CallError> {
         let plugin = self.current();
-        let answer = plugin.call(function, call)?;
+        let limits = plugin.limits().scaled_for_input(input_bytes);
+        let answer = plugin.call_within(function, limits, call)?;
         let value = answer.map_err(|failure| plugin.error(function, declined(failure)))?;
         check(&value).map_err(|detail| plugin.error(function, CallErrorKind::Contract(detail)))?;
         Ok(value)

@@ -1,9 +1,7 @@
 //! The `placement-policy` world.
 
 use super::off_runtime;
-use crate::bindings::latest::placement as bindings;
 use crate::error::{CallError, CallErrorKind};
-use crate::store::StoreState;
 
 pub use crate::bindings::latest::placement::exports::sandfleet::plugin::placement::{
     Clusters, Demand, DemandKind,
@@ -85,8 +83,9 @@ super::typed_world!(
     PlacementPolicy,
     PlacementWorld,
     Placement,
-    bindings::PlacementPolicyPre<StoreState>,
-    bindings::PlacementPolicy
+    placement::{PlacementPolicyPre, PlacementPolicy},
+    PlacementPre,
+    PlacementInstance
 );
 
 impl PlacementPolicy {
@@ -122,10 +121,15 @@ impl PlacementPolicy {
         }
         self.0.call(
             "place",
-            |instance, store| {
-                instance
+            |instance, store| match instance {
+                PlacementInstance::V0_1_0(old) => old.sandfleet_plugin_placement().call_place(
+                    store,
+                    demand.into(),
+                    &clusters.into(),
+                ),
+                PlacementInstance::V0_2_0(latest) => latest
                     .sandfleet_plugin_placement()
-                    .call_place(store, *demand, clusters)
+                    .call_place(store, *demand, clusters),
             },
             |&index| check_index(index, clusters.len()),
         )

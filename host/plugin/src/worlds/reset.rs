@@ -1,9 +1,7 @@
 //! The `reset-check` world.
 
 use super::{check_commands, off_runtime};
-use crate::bindings::latest::reset as bindings;
 use crate::error::CallError;
-use crate::store::StoreState;
 
 pub use crate::bindings::latest::reset::exports::sandfleet::plugin::reset::Verdict;
 pub use crate::bindings::types::{Command, CommandOutput, Task};
@@ -13,8 +11,9 @@ super::typed_world!(
     ResetCheck,
     ResetWorld,
     Reset,
-    bindings::ResetCheckPre<StoreState>,
-    bindings::ResetCheck
+    reset::{ResetCheckPre, ResetCheck},
+    ResetPre,
+    ResetInstance
 );
 
 impl ResetCheck {
@@ -81,7 +80,14 @@ impl ResetCheck {
     pub fn baseline_blocking(&self, task: &Task) -> Result<Vec<Command>, CallError> {
         self.0.call(
             "baseline",
-            |instance, store| instance.sandfleet_plugin_reset().call_baseline(store, task),
+            |instance, store| match instance {
+                ResetInstance::V0_1_0(old) => {
+                    old.sandfleet_plugin_reset().call_baseline(store, task)
+                }
+                ResetInstance::V0_2_0(latest) => {
+                    latest.sandfleet_plugin_reset().call_baseline(store, task)
+                }
+            },
             |commands| check_commands(commands.iter().map(|c| c.argv.as_slice()), "baseline"),
         )
     }
@@ -99,10 +105,13 @@ impl ResetCheck {
     ) -> Result<Vec<Command>, CallError> {
         self.0.call(
             "reset",
-            |instance, store| {
-                instance
+            |instance, store| match instance {
+                ResetInstance::V0_1_0(old) => old
                     .sandfleet_plugin_reset()
-                    .call_reset(store, task, baseline)
+                    .call_reset(store, task, baseline),
+                ResetInstance::V0_2_0(latest) => latest
+                    .sandfleet_plugin_reset()
+                    .call_reset(store, task, baseline),
             },
             |commands| check_commands(commands.iter().map(|c| c.argv.as_slice()), "reset"),
         )
@@ -122,10 +131,14 @@ impl ResetCheck {
     ) -> Result<Verdict, CallError> {
         self.0.call(
             "verify",
-            |instance, store| {
-                instance
+            |instance, store| match instance {
+                ResetInstance::V0_1_0(old) => old
                     .sandfleet_plugin_reset()
                     .call_verify(store, task, baseline, outputs)
+                    .map(|answer| answer.map(Verdict::from)),
+                ResetInstance::V0_2_0(latest) => latest
+                    .sandfleet_plugin_reset()
+                    .call_verify(store, task, baseline, outputs),
             },
             |_| Ok(()),
         )

@@ -1,9 +1,7 @@
 //! The `sizing-policy` world.
 
 use super::off_runtime;
-use crate::bindings::latest::sizing as bindings;
 use crate::error::CallError;
-use crate::store::StoreState;
 
 pub use crate::bindings::latest::sizing::exports::sandfleet::plugin::sizing::{
     DiskBudget, FleetPlan, Limits, Strategy, Window,
@@ -14,8 +12,9 @@ super::typed_world!(
     SizingPolicy,
     SizingWorld,
     Sizing,
-    bindings::SizingPolicyPre<StoreState>,
-    bindings::SizingPolicy
+    sizing::{SizingPolicyPre, SizingPolicy},
+    SizingPre,
+    SizingInstance
 );
 
 impl SizingPolicy {
@@ -50,10 +49,14 @@ impl SizingPolicy {
     pub fn plan_blocking(&self, tasks: &[u32], limits: &Limits) -> Result<FleetPlan, CallError> {
         self.0.call(
             "plan",
-            |instance, store| {
-                instance
+            |instance, store| match instance {
+                SizingInstance::V0_1_0(old) => old
                     .sandfleet_plugin_sizing()
-                    .call_plan(store, tasks, *limits)
+                    .call_plan(store, tasks, limits.into())
+                    .map(|answer| answer.map(FleetPlan::from)),
+                SizingInstance::V0_2_0(latest) => latest
+                    .sandfleet_plugin_sizing()
+                    .call_plan(store, tasks, *limits),
             },
             |plan| check_plan(plan, tasks),
         )

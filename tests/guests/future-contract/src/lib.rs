@@ -1,4 +1,4 @@
-//! A placement policy built against a contract version (0.2.0) that the host
+//! A placement policy built against a contract version (99.0.0) that the host
 //! does not serve. Loading it must fail with a clear error.
 
 #![allow(missing_docs, reason = "test guest")]
