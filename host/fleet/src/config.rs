@@ -10,6 +10,7 @@ use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use sandfleet_backend_k8s::K8sConfig;
 use sandfleet_backend_local::LocalConfig;
 use sandfleet_backend_opensandbox::OpenSandboxConfig;
 use sandfleet_engine::settings_de::{duration, positive};
@@ -206,6 +207,12 @@ pub enum BackendConfig {
         /// `[clusters.opensandbox]`.
         opensandbox: OpenSandboxConfig,
     },
+    /// A Kubernetes cluster running agent-sandbox.
+    K8s {
+        #[serde(default)]
+        /// `[clusters.k8s]`.
+        k8s: K8sConfig,
+    },
 }
 
 impl BackendConfig {
@@ -214,6 +221,7 @@ impl BackendConfig {
         match self {
             BackendConfig::Local { .. } => "local",
             BackendConfig::OpenSandbox { .. } => "opensandbox",
+            BackendConfig::K8s { .. } => "k8s",
         }
     }
 
@@ -223,6 +231,7 @@ impl BackendConfig {
             BackendConfig::Local { local } => local.resolve_paths(base),
             // Its paths are URLs and environment variables.
             BackendConfig::OpenSandbox { .. } => {}
+            BackendConfig::K8s { k8s } => k8s.resolve_paths(base),
         }
     }
 }
@@ -466,7 +475,7 @@ backend = "local"
         let text = MINIMAL.replace("backend = \"local\"", "backend = \"cloud\"");
         let error = parse(&text).unwrap_err();
         assert!(
-            error.contains("unknown variant `cloud`, expected `local` or `opensandbox`"),
+            error.contains("unknown variant `cloud`, expected one of `local`, `opensandbox`, `k8s`"),
             "{error}"
         );
     }
@@ -485,6 +494,23 @@ backend = "local"
                 .apply("docker.io/library/python:3.12"),
             "mirror.local/library/python:3.12"
         );
+    }
+
+    #[test]
+    fn a_k8s_cluster_resolves_its_kubeconfig_and_names_unknown_keys() {
+        let text = MINIMAL.replace(
+            "backend = \"local\"",
+            "backend = \"k8s\"\n[clusters.k8s]\nkubeconfig = \"kc.yaml\"\nnamespace = \"sb\"",
+        );
+        let config = parse(&text).unwrap();
+        let BackendConfig::K8s { k8s } = &config.clusters[0].backend else {
+            panic!("{:?}", config.clusters[0].backend);
+        };
+        assert_eq!(k8s.kubeconfig.as_deref(), Some(Path::new("/cfg/kc.yaml")));
+        assert_eq!((k8s.namespace.as_str(), config.clusters[0].backend.kind()), ("sb", "k8s"));
+        let error = parse(&format!("{text}\nnode_selectr = {{}}\n")).unwrap_err();
+        assert!(error.starts_with("/cfg/fleet.toml:"), "{error}");
+        assert!(error.contains("unknown field `node_selectr`"), "{error}");
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context as _, bail};
+use sandfleet_backend_k8s::{K8sBackend, K8sClients};
 use sandfleet_backend_local::LocalBackend;
 use sandfleet_backend_opensandbox::OpenSandboxBackend;
 use sandfleet_engine::{Cluster, WorkItem};
@@ -286,6 +287,9 @@ pub fn check_images(
 pub fn clusters(config: &FleetConfig) -> anyhow::Result<Vec<Cluster>> {
     // Clusters configured alike share one HTTP client.
     let clients = Clients::new(None).map_err(anyhow::Error::msg)?;
+    // Clusters reached through the same kubeconfig and context share one
+    // Kubernetes client.
+    let kube = K8sClients::new();
     config
         .clusters
         .iter()
@@ -299,6 +303,11 @@ pub fn clusters(config: &FleetConfig) -> anyhow::Result<Vec<Cluster>> {
                         .with_context(|| {
                             format!("{}: cluster `{}`", config.path.display(), cluster.name)
                         })?,
+                ),
+                BackendConfig::K8s { k8s } => Arc::new(
+                    K8sBackend::new(&cluster.name, k8s.clone(), &kube).with_context(|| {
+                        format!("{}: cluster `{}`", config.path.display(), cluster.name)
+                    })?,
                 ),
             };
             Ok(Cluster {
