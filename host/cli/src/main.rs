@@ -7,6 +7,7 @@ mod plugin_cmd;
 mod progress_ui;
 mod reap_cmd;
 mod run_cmd;
+mod serve_cmd;
 mod telemetry;
 
 use std::path::PathBuf;
@@ -81,6 +82,15 @@ enum Command {
     /// Inspect, test and list plugins.
     #[command(subcommand)]
     Plugin(plugin_cmd::PluginCommand),
+    /// Serve the HTTP API (leases, exec, grading, pools, batch runs) until
+    /// SIGINT/SIGTERM; see /v1/openapi.json.
+    Serve {
+        /// The fleet file.
+        config: PathBuf,
+        /// Listen here instead of `[api] listen` (default 127.0.0.1:7878).
+        #[arg(long)]
+        listen: Option<std::net::SocketAddr>,
+    },
     /// Run a wire-compatible emulator of a cluster backend on loopback, with
     /// fault injection, until SIGINT/SIGTERM.
     #[command(subcommand)]
@@ -112,6 +122,7 @@ fn main() -> ExitCode {
         Command::ParseLog(args) => harness_cmd::parse_log(&args),
         Command::Plugin(command) => plugin_cmd::run(command),
         Command::Devcluster(command) => devcluster_cmd::run(command),
+        Command::Serve { config, listen } => serve_cmd::serve(&config, listen),
     };
     match result {
         Ok(code) => code,

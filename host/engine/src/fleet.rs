@@ -17,6 +17,7 @@ use tokio::sync::Mutex;
 use tracing::Instrument;
 
 use crate::error::RunError;
+use crate::images::ImageTable;
 use crate::phases::{Phase, PhaseTimes};
 use crate::rate::CreateRate;
 use crate::retry::Retries;
@@ -70,7 +71,7 @@ pub(crate) struct Fleet {
     pub(crate) clusters: Vec<Cluster>,
     capacity: Vec<Capacity>,
     capabilities: Vec<Capabilities>,
-    pub(crate) images: Vec<String>,
+    pub(crate) images: ImageTable,
     settings: FleetSettings,
     placement: PlacementPolicy,
     rate: Option<CreateRate>,
@@ -116,7 +117,7 @@ impl Fleet {
             run_id,
             clusters,
             capacity,
-            images,
+            images: ImageTable::new(images),
             settings,
             placement,
             phases,
@@ -373,7 +374,16 @@ impl Fleet {
         Clusters::from_states(&states)
     }
 
-    async fn template(&self, cluster: usize, image: usize) -> Result<TemplateRef, RunError> {
+    /// The cluster and replicas of `image`'s warm pool, when it has one.
+    pub(crate) async fn pool(&self, image: usize) -> Option<(usize, u32)> {
+        self.books.lock().await.pools.get(&image).copied()
+    }
+
+    pub(crate) async fn template(
+        &self,
+        cluster: usize,
+        image: usize,
+    ) -> Result<TemplateRef, RunError> {
         if let Some(template) = self.books.lock().await.templates.get(&(cluster, image)) {
             return Ok(template.clone());
         }

@@ -19,6 +19,7 @@ mod checks;
 mod commands;
 mod error;
 mod fleet;
+mod images;
 mod lease;
 mod logs;
 mod phases;
@@ -32,6 +33,7 @@ mod report;
 mod results;
 mod retry;
 mod run;
+mod session;
 mod settings;
 mod task;
 mod text;
@@ -53,6 +55,10 @@ pub use results::{
     TestRecord, Timings,
 };
 pub use run::{REPORT_FILE, RunSpec, run};
+pub use session::{
+    DEFAULT_WORKDIR, Evaluation, FaultHandler, Lease, PoolState, Purpose, Recycled, Session,
+    SessionError, SessionSpec,
+};
 pub use settings::{DiskCap, FleetSettings, ImageRewrite, Strategy, de as settings_de};
 pub use task::WorkItem;
 pub use text::printable;

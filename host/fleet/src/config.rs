@@ -18,6 +18,8 @@ use sandfleet_engine::{FleetSettings, ImageRewrite};
 use sandfleet_plugin::{Kind, KindLimits, Limits};
 use serde::{Deserialize, Deserializer};
 
+use crate::api::{ApiConfig, PluginFallback};
+
 /// A parsed, validated fleet file.
 #[derive(Debug, Clone)]
 pub struct FleetConfig {
@@ -33,6 +35,8 @@ pub struct FleetConfig {
     pub plugins: PluginsConfig,
     /// `[[clusters]]`, in file order (placement indices).
     pub clusters: Vec<ClusterConfig>,
+    /// `[api]`: the daemon's address, token, limits and state.
+    pub api: ApiConfig,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -120,6 +124,9 @@ pub struct PluginsConfig {
     /// Limits per plugin kind.
     #[serde(default)]
     pub limits: LimitsConfig,
+    /// What a call that faults falls back to (the daemon).
+    #[serde(default)]
+    pub fallback: PluginFallback,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -256,6 +263,8 @@ struct RawFile {
     plugins: Option<PluginsConfig>,
     #[serde(default)]
     clusters: Vec<toml::Spanned<RawCluster>>,
+    #[serde(default)]
+    api: ApiConfig,
 }
 
 /// A fleet file that cannot be used.
@@ -319,6 +328,7 @@ impl FleetConfig {
             cache_dir: None,
             fuel: false,
             limits: LimitsConfig::default(),
+            fallback: PluginFallback::None,
         });
         plugins.dir = plugins.dir.as_deref().map(resolve);
         plugins.cache_dir = plugins.cache_dir.as_deref().map(resolve);
@@ -369,6 +379,10 @@ impl FleetConfig {
             fleet,
             plugins,
             clusters,
+            api: ApiConfig {
+                state_dir: raw.api.state_dir.as_deref().map(resolve),
+                ..raw.api
+            },
         })
     }
 }

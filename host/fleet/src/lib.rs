@@ -4,9 +4,11 @@
 //! tasks, solutions and cluster drivers, each checked before anything is
 //! created.
 
+mod api;
 mod config;
 pub mod setup;
 
+pub use api::{ApiConfig, DEFAULT_LISTEN, PluginFallback};
 pub use config::{
     AdapterConfig, BackendConfig, ClusterConfig, ConfigError, FleetConfig, LimitsConfig,
     PluginsConfig, RunConfig, SettingValue,

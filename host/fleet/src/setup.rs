@@ -29,6 +29,8 @@ pub struct Plugins {
     pub sizing: SizingPolicy,
     /// The reset check, when recycling is possible.
     pub reset: Option<ResetCheck>,
+    /// The registry they come from (statuses, hot reload, fallbacks).
+    pub registry: Arc<Registry>,
 }
 
 /// Loads the built-in plugins and the plugin directory, and looks up the
@@ -84,6 +86,7 @@ pub fn plugins(config: &FleetConfig) -> anyhow::Result<Plugins> {
             ),
             None => None,
         },
+        registry,
     })
 }
 

@@ -73,6 +73,8 @@ pub struct Registry {
     loaded: AtomicU64,
     failed: AtomicU64,
     myself: Weak<Registry>,
+    /// Fallbacks to a built-in per plugin name.
+    fallbacks: Mutex<BTreeMap<String, u64>>,
     /// Feeds the optimizing thread, started on first use.
     optimizer: Mutex<Option<Sender<Reoptimize>>>,
 }
@@ -160,6 +162,7 @@ impl Registry {
             loaded: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             myself: myself.clone(),
+            fallbacks: Mutex::new(BTreeMap::new()),
             optimizer: Mutex::new(None),
         })
     }
@@ -338,6 +341,67 @@ impl Registry {
                 self.write().entries.remove(&name);
             }
         }
+    }
+
+    /// After `fault` (a trap, an overrun, a broken contract at call time),
+    /// makes a built-in serve under the faulting plugin's name: the
+    /// built-in of that name, else `default` (the built-in of its kind).
+    /// Handles already held see it at their next call. The plugin's file
+    /// serves again when it changes. Recorded as the plugin's last error,
+    /// logged and counted ([`Registry::fallback_counts`]).
+    ///
+    /// Returns `None` when there is nothing to fall back to: the version
+    /// that faulted is no longer serving (a newer one, or the built-in,
+    /// serves already) or there is no such built-in.
+    pub fn fall_back(&self, fault: &crate::CallError, default: &str) -> Option<VersionInfo> {
+        let name = fault.plugin.name.to_string();
+        let faulted_serving = self
+            .read()
+            .entries
+            .get(&name)
+            .and_then(|entry| entry.slot.as_ref())
+            .is_some_and(|slot| {
+                let info = slot.info();
+                info.plugin.version == fault.plugin.version && info.source != Source::Builtin
+            });
+        if !faulted_serving {
+            return None;
+        }
+        let (which, wasm) = {
+            let state = self.read();
+            [name.as_str(), default]
+                .into_iter()
+                .find_map(|which| state.builtins.get(which).map(|w| (which.to_string(), *w)))?
+        };
+        let installed = self.compile_and_install(&name, wasm, Source::Builtin, Urgency::Optimized);
+        let info = match self.record(&name, installed) {
+            Ok(info) => info,
+            Err(e) => {
+                tracing::error!(plugin = %name, "falling back to the built-in `{which}` failed: {e}");
+                return None;
+            }
+        };
+        let message =
+            format!("{fault}; the built-in `{which}` serves until the plugin's file changes");
+        tracing::warn!(plugin = %name, "{message}");
+        if let Some(entry) = self.write().entries.get_mut(&name) {
+            entry.last_error = Some((message, SystemTime::now()));
+        }
+        *self
+            .fallbacks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(name)
+            .or_default() += 1;
+        Some(info)
+    }
+
+    /// Fallbacks to a built-in so far, per plugin name.
+    pub fn fallback_counts(&self) -> BTreeMap<String, u64> {
+        self.fallbacks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// The placement policy `name`.

@@ -1,0 +1,111 @@
+//! The router: every endpoint, the body limits, and one middleware that
+//! checks the bearer token, opens the request's span (with the lease id)
+//! and counts the request.
+
+use std::time::Instant;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use tracing::Instrument;
+
+use crate::error::AppError;
+use crate::state::AppState;
+use crate::{ops, routes, runs};
+
+/// The daemon's router over `state`.
+pub(crate) fn app(state: AppState) -> Router {
+    let max_body = state.config.api.max_body;
+    let max_upload = state.config.api.max_upload;
+    let files = get(routes::get_file)
+        .put(routes::put_file)
+        .layer(DefaultBodyLimit::max(max_upload));
+    Router::new()
+        .route("/v1/leases", post(routes::acquire).get(routes::list))
+        .route("/v1/leases:batch", post(routes::acquire_batch))
+        .route("/v1/leases/{id}", get(routes::get).delete(routes::delete))
+        .route("/v1/leases/{id}/exec", post(routes::exec))
+        .route("/v1/leases/{id}/files", files)
+        .route("/v1/leases/{id}/evaluate", post(routes::evaluate))
+        .route("/v1/leases/{id}/recycle", post(routes::recycle))
+        .route("/v1/leases/{id}/renew", post(routes::renew))
+        .route("/v1/pools", post(routes::warm).get(routes::pools))
+        .route("/v1/runs", post(runs::start).get(runs::list))
+        .route("/v1/runs/{id}", get(runs::get).delete(runs::cancel))
+        .route("/v1/runs/{id}/results", get(runs::results))
+        .route("/v1/plugins", get(ops::plugins))
+        .route("/v1/openapi.json", get(ops::openapi))
+        .route("/metrics", get(ops::metrics))
+        .route("/readyz", get(ops::readyz))
+        .route("/healthz", get(ops::healthz))
+        .route_layer(middleware::from_fn_with_state(state.clone(), around))
+        .layer(DefaultBodyLimit::max(max_body))
+        .fallback(|| async { AppError::not_found("no such endpoint; see /v1/openapi.json") })
+        .method_not_allowed_fallback(|| async {
+            AppError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "invalid_request",
+                "this endpoint does not take that method; see /v1/openapi.json",
+            )
+        })
+        .with_state(state)
+}
+
+/// Token, span, metrics.
+async fn around(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
+    if route != "/healthz"
+        && let Some(token) = &state.token
+        && !authorized(&request, token)
+    {
+        return AppError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "missing or wrong bearer token (`Authorization: Bearer <token>`)",
+        )
+        .into_response();
+    }
+    let lease = request
+        .uri()
+        .path()
+        .strip_prefix("/v1/leases/")
+        .map(|rest| rest.split('/').next().unwrap_or_default().to_string())
+        .unwrap_or_default();
+    let span = tracing::info_span!(
+        "request",
+        method = %request.method(),
+        route = %route,
+        lease = %lease,
+        status = tracing::field::Empty,
+    );
+    let started = Instant::now();
+    let response = next.run(request).instrument(span.clone()).await;
+    span.record("status", response.status().as_u16());
+    state
+        .metrics
+        .request(route, response.status().as_u16(), started.elapsed());
+    response
+}
+
+fn authorized(request: &Request, token: &str) -> bool {
+    let given = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    // Compared in time independent of where they differ.
+    given.is_some_and(|given| {
+        given.len() == token.len()
+            && given
+                .bytes()
+                .zip(token.bytes())
+                .fold(0u8, |diff, (a, b)| diff | (a ^ b))
+                == 0
+    })
+}

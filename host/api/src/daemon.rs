@@ -1,0 +1,287 @@
+//! Starting and stopping the daemon.
+//!
+//! Start: load the fleet file, refuse a non-loopback address without a
+//! token, load plugins (and watch their directory), build the clusters,
+//! preflight them, release whatever a previous instance with the same state
+//! directory left, then listen. Stop: stop accepting, let running requests
+//! finish for the grace period, release every lease and pool, cancel batch
+//! runs, and reap whatever the run id still owns.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use sandfleet_core::RunId;
+use sandfleet_engine::{Session, SessionSpec};
+use sandfleet_fleet::{FleetConfig, setup};
+use tokio_util::sync::CancellationToken;
+
+use crate::leases::{LeaseTable, persisted};
+use crate::metrics::Metrics;
+use crate::runs::{Runs, runs_dir};
+use crate::state::{AppState, Inner, fall_back};
+
+/// How to start the daemon.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The fleet file.
+    pub config: PathBuf,
+    /// Overrides `[api] listen`.
+    pub listen: Option<SocketAddr>,
+}
+
+/// A running daemon.
+pub struct Daemon {
+    addr: SocketAddr,
+    run_id: RunId,
+    stop: CancellationToken,
+    serving: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+/// The file holding the run id of the daemon using a state directory.
+const DAEMON_FILE: &str = "daemon.json";
+
+impl Daemon {
+    /// Starts the daemon; returns once it is listening.
+    ///
+    /// # Errors
+    ///
+    /// A fleet file that cannot be used, a missing token variable, a
+    /// non-loopback address without a token, plugins or clusters that fail
+    /// to load or preflight, an address that cannot be bound.
+    pub async fn start(options: Options) -> anyhow::Result<Daemon> {
+        let config = FleetConfig::load(&options.config)?;
+        let addr = options.listen.unwrap_or(config.api.listen);
+        let token = match &config.api.token_env {
+            Some(variable) => match std::env::var(variable) {
+                Ok(token) if !token.trim().is_empty() => Some(token.trim().to_string()),
+                _ => bail!(
+                    "{}: [api] token_env = \"{variable}\", but ${variable} is not set (or empty)",
+                    config.path.display()
+                ),
+            },
+            None => None,
+        };
+        if token.is_none() && !addr.ip().is_loopback() {
+            bail!(
+                "refusing to listen on {addr} without a token: anyone who can reach it could run commands; set [api] token_env in {} and that variable, or listen on a loopback address",
+                config.path.display()
+            );
+        }
+        let state_dir = config
+            .api
+            .state_dir()
+            .context("no state directory: set [api] state_dir (or $XDG_STATE_HOME / $HOME)")?;
+        std::fs::create_dir_all(&state_dir).with_context(|| {
+            format!("{}: cannot create the state directory", state_dir.display())
+        })?;
+
+        let loading = config.clone();
+        let (plugins, clusters, connections) = tokio::task::spawn_blocking(move || {
+            let plugins = setup::plugins(&loading)?;
+            let connections = setup::Connections::new(loading.fleet.create_rate)?;
+            let clusters = setup::clusters_with(&loading, &connections)?;
+            anyhow::Ok((plugins, clusters, connections))
+        })
+        .await??;
+        let registry = plugins.registry.clone();
+        let watcher = match &config.plugins.dir {
+            Some(dir) => Some(registry.watch(dir)?),
+            None => None,
+        };
+        let adapter_settings = setup::adapter_settings(&config);
+        setup::check_settings(
+            &plugins.adapter,
+            &adapter_settings,
+            &format!("{}: [adapter] settings", config.path.display()),
+        )?;
+
+        let run_id = RunId::generate(&format!("{}-serve", config.run.name));
+        let fallback = config.plugins.fallback;
+        let hook_registry = registry.clone();
+        let session = Session::start(SessionSpec {
+            run_id: run_id.clone(),
+            settings: config.fleet.clone(),
+            clusters,
+            adapter: plugins.adapter.clone(),
+            placement: plugins.placement,
+            sizing: plugins.sizing,
+            reset: plugins.reset,
+            logs: state_dir.join("logs"),
+            on_plugin_fault: Some(Arc::new(move |fault| {
+                fall_back(&hook_registry, fallback, fault)
+            })),
+        })
+        .await?;
+        clean_up_previous(&session, &state_dir).await;
+        std::fs::write(
+            state_dir.join(DAEMON_FILE),
+            serde_json::json!({"run_id": run_id.as_str(), "pid": std::process::id()}).to_string(),
+        )?;
+
+        let leases = LeaseTable::new(
+            state_dir.join("leases"),
+            config.api.idle_timeout,
+            config.api.max_leases as usize,
+        )?;
+        let stop = CancellationToken::new();
+        let idle_timeout = config.api.idle_timeout;
+        let grace = config.api.grace_period;
+        let state = AppState::new(Inner {
+            session,
+            leases,
+            registry,
+            adapter: plugins.adapter,
+            adapter_settings,
+            metrics: Metrics::new(),
+            runs: Runs::default(),
+            connections,
+            config,
+            token,
+            state_dir,
+            ready: Default::default(),
+            stopping: stop.clone(),
+        });
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen on {addr}"))?;
+        let addr = listener.local_addr()?;
+        state.ready.store(true, Ordering::Release);
+        let sweep_every =
+            (idle_timeout / 4).clamp(Duration::from_millis(50), Duration::from_secs(5));
+        tokio::spawn(crate::routes::expire_idle(state.clone(), sweep_every));
+        let serving = tokio::spawn(serve(state, listener, grace, watcher));
+        Ok(Daemon {
+            addr,
+            run_id,
+            stop,
+            serving,
+        })
+    }
+
+    /// Where it listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Its run id: everything it creates carries it.
+    pub fn run_id(&self) -> &RunId {
+        &self.run_id
+    }
+
+    /// Starts stopping (as SIGTERM does); [`Daemon::wait`] tells when done.
+    pub fn stop(&self) {
+        self.stop.cancel();
+    }
+
+    /// Waits until the daemon has stopped and released everything.
+    ///
+    /// # Errors
+    ///
+    /// When serving failed, or what the daemon owns could not all be removed.
+    pub async fn wait(self) -> anyhow::Result<()> {
+        self.serving.await?
+    }
+}
+
+async fn serve(
+    state: AppState,
+    listener: tokio::net::TcpListener,
+    grace: Duration,
+    watcher: Option<sandfleet_plugin::PluginWatcher>,
+) -> anyhow::Result<()> {
+    let stop = state.stopping.clone();
+    let app = crate::app::app(state.clone());
+    let server = axum::serve(listener, app).with_graceful_shutdown(stop.clone().cancelled_owned());
+    let grace_over = async {
+        stop.cancelled().await;
+        tokio::time::sleep(grace).await;
+    };
+    tokio::select! {
+        served = server => served?,
+        () = grace_over => tracing::warn!("the grace period ended with requests still running"),
+    }
+    drop(watcher);
+    release_everything(&state).await
+}
+
+/// Releases every lease and batch run, then everything the run id owns.
+async fn release_everything(state: &AppState) -> anyhow::Result<()> {
+    let slots = state.leases.all();
+    for slot in &slots {
+        state.leases.remove(&slot.id);
+        // A command still running holds its lease; the reap below ends it.
+        if let Ok(mut lease) = slot.lease.try_write()
+            && let Some(lease) = lease.take()
+        {
+            state.session.release(lease);
+        }
+    }
+    state.runs.cancel_all().await;
+    let reaped = state.session.close().await;
+    for slot in &slots {
+        let _ = std::fs::remove_file(
+            state
+                .state_dir
+                .join("leases")
+                .join(format!("{}.json", slot.id)),
+        );
+    }
+    let reaped = reaped?;
+    tracing::info!(
+        leases = slots.len(),
+        sandboxes = reaped.sandboxes,
+        "stopped; everything released"
+    );
+    let _ = std::fs::remove_file(state.state_dir.join(DAEMON_FILE));
+    Ok(())
+}
+
+/// Releases what a previous daemon with this state directory left: the
+/// sandboxes of its persisted lease handles, then everything its run id and
+/// its unfinished batch runs still own.
+async fn clean_up_previous(session: &Session, state_dir: &Path) {
+    let leases = state_dir.join("leases");
+    for (path, handle) in persisted(&leases) {
+        match session.release_handle(&handle).await {
+            Ok(()) => {
+                tracing::info!(sandbox = %handle.id, "released a sandbox a previous daemon held")
+            }
+            Err(error) => {
+                tracing::warn!(sandbox = %handle.id, "a previous daemon's sandbox: {error}")
+            }
+        }
+        let _ = std::fs::remove_file(path);
+    }
+    let mut previous: Vec<RunId> = Vec::new();
+    if let Ok(text) = std::fs::read_to_string(state_dir.join(DAEMON_FILE))
+        && let Ok(value) = serde_json::from_str::<serde_json::Value>(&text)
+        && let Some(id) = value["run_id"].as_str().and_then(|id| RunId::new(id).ok())
+    {
+        previous.push(id);
+    }
+    if let Ok(entries) = std::fs::read_dir(runs_dir(state_dir)) {
+        for entry in entries.flatten() {
+            let unfinished = !entry.path().join(sandfleet_engine::REPORT_FILE).exists();
+            if let (true, Ok(id)) = (
+                unfinished,
+                RunId::new(entry.file_name().to_string_lossy().into_owned()),
+            ) {
+                previous.push(id);
+            }
+        }
+    }
+    for run_id in previous {
+        match sandfleet_engine::reap(session.clusters(), &run_id).await {
+            Ok(reaped) => tracing::info!(
+                run_id = %run_id,
+                sandboxes = reaped.sandboxes,
+                "reaped what a previous daemon's run left"
+            ),
+            Err(error) => tracing::warn!(run_id = %run_id, "reaping a previous run: {error}"),
+        }
+    }
+}

@@ -1,0 +1,299 @@
+//! The daemon's table of leases: ids, idle expiry, and a persisted handle
+//! per lease so a restarted daemon can release what a killed one held.
+//!
+//! A lease is used under its lock: commands and file transfers share it,
+//! evaluation and recycling take it alone, and a release waits for what
+//! holds it (in the background: `DELETE` answers at once).
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant, SystemTime};
+
+use sandfleet_engine::{Lease, Session};
+use tokio::sync::RwLock as AsyncRwLock;
+
+use crate::error::AppError;
+use crate::exec::Execution;
+use crate::model::LeaseView;
+
+/// Idempotency keys remembered per lease; the oldest finished are dropped.
+const KEYS_PER_LEASE: usize = 256;
+
+/// One lease and what the daemon knows about it.
+pub(crate) struct LeaseSlot {
+    pub(crate) id: String,
+    /// `None` once released.
+    pub(crate) lease: AsyncRwLock<Option<Lease>>,
+    pub(crate) task_id: Option<String>,
+    pub(crate) run_id: Option<String>,
+    pub(crate) labels: BTreeMap<String, String>,
+    ttl: Mutex<Duration>,
+    last_used: Mutex<(Instant, SystemTime)>,
+    in_flight: AtomicUsize,
+    /// Executions by idempotency key, oldest first.
+    executions: Mutex<Keyed>,
+}
+
+#[derive(Default)]
+struct Keyed {
+    by_key: HashMap<String, Arc<Execution>>,
+    order: VecDeque<String>,
+}
+
+/// Marks a lease in use from creation to drop; the idle clock restarts
+/// when the last use ends.
+pub(crate) struct InUse(Arc<LeaseSlot>);
+
+impl Drop for InUse {
+    fn drop(&mut self) {
+        self.0.touch();
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl LeaseSlot {
+    fn touch(&self) {
+        *self.last_used.lock().unwrap_or_else(|e| e.into_inner()) =
+            (Instant::now(), SystemTime::now());
+    }
+
+    /// Marks the lease in use until the guard drops.
+    pub(crate) fn in_use(self: &Arc<Self>) -> InUse {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        self.touch();
+        InUse(self.clone())
+    }
+
+    pub(crate) fn set_ttl(&self, ttl: Duration) {
+        *self.ttl.lock().unwrap_or_else(|e| e.into_inner()) = ttl;
+        self.touch();
+    }
+
+    fn idle_past_ttl(&self, now: Instant) -> bool {
+        let ttl = *self.ttl.lock().unwrap_or_else(|e| e.into_inner());
+        let (last, _) = *self.last_used.lock().unwrap_or_else(|e| e.into_inner());
+        self.in_flight.load(Ordering::Acquire) == 0 && now.duration_since(last) >= ttl
+    }
+
+    /// The view clients get, from the lease as it is now.
+    pub(crate) fn view(&self, lease: &Lease) -> LeaseView {
+        let handle = lease.handle();
+        let ttl = *self.ttl.lock().unwrap_or_else(|e| e.into_inner());
+        let (_, last) = *self.last_used.lock().unwrap_or_else(|e| e.into_inner());
+        LeaseView {
+            id: self.id.clone(),
+            cluster: handle.cluster.clone(),
+            image: lease.image().to_string(),
+            sandbox: handle.id.clone(),
+            hostname: handle.hostname.clone(),
+            endpoint: handle.endpoint.clone(),
+            expires_at: humantime::format_rfc3339_seconds(last + ttl).to_string(),
+            task_id: self.task_id.clone(),
+            run_id: self.run_id.clone(),
+            labels: self.labels.clone(),
+            reuses: lease.reuses(),
+        }
+    }
+
+    /// The execution under `key`, or `start()`'s, remembered under it.
+    pub(crate) fn execution(
+        &self,
+        key: &str,
+        start: impl FnOnce() -> Arc<Execution>,
+    ) -> (Arc<Execution>, bool) {
+        let mut keyed = self.executions.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(known) = keyed.by_key.get(key) {
+            return (known.clone(), false);
+        }
+        let started = start();
+        keyed.by_key.insert(key.to_string(), started.clone());
+        keyed.order.push_back(key.to_string());
+        while keyed.order.len() > KEYS_PER_LEASE {
+            let Some(oldest) = keyed.order.front().cloned() else {
+                break;
+            };
+            // A running execution stays: its retry must attach to it.
+            if !keyed.by_key.get(&oldest).is_none_or(|e| e.finished()) {
+                break;
+            }
+            keyed.order.pop_front();
+            keyed.by_key.remove(&oldest);
+        }
+        (started, true)
+    }
+}
+
+/// Every live lease.
+pub(crate) struct LeaseTable {
+    slots: RwLock<HashMap<String, Arc<LeaseSlot>>>,
+    /// Where handles are persisted (`<state>/leases/<id>.json`).
+    dir: PathBuf,
+    default_ttl: Duration,
+    max: usize,
+}
+
+/// What a new lease carries besides its sandbox.
+pub(crate) struct NewLease {
+    pub(crate) id: String,
+    pub(crate) task_id: Option<String>,
+    pub(crate) run_id: Option<String>,
+    pub(crate) labels: BTreeMap<String, String>,
+    pub(crate) ttl: Option<Duration>,
+}
+
+impl LeaseTable {
+    pub(crate) fn new(dir: PathBuf, default_ttl: Duration, max: usize) -> std::io::Result<Self> {
+        std::fs::create_dir_all(&dir)?;
+        Ok(LeaseTable {
+            slots: RwLock::new(HashMap::new()),
+            dir,
+            default_ttl,
+            max,
+        })
+    }
+
+    /// Leases live now.
+    pub(crate) fn len(&self) -> usize {
+        self.slots.read().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Whether another lease may be acquired.
+    pub(crate) fn check_room(&self, more: usize) -> Result<(), AppError> {
+        let live = self.len();
+        if live + more > self.max {
+            return Err(AppError::unavailable(format!(
+                "{live} leases are live and {more} more would pass [api] max_leases = {}",
+                self.max
+            )));
+        }
+        Ok(())
+    }
+
+    /// Adds `lease` and persists its handle.
+    pub(crate) fn insert(&self, new: NewLease, lease: Lease) -> Arc<LeaseSlot> {
+        self.persist(&new.id, &lease);
+        let slot = Arc::new(LeaseSlot {
+            id: new.id.clone(),
+            lease: AsyncRwLock::new(Some(lease)),
+            task_id: new.task_id,
+            run_id: new.run_id,
+            labels: new.labels,
+            ttl: Mutex::new(new.ttl.unwrap_or(self.default_ttl)),
+            last_used: Mutex::new((Instant::now(), SystemTime::now())),
+            in_flight: AtomicUsize::new(0),
+            executions: Mutex::new(Keyed::default()),
+        });
+        self.slots
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(new.id, slot.clone());
+        slot
+    }
+
+    /// Records the lease's current sandbox (after a recycle replaced it).
+    pub(crate) fn persist(&self, id: &str, lease: &Lease) {
+        let path = self.dir.join(format!("{id}.json"));
+        let written = serde_json::to_vec(lease.handle())
+            .map_err(std::io::Error::other)
+            .and_then(|json| std::fs::write(&path, json));
+        if let Err(error) = written {
+            tracing::warn!(lease = id, "cannot persist the lease's handle: {error}");
+        }
+    }
+
+    /// The lease `id`.
+    pub(crate) fn get(&self, id: &str) -> Result<Arc<LeaseSlot>, AppError> {
+        self.slots
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(id)
+            .cloned()
+            .ok_or_else(|| {
+                AppError::not_found(format!(
+                    "lease `{id}` is not live (released, expired, or never acquired)"
+                ))
+            })
+    }
+
+    /// Every live lease.
+    pub(crate) fn all(&self) -> Vec<Arc<LeaseSlot>> {
+        self.slots
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// Takes `id` out of the table: no new call finds it.
+    pub(crate) fn remove(&self, id: &str) -> Option<Arc<LeaseSlot>> {
+        self.slots
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(id)
+    }
+
+    /// Leases idle past their time, taken out of the table.
+    pub(crate) fn take_idle(&self) -> Vec<Arc<LeaseSlot>> {
+        let now = Instant::now();
+        let mut slots = self.slots.write().unwrap_or_else(|e| e.into_inner());
+        let idle: Vec<String> = slots
+            .iter()
+            .filter(|(_, slot)| slot.idle_past_ttl(now))
+            .map(|(id, _)| id.clone())
+            .collect();
+        idle.iter().filter_map(|id| slots.remove(id)).collect()
+    }
+
+    /// Releases the slot's sandbox once nothing holds it, and forgets its
+    /// handle.
+    pub(crate) async fn release(&self, session: &Session, slot: &LeaseSlot) {
+        if let Some(lease) = slot.lease.write().await.take() {
+            session.release(lease);
+        }
+        let _ = std::fs::remove_file(self.dir.join(format!("{}.json", slot.id)));
+    }
+}
+
+/// Handles a previous daemon persisted in `dir`, with their files.
+pub(crate) fn persisted(dir: &std::path::Path) -> Vec<(PathBuf, sandfleet_core::SandboxHandle)> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
+        .filter_map(|path| {
+            let parsed = std::fs::read(&path)
+                .ok()
+                .and_then(|bytes| serde_json::from_slice(&bytes).ok());
+            match parsed {
+                Some(handle) => Some((path, handle)),
+                None => {
+                    tracing::warn!("{}: not a sandbox handle; removed", path.display());
+                    let _ = std::fs::remove_file(&path);
+                    None
+                }
+            }
+        })
+        .collect()
+}
+
+/// A fresh lease id: `l-` and 16 hex digits.
+pub(crate) fn new_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::AtomicU64;
+    static SEQUENCE: AtomicU64 = AtomicU64::new(0);
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(SEQUENCE.fetch_add(1, Ordering::Relaxed));
+    hasher.write_u128(
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos(),
+    );
+    format!("l-{:016x}", hasher.finish())
+}

@@ -1,0 +1,40 @@
+//! sandfleet's daemon: `sandfleet serve FLEET.toml`.
+//!
+//! An HTTP JSON API (axum on tokio) that RL frameworks call for sandboxes
+//! on demand: leases acquired for an image or a task row, commands run
+//! buffered or streamed (never twice: `Idempotency-Key`), files, grading
+//! through the task adapter, recycling through the reset check, idle
+//! expiry; warm pools sized by the sizing plugin; whole batch runs; the
+//! plugins serving; `/metrics`, `/healthz`, `/readyz` and an OpenAPI
+//! document at `/v1/openapi.json`.
+//!
+//! Everything runs on the engine's [`sandfleet_engine::Session`] under the
+//! daemon's run id, so `sandfleet reap --run-id` removes what a killed
+//! daemon left, and a restarted one with the same state directory releases
+//! it by itself.
+
+mod app;
+mod daemon;
+mod error;
+mod exec;
+mod leases;
+mod metrics;
+mod model;
+mod ops;
+mod routes;
+mod runs;
+mod state;
+
+pub use daemon::{Daemon, Options};
+pub use error::AppError;
+pub use model::{
+    AcquireRequest, BatchRequest, EvaluateRequest, EvaluateResponse, ExecRequestBody, ExecResponse,
+    GradeView, LeaseList, LeaseView, PluginList, PluginView, PoolRequest, PoolView, PoolsResponse,
+    Ready, RecycleResponse, RenewRequest, RunList, RunRequest, RunView, TestView,
+};
+
+/// The OpenAPI document, as `GET /v1/openapi.json` serves it.
+pub fn openapi() -> serde_json::Value {
+    use utoipa::OpenApi as _;
+    serde_json::to_value(ops::ApiDoc::openapi()).unwrap_or_default()
+}

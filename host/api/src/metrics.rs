@@ -1,0 +1,293 @@
+//! `/metrics` in Prometheus text format. Every label set is bounded: the
+//! outcome and route labels are fixed lists, plugin labels name the
+//! configured plugins (one version each: the one serving), pool labels the
+//! images the daemon warmed, retry labels the error kinds. Lease ids never
+//! become labels.
+
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeLabelSet, EncodeLabelValue, EncodeMetric,
+};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// How a command ended, for counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, EncodeLabelValue)]
+pub(crate) enum ExecOutcome {
+    /// Exit 0.
+    Ok,
+    /// Another exit status.
+    Failed,
+    /// Killed at its timeout.
+    TimedOut,
+    /// The backend failed.
+    Error,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: ExecOutcome,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct SourceLabels {
+    source: &'static str,
+}
+
+type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// The daemon's metrics.
+pub(crate) struct Metrics {
+    registry: Registry,
+    pub(crate) leases_live: Gauge,
+    leases_acquired: Family<SourceLabels, Counter>,
+    pub(crate) leases_expired: Counter,
+    acquire_seconds: Histogram,
+    exec_seconds: Histogram,
+    execs: Family<OutcomeLabels, Counter>,
+    pub(crate) evaluate_seconds: Histogram,
+    pub(crate) idempotent_replays: Counter,
+    requests: Histograms<RouteLabels>,
+    /// Values read at scrape time (pools, plugins, retries, releases).
+    pub(crate) snapshot: Arc<Mutex<Snapshot>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub(crate) struct RouteLabels {
+    /// The route's template (`/v1/leases/{id}/exec`), never a lease id.
+    pub(crate) route: String,
+    pub(crate) status: u16,
+}
+
+/// What the scrape reads from the daemon's parts.
+#[derive(Debug, Default)]
+pub(crate) struct Snapshot {
+    /// (image, cluster, desired, ready).
+    pub(crate) pools: Vec<(String, String, u32, u32)>,
+    /// (plugin, version, tier, fallbacks).
+    pub(crate) plugins: Vec<(String, String, String, u64)>,
+    /// (loaded, failed) plugin loads.
+    pub(crate) plugin_loads: (u64, u64),
+    /// Retries by error kind.
+    pub(crate) retries: Vec<(String, u64)>,
+    /// (released, failed) releases.
+    pub(crate) releases: (u64, u64),
+}
+
+#[derive(Debug)]
+struct Scraped(Arc<Mutex<Snapshot>>);
+
+fn seconds() -> Histogram {
+    Histogram::new(exponential_buckets(0.0005, 2.0, 18))
+}
+
+impl Metrics {
+    pub(crate) fn new() -> Self {
+        let mut registry = Registry::with_prefix("sandfleet");
+        let metrics = Metrics {
+            leases_live: Gauge::default(),
+            leases_acquired: Family::default(),
+            leases_expired: Counter::default(),
+            acquire_seconds: seconds(),
+            exec_seconds: seconds(),
+            execs: Family::default(),
+            evaluate_seconds: seconds(),
+            idempotent_replays: Counter::default(),
+            requests: Family::new_with_constructor(seconds),
+            snapshot: Arc::new(Mutex::new(Snapshot::default())),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "leases_live",
+            "Leases live now",
+            metrics.leases_live.clone(),
+        );
+        registry.register(
+            "leases_acquired",
+            "Leases acquired, by what they were acquired for (image or task)",
+            metrics.leases_acquired.clone(),
+        );
+        registry.register(
+            "leases_expired",
+            "Leases released because no call came for their idle time",
+            metrics.leases_expired.clone(),
+        );
+        registry.register(
+            "acquire_seconds",
+            "Time to acquire a lease (claim, baseline, setup)",
+            metrics.acquire_seconds.clone(),
+        );
+        registry.register(
+            "exec_seconds",
+            "Time commands ran",
+            metrics.exec_seconds.clone(),
+        );
+        registry.register("execs", "Commands by outcome", metrics.execs.clone());
+        registry.register(
+            "evaluate_seconds",
+            "Time evaluations took (prepare, commands, grade)",
+            metrics.evaluate_seconds.clone(),
+        );
+        registry.register(
+            "idempotent_replays",
+            "Exec requests answered from an earlier execution with the same Idempotency-Key",
+            metrics.idempotent_replays.clone(),
+        );
+        registry.register(
+            "http_request_seconds",
+            "HTTP requests by route and status",
+            metrics.requests.clone(),
+        );
+        registry.register_collector(Box::new(Scraped(metrics.snapshot.clone())));
+        Metrics {
+            registry,
+            ..metrics
+        }
+    }
+
+    pub(crate) fn acquired(&self, for_task: bool, took: Duration) {
+        let source = if for_task { "task" } else { "image" };
+        self.leases_acquired
+            .get_or_create(&SourceLabels { source })
+            .inc();
+        self.acquire_seconds.observe(took.as_secs_f64());
+    }
+
+    pub(crate) fn exec(&self, outcome: ExecOutcome, took: Duration) {
+        self.execs.get_or_create(&OutcomeLabels { outcome }).inc();
+        self.exec_seconds.observe(took.as_secs_f64());
+    }
+
+    pub(crate) fn request(&self, route: String, status: u16, took: Duration) {
+        self.requests
+            .get_or_create(&RouteLabels { route, status })
+            .observe(took.as_secs_f64());
+    }
+
+    /// The text exposition.
+    pub(crate) fn render(&self) -> String {
+        let mut text = String::new();
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut text, &self.registry) {
+            let _ = writeln!(text, "# encoding failed: {e}");
+        }
+        text
+    }
+}
+
+impl prometheus_client::collector::Collector for Scraped {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let snapshot = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut family = |name: &str,
+                          help: &str,
+                          kind: MetricType,
+                          rows: Vec<(Vec<(&'static str, String)>, u64)>|
+         -> Result<(), std::fmt::Error> {
+            let mut metric = encoder.encode_descriptor(name, help, None, kind)?;
+            for (labels, value) in rows {
+                let encoder = metric.encode_family(&labels)?;
+                match kind {
+                    MetricType::Counter => ConstCounter::new(value).encode(encoder)?,
+                    _ => ConstGauge::new(value as i64).encode(encoder)?,
+                }
+            }
+            Ok(())
+        };
+        family(
+            "pool_desired",
+            "Warm replicas asked for, per pool",
+            MetricType::Gauge,
+            snapshot
+                .pools
+                .iter()
+                .map(|(image, cluster, desired, _)| {
+                    (
+                        vec![("image", image.clone()), ("cluster", cluster.clone())],
+                        u64::from(*desired),
+                    )
+                })
+                .collect(),
+        )?;
+        family(
+            "pool_ready",
+            "Warm sandboxes ready, per pool",
+            MetricType::Gauge,
+            snapshot
+                .pools
+                .iter()
+                .map(|(image, cluster, _, ready)| {
+                    (
+                        vec![("image", image.clone()), ("cluster", cluster.clone())],
+                        u64::from(*ready),
+                    )
+                })
+                .collect(),
+        )?;
+        family(
+            "plugin_info",
+            "The version serving, per plugin (always 1)",
+            MetricType::Gauge,
+            snapshot
+                .plugins
+                .iter()
+                .map(|(plugin, version, tier, _)| {
+                    (
+                        vec![
+                            ("plugin", plugin.clone()),
+                            ("version", version.clone()),
+                            ("tier", tier.clone()),
+                        ],
+                        1,
+                    )
+                })
+                .collect(),
+        )?;
+        family(
+            "plugin_fallbacks",
+            "Plugin faults at call time answered by a built-in, per plugin",
+            MetricType::Counter,
+            snapshot
+                .plugins
+                .iter()
+                .map(|(plugin, _, _, fallbacks)| (vec![("plugin", plugin.clone())], *fallbacks))
+                .collect(),
+        )?;
+        let (loaded, failed) = snapshot.plugin_loads;
+        family(
+            "plugin_loads",
+            "Plugin loads, by outcome (a failed one leaves the old version serving)",
+            MetricType::Counter,
+            vec![
+                (vec![("outcome", "loaded".to_string())], loaded),
+                (vec![("outcome", "failed".to_string())], failed),
+            ],
+        )?;
+        family(
+            "retries",
+            "Requests retried, by the kind of error that caused them",
+            MetricType::Counter,
+            snapshot
+                .retries
+                .iter()
+                .map(|(kind, count)| (vec![("kind", kind.clone())], *count))
+                .collect(),
+        )?;
+        let (released, release_failed) = snapshot.releases;
+        family(
+            "releases",
+            "Sandboxes released through the release queue, by outcome",
+            MetricType::Counter,
+            vec![
+                (vec![("outcome", "released".to_string())], released),
+                (vec![("outcome", "failed".to_string())], release_failed),
+            ],
+        )?;
+        Ok(())
+    }
+}

@@ -1,0 +1,312 @@
+//! The API's request and response bodies, as clients see them (and as the
+//! OpenAPI document describes them).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// `POST /v1/leases`: a sandbox of `image`, or one for a `task` row of the
+/// configured adapter.
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AcquireRequest {
+    /// An image some cluster can make.
+    pub image: Option<String>,
+    /// A dataset row of the configured adapter; its image is used and the
+    /// adapter's setup runs before the lease is returned.
+    #[schema(value_type = Option<Object>)]
+    pub task: Option<serde_json::Value>,
+    /// Labels kept with the lease (Kubernetes label rules).
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// The client's own run id, for listing and releasing its leases.
+    pub run_id: Option<String>,
+    /// Idle time after which the lease is released (default `[api]
+    /// idle_timeout`).
+    pub ttl_s: Option<u64>,
+    /// Where an image lease's reset check looks (default `/workspace`).
+    pub workdir: Option<String>,
+}
+
+/// `POST /v1/leases:batch`: all of them or none.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BatchRequest {
+    /// One acquire per lease.
+    pub leases: Vec<AcquireRequest>,
+}
+
+/// A lease.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct LeaseView {
+    /// The lease id, for every other call.
+    pub id: String,
+    /// The cluster its sandbox runs on.
+    pub cluster: String,
+    /// The image.
+    pub image: String,
+    /// The sandbox's id on its cluster.
+    pub sandbox: String,
+    /// Host name inside the sandbox.
+    pub hostname: String,
+    /// A network endpoint of the sandbox, where the backend has one.
+    pub endpoint: Option<String>,
+    /// When it is released unless a call or a renewal comes first (RFC 3339).
+    pub expires_at: String,
+    /// The task it was acquired for.
+    pub task_id: Option<String>,
+    /// The client's run id.
+    pub run_id: Option<String>,
+    /// The client's labels.
+    pub labels: BTreeMap<String, String>,
+    /// Resets the sandbox went through.
+    pub reuses: u32,
+}
+
+/// `{"leases": [...]}`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct LeaseList {
+    /// The leases.
+    pub leases: Vec<LeaseView>,
+}
+
+/// `POST /v1/leases/{id}/exec`: `argv` or `command`.
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExecRequestBody {
+    /// Program and arguments, run without a shell.
+    pub argv: Option<Vec<String>>,
+    /// A shell command line, run by `sh -c`.
+    pub command: Option<String>,
+    /// Killed with everything it started after this many seconds (default 600).
+    pub timeout_s: Option<f64>,
+    /// Extra environment.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Working directory in the sandbox.
+    pub workdir: Option<String>,
+    /// Text written to stdin, which is then closed.
+    pub stdin: Option<String>,
+    /// Write stderr into stdout as it happens.
+    #[serde(default)]
+    pub merge_stderr: bool,
+}
+
+/// What a command did.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ExecResponse {
+    /// Exit status; -1 when killed or not started.
+    pub exit_code: i32,
+    /// Stdout as UTF-8 (invalid bytes replaced), or base64 with `?encoding=base64`.
+    pub stdout: String,
+    /// Stderr, encoded as stdout.
+    pub stderr: String,
+    /// Killed at its timeout.
+    pub timed_out: bool,
+    /// Wall time in milliseconds.
+    pub duration_ms: u64,
+    /// Bytes of stdout dropped past `[fleet] max_output_mib`.
+    pub stdout_dropped: u64,
+    /// Bytes of stderr dropped past the limit.
+    pub stderr_dropped: u64,
+}
+
+/// `POST /v1/leases/{id}/evaluate`.
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EvaluateRequest {
+    /// A dataset row; default: the task the lease was acquired for.
+    #[schema(value_type = Option<Object>)]
+    pub task: Option<serde_json::Value>,
+    /// The candidate solution (a patch).
+    pub solution: Option<String>,
+}
+
+/// One test's status.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct TestView {
+    /// Its name.
+    pub name: String,
+    /// `passed`, `failed`, `skipped`, `error` or `xfail`.
+    pub status: String,
+}
+
+/// The adapter's grade.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct GradeView {
+    /// `passed`, `failed` or `error`.
+    pub status: String,
+    /// The reward; none where the adapter's harness gives none.
+    pub reward: Option<f64>,
+    /// One line on the status.
+    pub detail: String,
+    /// Per-test statuses.
+    pub tests: Vec<TestView>,
+    /// The adapter's native report.
+    #[schema(value_type = Object)]
+    pub report: serde_json::Value,
+}
+
+/// An evaluation, as `sandfleet run` would record it.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct EvaluateResponse {
+    /// `ok`, `failed` or `infra_error`.
+    pub status: String,
+    /// The grade, when the adapter graded.
+    pub grade: Option<GradeView>,
+    /// An evaluate command overran its timeout.
+    pub timed_out: bool,
+    /// Why there is no grade.
+    pub error: Option<String>,
+    /// Wall time in milliseconds.
+    pub duration_ms: u64,
+}
+
+/// `POST /v1/leases/{id}/recycle`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct RecycleResponse {
+    /// `clean` (reset and verified) or `replaced` (quarantined; a fresh
+    /// sandbox of the same image serves the lease now).
+    pub reset: String,
+    /// The lease, with its sandbox.
+    pub lease: LeaseView,
+}
+
+/// `POST /v1/leases/{id}/renew`.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RenewRequest {
+    /// New idle time, in seconds (default: the lease's).
+    pub ttl_s: Option<u64>,
+}
+
+/// `POST /v1/pools`: images, or task rows whose images are pooled.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PoolRequest {
+    /// Images, each counted once (repeat one to weigh it).
+    #[serde(default)]
+    pub images: Vec<String>,
+    /// Dataset rows; each counts for its image.
+    #[serde(default)]
+    #[schema(value_type = Vec<Object>)]
+    pub tasks: Vec<serde_json::Value>,
+}
+
+/// A warm pool.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct PoolView {
+    /// The image.
+    pub image: String,
+    /// Its cluster.
+    pub cluster: String,
+    /// Replicas the sizing plugin asked for.
+    pub desired: u32,
+    /// Warm sandboxes ready.
+    pub ready: u32,
+    /// Why filling failed, if it did.
+    pub error: Option<String>,
+}
+
+/// `{"pools": [...]}`, with the plan when pools were asked for.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct PoolsResponse {
+    /// The sizing plugin's replicas per image, for a `POST`.
+    pub planned: Option<BTreeMap<String, u32>>,
+    /// Every pool.
+    pub pools: Vec<PoolView>,
+}
+
+/// `POST /v1/runs`: a fleet file by path, or its text.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunRequest {
+    /// A fleet file on the daemon's machine.
+    pub path: Option<String>,
+    /// A fleet file's text.
+    pub config: Option<String>,
+    /// Where relative paths in `config` start (default: the daemon's fleet
+    /// file's directory).
+    pub base_dir: Option<String>,
+    /// The run id (default: generated).
+    pub run_id: Option<String>,
+}
+
+/// A batch run's progress.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct RunView {
+    /// The run id.
+    pub id: String,
+    /// `running`, `finished`, `failed` or `cancelled`.
+    pub state: String,
+    /// Tasks to run.
+    pub total: usize,
+    /// Tasks finished.
+    pub done: usize,
+    /// Finished as `ok`.
+    pub ok: usize,
+    /// Finished as `failed`.
+    pub failed: usize,
+    /// Finished as `infra_error`.
+    pub infra_error: usize,
+    /// The run's last step (warming a window, tearing down).
+    pub step: String,
+    /// Why it failed.
+    pub error: Option<String>,
+    /// The run report, once it ended.
+    #[schema(value_type = Option<Object>)]
+    pub report: Option<serde_json::Value>,
+}
+
+/// `{"runs": [...]}`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct RunList {
+    /// The runs.
+    pub runs: Vec<RunView>,
+}
+
+/// A plugin's state.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct PluginView {
+    /// Its name.
+    pub name: String,
+    /// `placement`, `sizing`, `reset` or `adapter`.
+    pub kind: Option<String>,
+    /// `sha256:` and 12 hex digits.
+    pub version: Option<String>,
+    /// `optimized` or `baseline`.
+    pub tier: Option<String>,
+    /// `built-in` or the file.
+    pub source: Option<String>,
+    /// When the serving version loaded (RFC 3339).
+    pub loaded_at: Option<String>,
+    /// The last failed load or call-time fault after it loaded.
+    pub last_error: Option<String>,
+    /// When.
+    pub last_error_at: Option<String>,
+    /// Calls that fell back to a built-in.
+    pub fallbacks: u64,
+}
+
+/// `{"plugins": [...]}`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct PluginList {
+    /// The plugins.
+    pub plugins: Vec<PluginView>,
+}
+
+/// `/readyz`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Ready {
+    /// Backends preflighted and plugins loaded.
+    pub ready: bool,
+    /// The daemon's run id: `sandfleet reap --run-id` removes what it owns.
+    pub run_id: String,
+    /// The clusters.
+    pub clusters: Vec<String>,
+    /// Plugins serving.
+    pub plugins: usize,
+    /// Leases live.
+    pub leases: usize,
+}

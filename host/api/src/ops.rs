@@ -1,0 +1,159 @@
+//! Operations: liveness, readiness, metrics, plugins and the OpenAPI document.
+
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use utoipa::OpenApi;
+
+use crate::model::{PluginList, PluginView, Ready};
+use crate::state::AppState;
+
+#[utoipa::path(get, path = "/healthz", responses((status = 200, description = "the process is up")))]
+pub(crate) async fn healthz() -> axum::Json<serde_json::Value> {
+    axum::Json(serde_json::json!({"status": "ok"}))
+}
+
+#[utoipa::path(get, path = "/readyz", responses((status = 200, body = Ready), (status = 503, body = Ready)))]
+pub(crate) async fn readyz(State(state): State<AppState>) -> (StatusCode, axum::Json<Ready>) {
+    let plugins = state
+        .registry
+        .statuses()
+        .iter()
+        .filter(|status| status.serving.is_some())
+        .count();
+    let ready = state.is_ready() && plugins > 0 && !state.stopping.is_cancelled();
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        status,
+        axum::Json(Ready {
+            ready,
+            run_id: state.session.run_id().to_string(),
+            clusters: state
+                .session
+                .clusters()
+                .iter()
+                .map(|c| c.name.clone())
+                .collect(),
+            plugins,
+            leases: state.leases.len(),
+        }),
+    )
+}
+
+fn rfc3339(at: std::time::SystemTime) -> String {
+    humantime::format_rfc3339_seconds(at).to_string()
+}
+
+pub(crate) fn plugin_views(state: &AppState) -> Vec<PluginView> {
+    let fallbacks = state.registry.fallback_counts();
+    state
+        .registry
+        .statuses()
+        .into_iter()
+        .map(|status| PluginView {
+            kind: status.serving.as_ref().map(|s| s.kind.to_string()),
+            version: status
+                .serving
+                .as_ref()
+                .map(|s| s.plugin.version.to_string()),
+            tier: status
+                .serving
+                .as_ref()
+                .map(|s| format!("{:?}", s.tier).to_lowercase()),
+            source: status.serving.as_ref().map(|s| s.source.to_string()),
+            loaded_at: status.serving.as_ref().map(|s| rfc3339(s.loaded_at)),
+            last_error: status.last_error,
+            last_error_at: status.last_error_at.map(rfc3339),
+            fallbacks: fallbacks.get(&status.name).copied().unwrap_or(0),
+            name: status.name,
+        })
+        .collect()
+}
+
+#[utoipa::path(get, path = "/v1/plugins", responses((status = 200, body = PluginList)))]
+pub(crate) async fn plugins(State(state): State<AppState>) -> axum::Json<PluginList> {
+    axum::Json(PluginList {
+        plugins: plugin_views(&state),
+    })
+}
+
+#[utoipa::path(get, path = "/metrics", responses((status = 200, content_type = "application/openmetrics-text", body = String)))]
+pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
+    let pools = state.session.pools().await;
+    let loads = state.registry.load_counts();
+    {
+        let mut snapshot = state
+            .metrics
+            .snapshot
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        snapshot.pools = pools
+            .into_iter()
+            .map(|p| (p.image, p.cluster, p.desired, p.ready))
+            .collect();
+        snapshot.plugins = plugin_views(&state)
+            .into_iter()
+            .map(|p| {
+                (
+                    p.name,
+                    p.version.unwrap_or_default(),
+                    p.tier.unwrap_or_default(),
+                    p.fallbacks,
+                )
+            })
+            .collect();
+        snapshot.plugin_loads = (loads.loaded, loads.failed);
+        snapshot.retries = state.session.retries().into_iter().collect();
+        snapshot.releases = state.session.releases();
+    }
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        state.metrics.render(),
+    )
+        .into_response()
+}
+
+/// The OpenAPI document of every endpoint, generated from the handlers.
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "sandfleet", description = "Sandboxes on demand for RL frameworks: leases, exec, grading, warm pools and batch runs."),
+    paths(
+        crate::routes::acquire, crate::routes::acquire_batch, crate::routes::list, crate::routes::get,
+        crate::routes::delete, crate::routes::renew, crate::routes::exec, crate::routes::put_file,
+        crate::routes::get_file, crate::routes::evaluate, crate::routes::recycle,
+        crate::routes::warm, crate::routes::pools,
+        crate::runs::start, crate::runs::list, crate::runs::get, crate::runs::results, crate::runs::cancel,
+        plugins, healthz, readyz, metrics, openapi,
+    ),
+    modifiers(&BearerAuth),
+)]
+pub(crate) struct ApiDoc;
+
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+        openapi.security = Some(vec![utoipa::openapi::security::SecurityRequirement::new(
+            "bearer",
+            Vec::<String>::new(),
+        )]);
+    }
+}
+
+#[utoipa::path(get, path = "/v1/openapi.json", responses((status = 200, description = "this document")))]
+pub(crate) async fn openapi() -> axum::Json<utoipa::openapi::OpenApi> {
+    axum::Json(ApiDoc::openapi())
+}

@@ -1,0 +1,535 @@
+//! The lease and pool endpoints.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use sandfleet_core::validate_labels;
+use sandfleet_engine::{DEFAULT_WORKDIR, Evaluation, Purpose, Recycled};
+
+use crate::error::{AppError, ErrorBody, Json, OptionalJson, too_large_or};
+use crate::exec::{self, Framing};
+use crate::leases::{LeaseSlot, NewLease, new_id};
+use crate::model::{
+    AcquireRequest, BatchRequest, EvaluateRequest, EvaluateResponse, ExecRequestBody, ExecResponse,
+    GradeView, LeaseList, LeaseView, PoolRequest, PoolView, PoolsResponse, RecycleResponse,
+    RenewRequest, TestView,
+};
+use crate::state::AppState;
+
+/// Longest client run id kept with a lease.
+const MAX_RUN_ID: usize = 128;
+
+async fn view(slot: &LeaseSlot) -> Result<LeaseView, AppError> {
+    let lease = slot.lease.read().await;
+    let lease = lease
+        .as_ref()
+        .ok_or_else(|| AppError::not_found(format!("lease `{}` was released", slot.id)))?;
+    Ok(slot.view(lease))
+}
+
+async fn acquire_one(state: &AppState, body: AcquireRequest) -> Result<LeaseView, AppError> {
+    state.check_accepting()?;
+    validate_labels(&body.labels).map_err(|e| AppError::invalid(format!("labels: {e}")))?;
+    if body.run_id.as_ref().is_some_and(|id| id.len() > MAX_RUN_ID) {
+        return Err(AppError::invalid(format!(
+            "run_id: at most {MAX_RUN_ID} characters"
+        )));
+    }
+    if body.ttl_s == Some(0) {
+        return Err(AppError::invalid("ttl_s: must be at least 1"));
+    }
+    let (purpose, task_id) = match (body.image, &body.task) {
+        (Some(image), None) => (
+            Purpose::Image {
+                image,
+                workdir: body.workdir.unwrap_or_else(|| DEFAULT_WORKDIR.to_string()),
+            },
+            None,
+        ),
+        (None, Some(row)) => {
+            let task = state.load_task(row).await?;
+            let id = task.id.clone();
+            (Purpose::Task(task), Some(id))
+        }
+        (Some(_), Some(_)) => {
+            return Err(AppError::invalid(
+                "give `image` or `task`, not both (a task names its image)",
+            ));
+        }
+        (None, None) => {
+            return Err(AppError::invalid(
+                "missing field `image` (an image name) or `task` (a dataset row)",
+            ));
+        }
+    };
+    state.leases.check_room(1)?;
+    let id = new_id();
+    let started = Instant::now();
+    let for_task = task_id.is_some();
+    let lease = state.session.acquire(&id, purpose).await?;
+    state.metrics.acquired(for_task, started.elapsed());
+    let slot = state.leases.insert(
+        NewLease {
+            id,
+            task_id,
+            run_id: body.run_id,
+            labels: body.labels,
+            ttl: body.ttl_s.map(Duration::from_secs),
+        },
+        lease,
+    );
+    state.metrics.leases_live.set(state.leases.len() as i64);
+    tracing::info!(lease = %slot.id, "acquired");
+    view(&slot).await
+}
+
+/// Releases the lease `id` in the background; false when it is not live.
+pub(crate) fn release(state: &AppState, id: &str) -> bool {
+    let Some(slot) = state.leases.remove(id) else {
+        return false;
+    };
+    state.metrics.leases_live.set(state.leases.len() as i64);
+    let state = state.clone();
+    tokio::spawn(async move {
+        state.leases.release(&state.session, &slot).await;
+        tracing::info!(lease = %slot.id, "released");
+    });
+    true
+}
+
+#[utoipa::path(post, path = "/v1/leases", request_body = AcquireRequest,
+    responses((status = 201, body = LeaseView), (status = 422, body = ErrorBody), (status = 503, body = ErrorBody)))]
+pub(crate) async fn acquire(
+    State(state): State<AppState>,
+    Json(body): Json<AcquireRequest>,
+) -> Result<(StatusCode, axum::Json<LeaseView>), AppError> {
+    let lease = acquire_one(&state, body).await?;
+    Ok((StatusCode::CREATED, axum::Json(lease)))
+}
+
+#[utoipa::path(post, path = "/v1/leases:batch", request_body = BatchRequest,
+    responses((status = 201, body = LeaseList), (status = 422, body = ErrorBody), (status = 503, body = ErrorBody)))]
+pub(crate) async fn acquire_batch(
+    State(state): State<AppState>,
+    Json(body): Json<BatchRequest>,
+) -> Result<(StatusCode, axum::Json<LeaseList>), AppError> {
+    if body.leases.is_empty() {
+        return Err(AppError::invalid(
+            "leases: give at least one acquire request",
+        ));
+    }
+    state.leases.check_room(body.leases.len())?;
+    let count = body.leases.len();
+    let results = futures_util::future::join_all(
+        body.leases
+            .into_iter()
+            .map(|request| acquire_one(&state, request)),
+    )
+    .await;
+    let first_failure = results.iter().position(Result::is_err);
+    match first_failure {
+        None => Ok((
+            StatusCode::CREATED,
+            axum::Json(LeaseList {
+                leases: results.into_iter().flatten().collect(),
+            }),
+        )),
+        Some(index) => {
+            // All or nothing: what was acquired goes back.
+            let mut error = None;
+            for result in results {
+                match result {
+                    Ok(lease) => {
+                        release(&state, &lease.id);
+                    }
+                    Err(e) => {
+                        error.get_or_insert(e);
+                    }
+                }
+            }
+            let error = error.expect("one failed");
+            Err(AppError::new(
+                error.status(),
+                error.kind(),
+                format!(
+                    "leases[{index}] of {count}: {}; the others acquired were released",
+                    error.message()
+                ),
+            ))
+        }
+    }
+}
+
+/// `GET /v1/leases` filters.
+#[derive(Debug, serde::Deserialize)]
+pub(crate) struct ListQuery {
+    run_id: Option<String>,
+}
+
+#[utoipa::path(get, path = "/v1/leases", params(("run_id" = Option<String>, Query, description = "only the leases of this client run id")),
+    responses((status = 200, body = LeaseList)))]
+pub(crate) async fn list(
+    State(state): State<AppState>,
+    Query(query): Query<ListQuery>,
+) -> axum::Json<LeaseList> {
+    let mut leases = Vec::new();
+    for slot in state.leases.all() {
+        if query.run_id.is_some() && slot.run_id != query.run_id {
+            continue;
+        }
+        if let Ok(view) = view(&slot).await {
+            leases.push(view);
+        }
+    }
+    leases.sort_by(|a, b| a.id.cmp(&b.id));
+    axum::Json(LeaseList { leases })
+}
+
+#[utoipa::path(get, path = "/v1/leases/{id}", responses((status = 200, body = LeaseView), (status = 404, body = ErrorBody)))]
+pub(crate) async fn get(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<axum::Json<LeaseView>, AppError> {
+    let slot = state.leases.get(&id)?;
+    Ok(axum::Json(view(&slot).await?))
+}
+
+#[utoipa::path(delete, path = "/v1/leases/{id}", responses((status = 204), (status = 404, body = ErrorBody)))]
+pub(crate) async fn delete(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, AppError> {
+    if release(&state, &id) {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(state
+            .leases
+            .get(&id)
+            .err()
+            .unwrap_or_else(|| AppError::not_found(format!("lease `{id}` is not live"))))
+    }
+}
+
+#[utoipa::path(post, path = "/v1/leases/{id}/renew", request_body = RenewRequest,
+    responses((status = 200, body = LeaseView), (status = 404, body = ErrorBody)))]
+pub(crate) async fn renew(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    OptionalJson(body): OptionalJson<RenewRequest>,
+) -> Result<axum::Json<LeaseView>, AppError> {
+    let slot = state.leases.get(&id)?;
+    let _in_use = slot.in_use();
+    if let Some(ttl) = body.ttl_s {
+        if ttl == 0 {
+            return Err(AppError::invalid("ttl_s: must be at least 1"));
+        }
+        slot.set_ttl(Duration::from_secs(ttl));
+    }
+    {
+        let lease = slot.lease.read().await;
+        let lease = lease
+            .as_ref()
+            .ok_or_else(|| AppError::not_found(format!("lease `{id}` was released")))?;
+        state.session.renew(lease).await?;
+    }
+    Ok(axum::Json(view(&slot).await?))
+}
+
+/// `?encoding=base64`.
+#[derive(Debug, Default, serde::Deserialize)]
+pub(crate) struct EncodingQuery {
+    encoding: Option<String>,
+}
+
+fn wants_base64(query: &EncodingQuery) -> Result<bool, AppError> {
+    match query.encoding.as_deref() {
+        None | Some("utf-8") | Some("utf8") => Ok(false),
+        Some("base64") => Ok(true),
+        Some(other) => Err(AppError::invalid(format!(
+            "encoding: `{other}` is not `utf-8` or `base64`"
+        ))),
+    }
+}
+
+#[utoipa::path(post, path = "/v1/leases/{id}/exec", request_body = ExecRequestBody,
+    params(("Idempotency-Key" = Option<String>, Header, description = "a retry with the same key returns the first execution's result"),
+           ("encoding" = Option<String>, Query, description = "`base64` for exact bytes")),
+    responses((status = 200, body = ExecResponse, description = "JSON, or with `Accept: application/x-ndjson` / `text/event-stream` output events then an `exit` event"),
+              (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub(crate) async fn exec(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(query): Query<EncodingQuery>,
+    headers: HeaderMap,
+    Json(body): Json<ExecRequestBody>,
+) -> Result<Response, AppError> {
+    let slot = state.leases.get(&id)?;
+    let _in_use = slot.in_use();
+    let base64 = wants_base64(&query)?;
+    let request = exec::request(body, state.config.fleet.max_output)?;
+    let key = headers
+        .get("idempotency-key")
+        .map(|v| {
+            v.to_str()
+                .map_err(|_| AppError::invalid("Idempotency-Key: must be visible ASCII"))
+        })
+        .transpose()?;
+    if key.is_some_and(|k| k.is_empty() || k.len() > 256) {
+        return Err(AppError::invalid("Idempotency-Key: 1 to 256 characters"));
+    }
+    exec::run(
+        &state,
+        &slot,
+        request,
+        key,
+        Framing::from_headers(&headers),
+        base64,
+    )
+    .await
+}
+
+/// `?path=...&mode=...`.
+#[derive(Debug, serde::Deserialize)]
+pub(crate) struct FileQuery {
+    path: Option<String>,
+    mode: Option<String>,
+}
+
+fn file_path(query: &FileQuery) -> Result<&str, AppError> {
+    match query.path.as_deref() {
+        Some(path) if path.starts_with('/') => Ok(path),
+        Some(path) => Err(AppError::invalid(format!(
+            "path: `{path}` is not an absolute path in the sandbox"
+        ))),
+        None => Err(AppError::invalid("missing query parameter `path`")),
+    }
+}
+
+#[utoipa::path(put, path = "/v1/leases/{id}/files",
+    params(("path" = String, Query, description = "absolute path in the sandbox"), ("mode" = Option<String>, Query, description = "octal permission bits, default 644")),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream"),
+    responses((status = 204), (status = 413, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub(crate) async fn put_file(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(query): Query<FileQuery>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<StatusCode, AppError> {
+    let slot = state.leases.get(&id)?;
+    let _in_use = slot.in_use();
+    let path = file_path(&query)?;
+    let mode = match query.mode.as_deref() {
+        None => 0o644,
+        Some(text) => u32::from_str_radix(text, 8)
+            .ok()
+            .filter(|mode| *mode <= 0o7777)
+            .ok_or_else(|| {
+                AppError::invalid(format!("mode: `{text}` is not octal permission bits"))
+            })?,
+    };
+    let body = body.map_err(|e| too_large_or(e.status(), e.body_text()))?;
+    let lease = slot.lease.read().await;
+    let lease = lease
+        .as_ref()
+        .ok_or_else(|| AppError::not_found(format!("lease `{id}` was released")))?;
+    state.session.put_file(lease, path, &body, mode).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[utoipa::path(get, path = "/v1/leases/{id}/files",
+    params(("path" = String, Query, description = "absolute path in the sandbox")),
+    responses((status = 200, content_type = "application/octet-stream", body = Vec<u8>), (status = 404, body = ErrorBody)))]
+pub(crate) async fn get_file(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(query): Query<FileQuery>,
+) -> Result<Response, AppError> {
+    let slot = state.leases.get(&id)?;
+    let _in_use = slot.in_use();
+    let path = file_path(&query)?;
+    let lease = slot.lease.read().await;
+    let lease = lease
+        .as_ref()
+        .ok_or_else(|| AppError::not_found(format!("lease `{id}` was released")))?;
+    let bytes = state.session.get_file(lease, path).await?;
+    Ok(([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response())
+}
+
+pub(crate) fn evaluation_view(evaluation: Evaluation) -> EvaluateResponse {
+    EvaluateResponse {
+        status: match evaluation.status {
+            sandfleet_engine::TaskStatus::Ok => "ok",
+            sandfleet_engine::TaskStatus::Failed => "failed",
+            sandfleet_engine::TaskStatus::InfraError => "infra_error",
+        }
+        .to_string(),
+        grade: evaluation.grade.map(|grade| GradeView {
+            status: grade.status.name().to_string(),
+            reward: grade.reward,
+            detail: grade.detail,
+            tests: grade
+                .tests
+                .into_iter()
+                .map(|test| TestView {
+                    status: test.status.name().to_string(),
+                    name: test.name,
+                })
+                .collect(),
+            report: serde_json::from_str(&grade.report)
+                .unwrap_or(serde_json::Value::String(grade.report)),
+        }),
+        timed_out: evaluation.timed_out,
+        error: evaluation.error,
+        duration_ms: evaluation.duration.as_millis() as u64,
+    }
+}
+
+#[utoipa::path(post, path = "/v1/leases/{id}/evaluate", request_body = EvaluateRequest,
+    responses((status = 200, body = EvaluateResponse), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub(crate) async fn evaluate(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    OptionalJson(body): OptionalJson<EvaluateRequest>,
+) -> Result<axum::Json<EvaluateResponse>, AppError> {
+    let slot = state.leases.get(&id)?;
+    let _in_use = slot.in_use();
+    let task = match &body.task {
+        Some(row) => Some(state.load_task(row).await?),
+        None if slot.task_id.is_none() => {
+            return Err(AppError::invalid(
+                "missing field `task`: this lease was acquired for an image, so say which task to evaluate",
+            ));
+        }
+        None => None,
+    };
+    let started = Instant::now();
+    let mut lease = slot.lease.write().await;
+    let lease = lease
+        .as_mut()
+        .ok_or_else(|| AppError::not_found(format!("lease `{id}` was released")))?;
+    let evaluation = state
+        .session
+        .evaluate(lease, task, body.solution.as_deref())
+        .await?;
+    state
+        .metrics
+        .evaluate_seconds
+        .observe(started.elapsed().as_secs_f64());
+    Ok(axum::Json(evaluation_view(evaluation)))
+}
+
+#[utoipa::path(post, path = "/v1/leases/{id}/recycle",
+    responses((status = 200, body = RecycleResponse), (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)))]
+pub(crate) async fn recycle(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<axum::Json<RecycleResponse>, AppError> {
+    let slot = state.leases.get(&id)?;
+    let _in_use = slot.in_use();
+    let mut guard = slot.lease.write().await;
+    let lease = guard
+        .as_mut()
+        .ok_or_else(|| AppError::not_found(format!("lease `{id}` was released")))?;
+    match state.session.recycle(lease).await {
+        Ok(recycled) => {
+            state.leases.persist(&id, lease);
+            let view = slot.view(lease);
+            Ok(axum::Json(RecycleResponse {
+                reset: match recycled {
+                    Recycled::Clean => "clean",
+                    Recycled::Replaced => "replaced",
+                }
+                .to_string(),
+                lease: view,
+            }))
+        }
+        Err(error) => {
+            // Its sandbox went to the release queue; no fresh one came.
+            drop(guard);
+            release(&state, &id);
+            Err(AppError::from(error))
+        }
+    }
+}
+
+async fn pool_views(state: &AppState) -> Vec<PoolView> {
+    state
+        .session
+        .pools()
+        .await
+        .into_iter()
+        .map(|pool| PoolView {
+            image: pool.image,
+            cluster: pool.cluster,
+            desired: pool.desired,
+            ready: pool.ready,
+            error: pool.error,
+        })
+        .collect()
+}
+
+#[utoipa::path(post, path = "/v1/pools", request_body = PoolRequest,
+    responses((status = 202, body = PoolsResponse), (status = 422, body = ErrorBody)))]
+pub(crate) async fn warm(
+    State(state): State<AppState>,
+    Json(body): Json<PoolRequest>,
+) -> Result<(StatusCode, axum::Json<PoolsResponse>), AppError> {
+    state.check_accepting()?;
+    let mut images = body.images;
+    for row in &body.tasks {
+        images.push(state.load_task(row).await?.image);
+    }
+    if images.is_empty() {
+        return Err(AppError::invalid(
+            "missing field `images` (image names) or `tasks` (dataset rows)",
+        ));
+    }
+    let plan = state
+        .session
+        .warm(images.iter().map(String::as_str))
+        .await?;
+    let planned = plan
+        .images
+        .iter()
+        .cloned()
+        .zip(plan.replicas.iter().copied())
+        .collect();
+    Ok((
+        StatusCode::ACCEPTED,
+        axum::Json(PoolsResponse {
+            planned: Some(planned),
+            pools: pool_views(&state).await,
+        }),
+    ))
+}
+
+#[utoipa::path(get, path = "/v1/pools", responses((status = 200, body = PoolsResponse)))]
+pub(crate) async fn pools(State(state): State<AppState>) -> axum::Json<PoolsResponse> {
+    axum::Json(PoolsResponse {
+        planned: None,
+        pools: pool_views(&state).await,
+    })
+}
+
+/// Releases every lease idle past its time; runs until the daemon stops.
+pub(crate) async fn expire_idle(state: AppState, every: Duration) {
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(every) => {}
+            () = state.stopping.cancelled() => return,
+        }
+        for slot in state.leases.take_idle() {
+            tracing::info!(lease = %slot.id, "idle past its time; released");
+            state.metrics.leases_expired.inc();
+            state.metrics.leases_live.set(state.leases.len() as i64);
+            let state = state.clone();
+            let slot: Arc<LeaseSlot> = slot;
+            tokio::spawn(async move { state.leases.release(&state.session, &slot).await });
+        }
+    }
+}
