@@ -169,6 +169,15 @@ impl K8sConfig {
                 self.controller
             ));
         }
+        // A scrub kills every process it sees in the pod: it must see only
+        // the sandbox's.
+        for key in ["hostPID", "shareProcessNamespace", "containers"] {
+            if self.pod_spec.contains_key(key) {
+                return Err(format!(
+                    "pod_spec may not set `{key}`: a sandbox's pod runs one container in its own pid namespace"
+                ));
+            }
+        }
         for (key, value) in &self.node_selector {
             sandfleet_core::validate_label(key, value)
                 .map_err(|e| format!("node_selector: {e}"))?;
@@ -290,5 +299,10 @@ pod_spec = { priorityClassName = "batch" }
             ..base()
         };
         assert!(bad(selector).starts_with("node_selector"));
+        let shared = K8sConfig {
+            pod_spec: BTreeMap::from([("hostPID".into(), true.into())]),
+            ..base()
+        };
+        assert!(bad(shared).starts_with("pod_spec may not set `hostPID`"));
     }
 }

@@ -275,7 +275,7 @@ mod tests {
         // take ownership of it).
         assert!(value["spec"].get("service").is_none(), "{value}");
         let bad = K8sConfig {
-            pod_spec: BTreeMap::from([("containers".into(), "nope".into())]),
+            pod_spec: BTreeMap::from([("nodeSelector".into(), "nope".into())]),
             ..K8sConfig::default()
         };
         assert!(

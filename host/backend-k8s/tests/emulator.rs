@@ -445,3 +445,34 @@ async fn a_prepull_puts_the_images_on_every_matching_node_and_leaves_no_daemon_s
         .unwrap();
     assert!(left.items.is_empty(), "{:?}", left.items.len());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scrub_stops_what_a_task_left_running_and_spares_the_entrypoint() {
+    let cluster = Cluster::agent_sandbox().await;
+    let backend = cluster.backend(cluster.config());
+    let run = RunId::new("run-scrub").unwrap();
+    let template = warm_template(&backend, &run, 0).await;
+    let handle = backend
+        .claim(&template, &run.labels(), soon())
+        .await
+        .unwrap();
+    let comms = sh("for d in /proc/[0-9]*; do cat $d/comm 2>/dev/null; done | sort | tr '\\n' ' '");
+    let left = sh("nohup sleep 300 >/dev/null 2>&1 & exit 0");
+    assert_eq!(
+        backend.exec(&handle, &left, None).await.unwrap().exit_code,
+        0
+    );
+    let before = backend.exec(&handle, &comms, None).await.unwrap();
+    assert!(
+        String::from_utf8_lossy(&before.stdout).contains("sleep"),
+        "{before:?}"
+    );
+    backend.scrub(&handle).await.unwrap();
+    let after = backend.exec(&handle, &comms, None).await.unwrap();
+    let after = String::from_utf8_lossy(&after.stdout).into_owned();
+    assert!(
+        !after.contains("sleep") && after.contains("tail"),
+        "{after}"
+    );
+    backend.reap(&run).await.unwrap();
+}
