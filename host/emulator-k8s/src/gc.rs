@@ -223,6 +223,32 @@ pub(crate) fn empty_namespace(state: &State, namespace: &str) {
     }
 }
 
+/// Whether a new object names an owner that does not exist (by kind, name and uid):
+/// the collector deletes such a dependent. A lookup per reference, so that the whole
+/// store is walked only when an object may really have lost its owner.
+fn dangling(state: &State, object: &Value) -> bool {
+    let namespace = object["metadata"]["namespace"].as_str().unwrap_or_default();
+    owner_refs(object).iter().any(|r| {
+        let api_version = r["apiVersion"].as_str().unwrap_or_default();
+        let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+        let kind = r["kind"].as_str().unwrap_or_default();
+        let Some(resource) = state
+            .registry
+            .all()
+            .into_iter()
+            .find(|res| res.group == group && res.kind == kind)
+        else {
+            return true;
+        };
+        let ns = if resource.namespaced { namespace } else { "" };
+        let name = r["name"].as_str().unwrap_or_default();
+        state
+            .store
+            .get(&resource.key(), ns, name)
+            .is_none_or(|owner| owner["metadata"]["uid"] != r["uid"])
+    })
+}
+
 /// Run the collector until the store is dropped: a pass whenever an event may have
 /// left a dependent without its owner or an owner waiting for its dependents.
 pub(crate) async fn run(state: Arc<State>) {
@@ -235,7 +261,7 @@ pub(crate) async fn run(state: Arc<State>) {
                 events.iter().any(|e| {
                     e.kind == crate::store::EventType::Deleted
                         || deleting(&e.object)
-                        || e.object["metadata"].get("ownerReferences").is_some()
+                        || (e.kind == crate::store::EventType::Added && dangling(&state, &e.object))
                 })
             }
             Err(_) => {

@@ -4,91 +4,11 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Api, EXT, crd_dir, image, is_true};
+use common::kubectl::Cluster;
+use common::{Api, EXT, crd_dir, is_true};
 use sandfleet_emulator_k8s::{Config, Emulator};
-
-struct Cluster {
-    emulator: Emulator,
-    dir: tempfile::TempDir,
-    _image: tempfile::TempDir,
-}
-
-impl Cluster {
-    async fn start(config: Config) -> Self {
-        let (image_dir, images) = image("python:3.12");
-        let emulator = Emulator::start(Config { images, ..config })
-            .await
-            .expect("emulator starts");
-        let dir = tempfile::tempdir().expect("temp dir");
-        emulator
-            .write_kubeconfig(&dir.path().join("kubeconfig"))
-            .expect("kubeconfig");
-        Self {
-            emulator,
-            dir,
-            _image: image_dir,
-        }
-    }
-
-    fn file(&self, name: &str, text: &str) -> PathBuf {
-        let path = self.dir.path().join(name);
-        std::fs::write(&path, text).expect("write manifest");
-        path
-    }
-
-    async fn kubectl_with(&self, args: &[&str], stdin: Option<&str>, timeout: &str) -> Output {
-        let kubeconfig = self.dir.path().join("kubeconfig");
-        let home = self.dir.path().join("home");
-        let args: Vec<String> = args.iter().map(|s| (*s).to_string()).collect();
-        let stdin = stdin.map(str::to_string);
-        let timeout = format!("--request-timeout={timeout}");
-        tokio::task::spawn_blocking(move || {
-            std::fs::create_dir_all(&home).expect("home");
-            // The flag goes first: after `--` it would be the command's.
-            let mut child = std::process::Command::new("kubectl")
-                .arg(timeout)
-                .args(&args)
-                .env("KUBECONFIG", kubeconfig)
-                .env("HOME", home)
-                .stdin(if stdin.is_some() {
-                    Stdio::piped()
-                } else {
-                    Stdio::null()
-                })
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("kubectl runs");
-            if let Some(text) = stdin {
-                use std::io::Write as _;
-                let mut pipe = child.stdin.take().expect("stdin");
-                pipe.write_all(text.as_bytes()).expect("write stdin");
-            }
-            child.wait_with_output().expect("kubectl output")
-        })
-        .await
-        .expect("kubectl task")
-    }
-
-    async fn kubectl(&self, args: &[&str]) -> Output {
-        self.kubectl_with(args, None, "10s").await
-    }
-
-    async fn ok(&self, args: &[&str]) -> String {
-        let out = self.kubectl(args).await;
-        assert!(
-            out.status.success(),
-            "kubectl {args:?} failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-}
 
 const TEMPLATE: &str = "apiVersion: extensions.agents.x-k8s.io/v1beta1
 kind: SandboxTemplate
@@ -138,7 +58,7 @@ async fn wait_for(cluster: &Cluster, args: &[&str], done: impl Fn(&str) -> bool)
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_runs_the_agent_sandbox_flow_from_crds_to_exec_and_cleanup() {
-    let cluster = Cluster::start(Config::default()).await;
+    let cluster = Cluster::with_image(Config::default()).await;
     let out = cluster
         .ok(&["apply", "-f", crd_dir().to_str().unwrap()])
         .await;
@@ -339,7 +259,7 @@ async fn kubectl_runs_the_agent_sandbox_flow_from_crds_to_exec_and_cleanup() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_with_a_service_asked_for_is_reachable_by_claim_and_cleaned_up_with_the_claim() {
-    let cluster = Cluster::start(Config {
+    let cluster = Cluster::with_image(Config {
         with_agent_sandbox: true,
         ..Config::default()
     })

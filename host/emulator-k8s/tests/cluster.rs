@@ -589,3 +589,103 @@ fn walkdir_count(runs: &std::path::Path) -> usize {
         .map(|s| s.flatten().count())
         .sum()
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_bodies_and_patches_get_a_status_and_the_server_keeps_serving() {
+    let emulator = Emulator::start(Config {
+        with_agent_sandbox: true,
+        ..Config::default()
+    })
+    .await
+    .unwrap();
+    let api = Api::new(&emulator);
+    let bad = [
+        (
+            Method::POST,
+            "/api/v1/namespaces/default/configmaps",
+            "application/json",
+            "{\"metadata\": ",
+            400,
+            "BadRequest",
+        ),
+        (
+            Method::POST,
+            "/api/v1/namespaces/default/configmaps",
+            "application/yaml",
+            "metadata: [unclosed",
+            400,
+            "BadRequest",
+        ),
+        (
+            Method::POST,
+            "/api/v1/namespaces/default/configmaps",
+            "text/csv",
+            "a,b",
+            415,
+            "UnsupportedMediaType",
+        ),
+        (
+            Method::PATCH,
+            "/api/v1/namespaces/default/configmaps/x",
+            "application/apply-patch+yaml",
+            "kind: [",
+            400,
+            "BadRequest",
+        ),
+        (
+            Method::POST,
+            "/apis/example.com/v1/namespaces/default/nopes",
+            "application/json",
+            "{}",
+            404,
+            "NotFound",
+        ),
+    ];
+    for (method, path, content_type, body, code, reason) in bad {
+        let resp = api
+            .http
+            .request(method.clone(), format!("{}{path}", api.base))
+            .bearer_auth(&api.token)
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            resp.status().as_u16(),
+            code,
+            "{method} {path} {content_type}"
+        );
+        let status: Value = resp.json().await.unwrap();
+        assert_eq!(
+            (status["kind"].as_str(), status["reason"].as_str()),
+            (Some("Status"), Some(reason)),
+            "{status}"
+        );
+        assert!(!status["message"].as_str().unwrap().is_empty());
+    }
+    // A claim failing its schema: required field, wrong type, bad enum.
+    let claim = json!({"apiVersion": "extensions.agents.x-k8s.io/v1beta1", "kind": "SandboxClaim", "metadata": {"name": "c"},
+        "spec": {"lifecycle": {"shutdownPolicy": "Sometimes", "ttlSecondsAfterFinished": "soon"}}});
+    let (code, status) = api
+        .send(
+            Method::POST,
+            &format!("{}/sandboxclaims", common::EXT),
+            Some(claim),
+        )
+        .await;
+    assert_eq!(code, 422, "{status}");
+    let message = status["message"].as_str().unwrap();
+    for field in [
+        "spec.warmPoolRef: Required value",
+        "spec.lifecycle.shutdownPolicy: Unsupported value: \"Sometimes\"",
+        "spec.lifecycle.ttlSecondsAfterFinished",
+    ] {
+        assert!(message.contains(field), "{field} in {message}");
+    }
+    assert!(
+        api.get("/api/v1/namespaces/default").await.is_some(),
+        "still serving"
+    );
+    emulator.shutdown().await;
+}

@@ -1,6 +1,7 @@
-//! Watch correctness under faults with a real client library: kube-rs's runtime
-//! watcher, which resumes from the last event or bookmark when a watch ends and relists
-//! on 410 Gone, as controllers and the Kubernetes driver do.
+//! kube-rs (the Kubernetes driver's client library) against the emulator: watch
+//! correctness under faults with its runtime watcher, which resumes from the last event
+//! or bookmark when a watch ends and relists on 410 Gone; and a long-lived exec session
+//! fed on stdin over its websocket exec.
 
 use std::time::{Duration, Instant};
 
@@ -132,4 +133,93 @@ async fn a_watcher_relisting_on_410_sees_no_update_twice_or_out_of_order() {
         "a relist never goes back: {seen:?}"
     );
     assert_eq!(seen.last().unwrap().1, UPDATES);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_lived_shell_over_kube_exec_runs_many_commands_fed_on_stdin() {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::AttachParams;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let image = tempfile::tempdir().unwrap();
+    let mut images = sandfleet_emulator_k8s::ImageMap::new();
+    images.insert(
+        "py".into(),
+        sandfleet_backend_local::ImageSource {
+            path: image.path().to_path_buf(),
+            git: false,
+            limits: Default::default(),
+        },
+    );
+    let emulator = Emulator::start(Config {
+        images,
+        ..Config::default()
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let client = client(&emulator, &dir).await;
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "shell"}, "spec": {"containers": [{"name": "main", "image": "py"}]}})).unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while pods
+        .get("shell")
+        .await
+        .unwrap()
+        .status
+        .and_then(|s| s.phase)
+        .as_deref()
+        != Some("Running")
+    {
+        assert!(Instant::now() < deadline, "pod never ran");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut session = pods
+        .exec(
+            "shell",
+            ["sh"],
+            &AttachParams::default()
+                .stdin(true)
+                .stdout(true)
+                .stderr(true),
+        )
+        .await
+        .unwrap();
+    let mut stdin = session.stdin().unwrap();
+    let mut stdout = session.stdout().unwrap();
+    let status = session.take_status().unwrap();
+    // One command at a time, each answered before the next is sent.
+    let mut all = String::new();
+    for i in 0..20 {
+        stdin
+            .write_all(format!("echo line-$(({i} * 2))\n").as_bytes())
+            .await
+            .unwrap();
+        let mut buf = vec![0u8; 64];
+        let n = tokio::time::timeout(Duration::from_secs(10), stdout.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        let got = String::from_utf8_lossy(&buf[..n]).into_owned();
+        assert_eq!(got, format!("line-{}\n", i * 2));
+        all.push_str(&got);
+    }
+    stdin.write_all(b"exit 4\n").await.unwrap();
+    drop(stdin);
+    let status = tokio::time::timeout(Duration::from_secs(10), status)
+        .await
+        .unwrap()
+        .expect("a status");
+    assert_eq!(status.status.as_deref(), Some("Failure"));
+    assert_eq!(status.reason.as_deref(), Some("NonZeroExitCode"));
+    let code = status
+        .details
+        .and_then(|d| d.causes)
+        .and_then(|c| c.into_iter().next())
+        .and_then(|c| c.message);
+    assert_eq!(code.as_deref(), Some("4"));
+    session.join().await.unwrap();
+    assert_eq!(all.lines().count(), 20);
+    emulator.shutdown().await;
 }

@@ -2,79 +2,13 @@
 //! emulator started in-process on 127.0.0.1:0, with a fresh HOME so discovery is not
 //! cached between tests.
 
-use std::path::{Path, PathBuf};
-use std::process::Output;
+mod common;
+
 use std::time::{Duration, Instant};
 
-use sandfleet_emulator_k8s::{Config, Emulator};
-
-struct Cluster {
-    emulator: Emulator,
-    dir: tempfile::TempDir,
-}
-
-impl Cluster {
-    async fn start() -> Self {
-        let emulator = Emulator::start(Config::default())
-            .await
-            .expect("emulator starts");
-        let dir = tempfile::tempdir().expect("temp dir");
-        emulator
-            .write_kubeconfig(&dir.path().join("kubeconfig"))
-            .expect("kubeconfig written");
-        Self { emulator, dir }
-    }
-
-    fn file(&self, name: &str, text: &str) -> PathBuf {
-        let path = self.dir.path().join(name);
-        std::fs::write(&path, text).expect("write manifest");
-        path
-    }
-
-    /// Run kubectl off the async runtime (it blocks for its whole run).
-    async fn kubectl(&self, args: &[&str]) -> Output {
-        let kubeconfig = self.dir.path().join("kubeconfig");
-        let home = self.dir.path().join("home");
-        let args: Vec<String> = args.iter().map(|s| (*s).to_string()).collect();
-        tokio::task::spawn_blocking(move || {
-            std::fs::create_dir_all(&home).expect("home");
-            std::process::Command::new("kubectl")
-                .args(&args)
-                .arg("--request-timeout=10s")
-                .env("KUBECONFIG", kubeconfig)
-                .env("HOME", home)
-                .output()
-                .expect("kubectl runs")
-        })
-        .await
-        .expect("kubectl task")
-    }
-
-    async fn ok(&self, args: &[&str]) -> String {
-        let out = self.kubectl(args).await;
-        assert!(
-            out.status.success(),
-            "kubectl {args:?} failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    async fn fails(&self, args: &[&str]) -> String {
-        let out = self.kubectl(args).await;
-        assert!(
-            !out.status.success(),
-            "kubectl {args:?} should fail: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
-        String::from_utf8_lossy(&out.stderr).into_owned()
-    }
-}
-
-fn crd_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("crds")
-}
+use common::crd_dir;
+use common::kubectl::Cluster;
+use sandfleet_emulator_k8s::Config;
 
 const TEMPLATE: &str = r#"apiVersion: extensions.agents.x-k8s.io/v1beta1
 kind: SandboxTemplate
@@ -89,7 +23,7 @@ spec:
 "#;
 
 async fn with_crds() -> Cluster {
-    let cluster = Cluster::start().await;
+    let cluster = Cluster::start(Config::default()).await;
     let out = cluster
         .ok(&["apply", "-f", crd_dir().to_str().unwrap()])
         .await;
@@ -211,7 +145,7 @@ fn pod(name: &str, labels: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn get_pods_with_equality_and_set_based_selectors() {
-    let cluster = Cluster::start().await;
+    let cluster = Cluster::start(Config::default()).await;
     let manifest = [
         pod("a", "app: foo, tier: web"),
         pod("b", "app: bar, tier: x"),
@@ -277,7 +211,7 @@ fn owned_configmap(name: &str, owner_kind: &str, owner: &str, uid: &str, block: 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delete_collects_dependents_in_background_and_foreground_and_orphans_on_request() {
-    let cluster = Cluster::start().await;
+    let cluster = Cluster::start(Config::default()).await;
     let file = cluster.file(
         "owners.yaml",
         &[

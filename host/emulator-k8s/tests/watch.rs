@@ -3,115 +3,28 @@
 
 use std::time::Duration;
 
+mod common;
+
+use common::{Api, Lines, rv};
 use sandfleet_emulator_k8s::{Config, Emulator};
 use serde_json::{Value, json};
 
-struct Client {
-    http: reqwest::Client,
-    base: String,
-    token: String,
-}
-
-impl Client {
-    fn new(emulator: &Emulator) -> Self {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let ca = reqwest::Certificate::from_pem(emulator.ca_pem().as_bytes()).expect("CA parses");
-        let http = reqwest::Client::builder()
-            .tls_backend_rustls()
-            .tls_certs_only([ca])
-            .build()
-            .expect("client");
-        Self {
-            http,
-            base: emulator.url().to_string(),
-            token: emulator.token().to_string(),
-        }
-    }
-
-    async fn send(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
-        let mut req = self
-            .http
-            .request(method, format!("{}{path}", self.base))
-            .bearer_auth(&self.token);
-        if let Some(b) = body {
-            req = req
-                .header("content-type", "application/json")
-                .body(b.to_string());
-        }
-        let resp = req.send().await.expect("request");
-        let code = resp.status().as_u16();
-        let text = resp.text().await.expect("body");
-        (
-            code,
-            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+async fn create_cm(client: &Api, name: &str, labels: Value) -> Value {
+    client
+        .create(
+            "/api/v1/namespaces/default/configmaps",
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": labels}, "data": {"k": "v"}}),
         )
-    }
-
-    async fn create_cm(&self, name: &str, labels: Value) -> Value {
-        let (code, obj) = self
-            .send(
-                reqwest::Method::POST,
-                "/api/v1/namespaces/default/configmaps",
-                Some(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": labels}, "data": {"k": "v"}})),
-            )
-            .await;
-        assert_eq!(code, 201, "{obj}");
-        obj
-    }
-
-    /// Open a watch; returns the response to read lines from.
-    async fn watch(&self, query: &str) -> reqwest::Response {
-        let resp = self
-            .http
-            .get(format!(
-                "{}/api/v1/namespaces/default/configmaps?watch=true&{query}",
-                self.base
-            ))
-            .bearer_auth(&self.token)
-            .send()
-            .await
-            .expect("watch");
-        assert_eq!(resp.status().as_u16(), 200);
-        resp
-    }
+        .await
 }
 
-/// Reads newline-delimited events from a watch response.
-struct Lines {
-    resp: reqwest::Response,
-    buf: Vec<u8>,
-}
-
-impl Lines {
-    fn new(resp: reqwest::Response) -> Self {
-        Self {
-            resp,
-            buf: Vec::new(),
-        }
-    }
-
-    /// The next event, or None when the server ends the stream.
-    async fn next(&mut self) -> Option<Value> {
-        loop {
-            if let Some(pos) = self.buf.iter().position(|b| *b == b'\n') {
-                let line: Vec<u8> = self.buf.drain(..=pos).collect();
-                return Some(serde_json::from_slice(&line).expect("each line is one JSON event"));
-            }
-            let chunk = tokio::time::timeout(Duration::from_secs(10), self.resp.chunk())
-                .await
-                .expect("an event or the end within 10 s")
-                .expect("stream reads");
-            self.buf.extend_from_slice(&chunk?);
-        }
-    }
-}
-
-fn rv(object: &Value) -> u64 {
-    object["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap()
+/// Open a watch on the default namespace's configmaps.
+async fn watch(client: &Api, query: &str) -> Lines {
+    client
+        .watch(&format!(
+            "/api/v1/namespaces/default/configmaps?watch=true&{query}"
+        ))
+        .await
 }
 
 fn summary(event: &Value) -> (String, String) {
@@ -127,9 +40,9 @@ fn summary(event: &Value) -> (String, String) {
 #[tokio::test]
 async fn a_watch_from_a_resource_version_gets_exactly_the_later_events_in_order() {
     let emulator = Emulator::start(Config::default()).await.unwrap();
-    let client = Client::new(&emulator);
-    let a = client.create_cm("a", json!({})).await;
-    let b = client.create_cm("b", json!({})).await;
+    let client = Api::new(&emulator);
+    let a = create_cm(&client, "a", json!({})).await;
+    let b = create_cm(&client, "b", json!({})).await;
     let mut changed = a.clone();
     changed["data"]["k"] = json!("w");
     let (code, _) = client
@@ -140,7 +53,7 @@ async fn a_watch_from_a_resource_version_gets_exactly_the_later_events_in_order(
         )
         .await;
     assert_eq!(code, 200);
-    client.create_cm("c", json!({})).await;
+    create_cm(&client, "c", json!({})).await;
     let (code, _) = client
         .send(
             reqwest::Method::DELETE,
@@ -151,11 +64,11 @@ async fn a_watch_from_a_resource_version_gets_exactly_the_later_events_in_order(
     assert_eq!(code, 200);
 
     // From b's RV: exactly what happened after it; timeoutSeconds ends the stream.
-    let mut lines = Lines::new(
-        client
-            .watch(&format!("resourceVersion={}&timeoutSeconds=1", rv(&b)))
-            .await,
-    );
+    let mut lines = watch(
+        &client,
+        &format!("resourceVersion={}&timeoutSeconds=1", rv(&b)),
+    )
+    .await;
     let mut seen = Vec::new();
     let mut last = 0;
     while let Some(event) = lines.next().await {
@@ -168,7 +81,7 @@ async fn a_watch_from_a_resource_version_gets_exactly_the_later_events_in_order(
     assert_eq!(seen, expected.map(|(t, n)| (t.to_string(), n.to_string())));
 
     // From the start (no RV): the current objects as ADDED.
-    let mut lines = Lines::new(client.watch("timeoutSeconds=1").await);
+    let mut lines = watch(&client, "timeoutSeconds=1").await;
     let mut initial = Vec::new();
     while let Some(event) = lines.next().await {
         initial.push(summary(&event));
@@ -188,16 +101,12 @@ async fn an_rv_older_than_the_kept_history_gets_410_expired() {
     })
     .await
     .unwrap();
-    let client = Client::new(&emulator);
-    let first = client.create_cm("first", json!({})).await;
+    let client = Api::new(&emulator);
+    let first = create_cm(&client, "first", json!({})).await;
     for i in 0..10 {
-        client.create_cm(&format!("m{i}"), json!({})).await;
+        create_cm(&client, &format!("m{i}"), json!({})).await;
     }
-    let mut lines = Lines::new(
-        client
-            .watch(&format!("resourceVersion={}", rv(&first)))
-            .await,
-    );
+    let mut lines = watch(&client, &format!("resourceVersion={}", rv(&first))).await;
     let event = lines.next().await.expect("an ERROR event");
     assert_eq!(event["type"], "ERROR");
     assert_eq!(event["object"]["code"], 410);
@@ -229,7 +138,7 @@ async fn an_rv_older_than_the_kept_history_gets_410_expired() {
     assert_eq!(code, 200, "{next}");
     assert_eq!(next["items"].as_array().unwrap().len(), 9);
     for i in 0..6 {
-        client.create_cm(&format!("late{i}"), json!({})).await;
+        create_cm(&client, &format!("late{i}"), json!({})).await;
     }
     let (code, expired) = client
         .send(
@@ -251,17 +160,17 @@ async fn bookmarks_carry_a_resource_version_to_resume_from_without_loss() {
     })
     .await
     .unwrap();
-    let client = Client::new(&emulator);
-    let start = client.create_cm("s", json!({})).await;
-    let mut lines = Lines::new(
-        client
-            .watch(&format!(
-                "resourceVersion={}&allowWatchBookmarks=true&timeoutSeconds=30",
-                rv(&start)
-            ))
-            .await,
-    );
-    let made = client.create_cm("x", json!({})).await;
+    let client = Api::new(&emulator);
+    let start = create_cm(&client, "s", json!({})).await;
+    let mut lines = watch(
+        &client,
+        &format!(
+            "resourceVersion={}&allowWatchBookmarks=true&timeoutSeconds=30",
+            rv(&start)
+        ),
+    )
+    .await;
+    let made = create_cm(&client, "x", json!({})).await;
     let mut bookmark = None;
     for _ in 0..100 {
         let event = lines.next().await.expect("stream open");
@@ -273,12 +182,12 @@ async fn bookmarks_carry_a_resource_version_to_resume_from_without_loss() {
     }
     let bookmark = bookmark.expect("a bookmark at or after the last change");
     drop(lines);
-    let after = client.create_cm("y", json!({})).await;
-    let mut resumed = Lines::new(
-        client
-            .watch(&format!("resourceVersion={bookmark}&timeoutSeconds=1"))
-            .await,
-    );
+    let after = create_cm(&client, "y", json!({})).await;
+    let mut resumed = watch(
+        &client,
+        &format!("resourceVersion={bookmark}&timeoutSeconds=1"),
+    )
+    .await;
     let event = resumed.next().await.expect("the event after the bookmark");
     assert_eq!(summary(&event), ("ADDED".into(), "y".into()));
     assert_eq!(rv(&event["object"]), rv(&after));
@@ -289,16 +198,16 @@ async fn bookmarks_carry_a_resource_version_to_resume_from_without_loss() {
 #[tokio::test]
 async fn objects_entering_and_leaving_a_label_selector_are_added_and_deleted() {
     let emulator = Emulator::start(Config::default()).await.unwrap();
-    let client = Client::new(&emulator);
-    let obj = client.create_cm("sel", json!({"app": "other"})).await;
-    let mut lines = Lines::new(
-        client
-            .watch(&format!(
-                "resourceVersion={}&labelSelector=app%3Dx&timeoutSeconds=2",
-                rv(&obj)
-            ))
-            .await,
-    );
+    let client = Api::new(&emulator);
+    let obj = create_cm(&client, "sel", json!({"app": "other"})).await;
+    let mut lines = watch(
+        &client,
+        &format!(
+            "resourceVersion={}&labelSelector=app%3Dx&timeoutSeconds=2",
+            rv(&obj)
+        ),
+    )
+    .await;
     let patch = |labels: Value| {
         client
             .http
@@ -338,7 +247,7 @@ async fn objects_entering_and_leaving_a_label_selector_are_added_and_deleted() {
 #[tokio::test]
 async fn requests_without_the_token_get_401_and_discovery_never_406() {
     let emulator = Emulator::start(Config::default()).await.unwrap();
-    let client = Client::new(&emulator);
+    let client = Api::new(&emulator);
     let resp = client
         .http
         .get(format!("{}/api/v1/namespaces", client.base))

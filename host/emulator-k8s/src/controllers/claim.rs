@@ -354,26 +354,17 @@ fn create_cold(
 }
 
 /// Candidates of `pool` in the order adoption tries them.
-fn candidates(c: &Client<'_>, pool: &Value) -> Vec<Value> {
-    let (ns, pool_name) = client::names(pool);
-    let hash = names::name_hash(&pool_name);
-    let members: Vec<Value> = c
-        .list(SANDBOXES, Some(&ns))
+fn candidates(c: &Client<'_>, pool: &Value) -> Vec<std::sync::Arc<Value>> {
+    let members: Vec<std::sync::Arc<Value>> = super::warmpool::active_members(c, pool)
         .into_iter()
-        .filter(|sb| {
-            client::label(sb, WARM_POOL_SANDBOX) == Some(hash.as_str())
-                && client::controlled_by(sb, pool)
-                && !client::deleting(sb)
-        })
         .filter(|sb| {
             sb["status"]["podIPs"]
                 .as_array()
                 .is_some_and(|ips| !ips.is_empty())
         })
-        .map(|sb| (*sb).clone())
         .collect();
     let any_ready = members.iter().any(|m| client::condition_true(m, "Ready"));
-    let mut chosen: Vec<Value> = members
+    let mut chosen: Vec<std::sync::Arc<Value>> = members
         .into_iter()
         .filter(|m| !any_ready || client::condition_true(m, "Ready"))
         .collect();

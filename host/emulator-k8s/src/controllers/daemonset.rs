@@ -42,6 +42,15 @@ fn new_pod(ds: &Value, node: &str) -> Value {
     })
 }
 
+fn owned_pods(c: &Client<'_>, ds: &Value) -> Vec<Value> {
+    let (ns, _) = client::names(ds);
+    c.list(PODS, Some(&ns))
+        .into_iter()
+        .filter(|p| client::controlled_by(p, ds) && !client::deleting(p))
+        .map(|p| (*p).clone())
+        .collect()
+}
+
 /// Reconcile one DaemonSet.
 pub(super) fn reconcile(c: &Client<'_>, ns: &str, name: &str) -> Requeue {
     let ds = (*c.get(DAEMONSETS, ns, name)?).clone();
@@ -49,12 +58,7 @@ pub(super) fn reconcile(c: &Client<'_>, ns: &str, name: &str) -> Requeue {
         return None;
     }
     let template = &ds["spec"]["template"];
-    let pods: Vec<Value> = c
-        .list(PODS, Some(ns))
-        .into_iter()
-        .filter(|p| client::controlled_by(p, &ds) && !client::deleting(p))
-        .map(|p| (*p).clone())
-        .collect();
+    let pods = owned_pods(c, &ds);
     let nodes: Vec<String> = c
         .list(NODES, None)
         .into_iter()
@@ -74,12 +78,7 @@ pub(super) fn reconcile(c: &Client<'_>, ns: &str, name: &str) -> Requeue {
             let _ = c.delete(PODS, &pns, &pname, "Background", None);
         }
     }
-    let pods: Vec<Value> = c
-        .list(PODS, Some(ns))
-        .into_iter()
-        .filter(|p| client::controlled_by(p, &ds) && !client::deleting(p))
-        .map(|p| (*p).clone())
-        .collect();
+    let pods = owned_pods(c, &ds);
     let scheduled = pods
         .iter()
         .filter(|p| p["spec"]["nodeName"].is_string())

@@ -5,6 +5,7 @@
 //! their pod is Unschedulable), scale-down of not-Ready members first then the newest,
 //! orphans adopted, `Recreate` replacing members of an older blueprint, and the status.
 
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use serde_json::{Value, json};
@@ -115,6 +116,20 @@ fn fill(
     }
 }
 
+/// The pool's members that are not being deleted.
+pub(super) fn active_members(c: &Client<'_>, pool: &Value) -> Vec<Arc<Value>> {
+    let (ns, name) = client::names(pool);
+    let hash = names::name_hash(&name);
+    c.list(SANDBOXES, Some(&ns))
+        .into_iter()
+        .filter(|sb| {
+            client::label(sb, WARM_POOL_SANDBOX) == Some(hash.as_str())
+                && client::controlled_by(sb, pool)
+                && !client::deleting(sb)
+        })
+        .collect()
+}
+
 /// Reconcile one SandboxWarmPool.
 pub(super) fn reconcile(
     c: &Client<'_>,
@@ -135,13 +150,13 @@ pub(super) fn reconcile(
     let template = c.get(TEMPLATES, ns, &template_name);
     let current_hash = template.as_ref().map(|t| blueprint_hash(&blueprint(t)));
     let recreate = pool["spec"]["updateStrategy"]["type"] == "Recreate";
-    let mut members: Vec<Value> = Vec::new();
+    let mut members: Vec<Arc<Value>> = Vec::new();
     for sb in c.list(SANDBOXES, Some(ns)) {
         if client::label(&sb, WARM_POOL_SANDBOX) != Some(hash.as_str()) {
             continue;
         }
         match client::controller_of(&sb) {
-            Some(_) if client::controlled_by(&sb, &pool) => members.push((*sb).clone()),
+            Some(_) if client::controlled_by(&sb, &pool) => members.push(sb),
             Some(_) => {}
             None => {
                 // An orphan of this pool: adopt it, unless it is of an older blueprint.
@@ -154,14 +169,14 @@ pub(super) fn reconcile(
                     let mut adopted = (*sb).clone();
                     adopted["metadata"]["ownerReferences"] = json!([client::controller_ref(&pool)]);
                     if let Ok(updated) = c.update(SANDBOXES, adopted) {
-                        members.push(updated);
+                        members.push(Arc::new(updated));
                     }
                 }
             }
         }
     }
-    let (terminating, mut active): (Vec<Value>, Vec<Value>) =
-        members.into_iter().partition(client::deleting);
+    let (terminating, mut active): (Vec<Arc<Value>>, Vec<Arc<Value>>) =
+        members.into_iter().partition(|m| client::deleting(m));
     let now = SystemTime::now();
     let mut requeue: Requeue = None;
     let mut keep = Vec::new();
@@ -229,15 +244,7 @@ pub(super) fn reconcile(
             delete_member(c, &member);
         }
     }
-    let members: Vec<std::sync::Arc<Value>> = c
-        .list(SANDBOXES, Some(ns))
-        .into_iter()
-        .filter(|sb| {
-            client::label(sb, WARM_POOL_SANDBOX) == Some(hash.as_str())
-                && client::controlled_by(sb, &pool)
-                && !client::deleting(sb)
-        })
-        .collect();
+    let members = active_members(c, &pool);
     let status = json!({
         "replicas": members.len(),
         "readyReplicas": members.iter().filter(|m| ready(m)).count(),

@@ -118,13 +118,10 @@ impl Kubelet {
         let c = self.client(SCHEDULER);
         let nodes = c.list(NODES, None);
         let pods = c.list(PODS, None);
-        let mut bound: BTreeMap<String, Vec<Value>> = BTreeMap::new();
-        for p in &pods {
+        let mut bound: BTreeMap<String, Vec<Arc<Value>>> = BTreeMap::new();
+        for p in pods {
             if let Some(node) = p["spec"]["nodeName"].as_str() {
-                bound
-                    .entry(node.to_string())
-                    .or_default()
-                    .push((**p).clone());
+                bound.entry(node.to_string()).or_default().push(p.clone());
             }
         }
         let mut queue: Vec<Value> = pending
@@ -147,7 +144,7 @@ impl Kubelet {
                         &**n,
                         bound
                             .get(node_name)
-                            .map(|v| v.iter().collect())
+                            .map(|v| v.iter().map(|p| &**p).collect())
                             .unwrap_or_default(),
                     )
                 })
@@ -177,7 +174,7 @@ impl Kubelet {
                             "Scheduled",
                             &format!("Successfully assigned {ns}/{name} to {node}"),
                         );
-                        bound.entry(node).or_default().push(p);
+                        bound.entry(node).or_default().push(Arc::new(p));
                     }
                 }
                 Err(message) => {

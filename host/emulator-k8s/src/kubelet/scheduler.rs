@@ -42,14 +42,17 @@ fn terminal(pod: &Value) -> bool {
     )
 }
 
-fn label_matches(node: &Value, expression: &Value) -> bool {
-    let key = expression["key"].as_str().unwrap_or_default();
-    let values: Vec<&str> = expression["values"]
-        .as_array()
+fn strings(list: &Value) -> Vec<&str> {
+    list.as_array()
         .into_iter()
         .flatten()
         .filter_map(Value::as_str)
-        .collect();
+        .collect()
+}
+
+fn label_matches(node: &Value, expression: &Value) -> bool {
+    let key = expression["key"].as_str().unwrap_or_default();
+    let values = strings(&expression["values"]);
     let actual = node["metadata"]["labels"][key].as_str();
     match expression["operator"].as_str() {
         Some("In") => actual.is_some_and(|a| values.contains(&a)),
@@ -62,12 +65,7 @@ fn label_matches(node: &Value, expression: &Value) -> bool {
 
 fn field_matches(node: &Value, expression: &Value) -> bool {
     let name = node["metadata"]["name"].as_str().unwrap_or_default();
-    let values: Vec<&str> = expression["values"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect();
+    let values = strings(&expression["values"]);
     match (expression["key"].as_str(), expression["operator"].as_str()) {
         (Some("metadata.name"), Some("In")) => values.contains(&name),
         (Some("metadata.name"), Some("NotIn")) => !values.contains(&name),

@@ -7,6 +7,8 @@
     reason = "each test crate uses a part of the helpers"
 )]
 
+pub mod kubectl;
+
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
