@@ -8,10 +8,10 @@ use crate::grader::GraderVersion;
 use crate::grading::{
     LogsEval, NotFound, Resolution, TestsReport, eval_tests_report, get_logs_eval,
 };
-use crate::infra;
+use crate::infra::{self, InfraFailure};
 use crate::pystr;
 use crate::report::{Evaluation, instance_report};
-use crate::status_map::{StatusMap, TestStatus};
+use crate::status_map::StatusMap;
 use crate::task::{Task, TaskData};
 
 /// What one evaluate command produced (the fields grading reads).
@@ -37,15 +37,6 @@ pub(crate) enum GradeStatus {
     Error,
 }
 
-/// One test as the parser saw it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct TestResult {
-    /// The test id.
-    pub(crate) name: String,
-    /// Its outcome.
-    pub(crate) status: TestStatus,
-}
-
 /// The result of grading one task.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct GradeOutcome {
@@ -54,11 +45,14 @@ pub(crate) struct GradeOutcome {
     /// 1.0 when resolved, else 0.0.
     pub(crate) reward: f64,
     /// The status map grading used, in log order (empty when the log was unusable).
-    pub(crate) tests: Vec<TestResult>,
+    pub(crate) tests: StatusMap,
     /// The harness's `report.json` text, or `null` where the harness writes none.
     pub(crate) report: String,
     /// One line on why.
     pub(crate) detail: String,
+    /// 5.x: how `make_run_report` classifies this instance's failure, when
+    /// it does (never for a resolved instance or an empty patch).
+    pub(crate) infra: Option<InfraFailure>,
 }
 
 /// The notice the harness appends to a test log that timed out.
@@ -101,23 +95,42 @@ pub(crate) fn grade(
     };
     // The harness reads the log in text mode.
     let log = pystr::universal_newlines(&combined);
+    // 5.x's run report classifies every unresolved instance of a non-empty
+    // patch (`make_run_report`); 4.1.0 classifies nothing.
+    let classify = |log: &str| {
+        let classified =
+            grader == GraderVersion::V5_0_2 && solution.is_some_and(|patch| !patch.is_empty());
+        classified.then(|| infra::classify(log)).flatten()
+    };
     if output.timed_out || ends_with_timeout_notice(&log) {
-        return Ok(unevaluated(
-            "null".into(),
-            &format!(
-                "tests timed out after {} s; the harness writes no report",
-                data.timeout_s
-            ),
-        ));
+        // The harness appends its notice to the log before classifying it.
+        let noticed = if output.timed_out {
+            Cow::Owned(format!("{log}{}", timeout_notice(data.timeout_s)))
+        } else {
+            Cow::Borrowed(log.as_ref())
+        };
+        return Ok(GradeOutcome {
+            infra: classify(&noticed),
+            ..unevaluated(
+                "null".into(),
+                &format!(
+                    "tests timed out after {} s; the harness writes no report",
+                    data.timeout_s
+                ),
+            )
+        });
     }
     let logs_eval = match get_logs_eval(grader, data.log_parser, &log) {
         Ok(logs_eval) => logs_eval,
         Err(raised) => {
             let parser = data.log_parser.name();
-            return Ok(unevaluated(
-                "null".into(),
-                &format!("{parser} raised {raised}; the harness writes no report"),
-            ));
+            return Ok(GradeOutcome {
+                infra: classify(&log),
+                ..unevaluated(
+                    "null".into(),
+                    &format!("{parser} raised {raised}; the harness writes no report"),
+                )
+            });
         }
     };
     let status_map = match logs_eval {
@@ -130,10 +143,10 @@ pub(crate) fn grade(
             let infra_note = infra.map_or(String::new(), |infra| {
                 format!(" (infra failure signature: {})", infra.reason)
             });
-            return Ok(unevaluated(
-                report,
-                &format!("{}{infra_note}", not_found_detail(&why)),
-            ));
+            return Ok(GradeOutcome {
+                infra: classify(&log),
+                ..unevaluated(report, &format!("{}{infra_note}", not_found_detail(&why)))
+            });
         }
     };
     let tests = eval_tests_report(
@@ -152,7 +165,6 @@ pub(crate) fn grade(
             GradeStatus::Failed
         },
         reward: if resolved { 1.0 } else { 0.0 },
-        tests: test_results(&status_map),
         report: instance_report(
             grader,
             id,
@@ -162,16 +174,24 @@ pub(crate) fn grade(
             },
         ),
         detail: graded_detail(resolution, &tests, data.eval_type.as_str()),
+        infra: if resolved { None } else { classify(&log) },
+        tests: status_map,
     })
+}
+
+/// What `run_instance` appends to the log of a test run it stopped.
+fn timeout_notice(timeout_s: u64) -> String {
+    format!("\n\nTimeout error: {timeout_s} seconds exceeded.")
 }
 
 fn unevaluated(report: String, detail: &str) -> GradeOutcome {
     GradeOutcome {
         status: GradeStatus::Error,
         reward: 0.0,
-        tests: Vec::new(),
+        tests: StatusMap::default(),
         report,
         detail: detail.to_owned(),
+        infra: None,
     }
 }
 
@@ -206,16 +226,6 @@ fn graded_detail(resolution: Resolution, tests: &TestsReport, eval_type: &str) -
         counts(&tests.fail_to_pass),
         counts(&tests.pass_to_pass)
     )
-}
-
-fn test_results(status_map: &StatusMap) -> Vec<TestResult> {
-    status_map
-        .iter()
-        .map(|(name, status)| TestResult {
-            name: name.to_owned(),
-            status: TestStatus::from_raw(status),
-        })
-        .collect()
 }
 
 #[cfg(test)]
@@ -254,12 +264,10 @@ mod tests {
         assert_eq!(outcome.status, GradeStatus::Passed);
         assert_eq!(outcome.reward, 1.0);
         assert_eq!(
-            outcome.tests,
-            [TestResult {
-                name: "t.py::a".into(),
-                status: TestStatus::Passed
-            }]
+            outcome.tests.iter().collect::<Vec<_>>(),
+            [("t.py::a", "PASSED")]
         );
+        assert_eq!(outcome.infra, None);
         assert!(
             outcome.detail.starts_with("RESOLVED_FULL"),
             "{}",

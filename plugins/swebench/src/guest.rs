@@ -1,13 +1,15 @@
 //! The component's exports: WIT types in, native calls, WIT types out.
 
 use crate::exports::sandfleet::plugin::adapter::{
-    AdapterInfo, File, GradeResult, GradeStatus, Graded, Guest, Script, SettingInfo, SolutionState,
-    TestResult, TestStatus, TimeoutRule,
+    AdapterInfo, EvaluationSite, File, GradeResult, GradeStatus, Graded, Guest, InfraFailure,
+    Script, SettingInfo, SolutionState, TestStatus, TestTable, TimeoutRule,
 };
 use crate::sandfleet::plugin::types::{
     Command, CommandOutput, Failure, FailureKind, Setting, Task,
 };
-use crate::{error, grade, script, status_map, summary, task};
+use crate::settings::Evaluation;
+use crate::status_map::StatusMap;
+use crate::{error, grade, infra, script, status_map, summary, task};
 
 struct SwebenchAdapter;
 
@@ -45,6 +47,7 @@ impl Guest for SwebenchAdapter {
             files,
             evaluate,
             workdir,
+            evaluation,
         } = script::prepare(&native_task(task), solution.as_deref()).map_err(failure)?;
         Ok(Script {
             files: files
@@ -66,8 +69,13 @@ impl Guest for SwebenchAdapter {
                 .collect(),
             env: Vec::new(),
             workdir,
-            // The harness writes no report for a timed-out run: an error, not a failed test.
-            timeout_rule: TimeoutRule::Error,
+            // A timed-out run is graded: an error without a report, as the
+            // harness has it, which 5.x's run report classifies.
+            timeout_rule: TimeoutRule::Fail,
+            evaluate_in: match evaluation {
+                Evaluation::InPlace => EvaluationSite::WorkSandbox,
+                Evaluation::Fresh => EvaluationSite::FreshSandbox,
+            },
         })
     }
 
@@ -92,10 +100,11 @@ impl Guest for SwebenchAdapter {
                 grade::GradeStatus::Failed => GradeStatus::Failed,
                 grade::GradeStatus::Error => GradeStatus::Error,
             },
-            reward: outcome.reward,
-            tests: outcome.tests.into_iter().map(test_result).collect(),
+            reward: Some(outcome.reward),
+            tests: test_table(outcome.tests),
             report: outcome.report,
             detail: outcome.detail,
+            infra: outcome.infra.map(infra_failure),
         })
     }
 
@@ -103,9 +112,10 @@ impl Guest for SwebenchAdapter {
         parser: String,
         log: String,
         settings: Vec<Setting>,
-    ) -> Result<Vec<TestResult>, Failure> {
+    ) -> Result<TestTable, Failure> {
         let tests = crate::parse_log(&parser, &log, &pairs(&settings)).map_err(failure)?;
-        Ok(tests.into_iter().map(test_result).collect())
+        drop(log);
+        Ok(test_table(tests))
     }
 
     fn summarize(results: Vec<Graded>, settings: Vec<Setting>) -> Result<String, Failure> {
@@ -123,6 +133,10 @@ impl Guest for SwebenchAdapter {
                     SolutionState::Empty => summary::SolutionState::Empty,
                     SolutionState::Present => summary::SolutionState::Present,
                 },
+                infra: result.infra.map(|infra| summary::Classified {
+                    reason: infra.reason,
+                    environment: infra.certain,
+                }),
             })
             .collect();
         crate::summarize(&results, &pairs(&settings)).map_err(failure)
@@ -145,16 +159,33 @@ fn native_task(task: Task) -> task::Task {
     }
 }
 
-fn test_result(test: grade::TestResult) -> TestResult {
-    TestResult {
-        name: test.name,
-        status: match test.status {
-            status_map::TestStatus::Passed => TestStatus::Passed,
-            status_map::TestStatus::Failed => TestStatus::Failed,
-            status_map::TestStatus::Skipped => TestStatus::Skipped,
-            status_map::TestStatus::Error => TestStatus::Error,
-            status_map::TestStatus::Xfail => TestStatus::Xfail,
-        },
+/// The status map as the contract's columns: its own buffers, moved.
+fn test_table(tests: StatusMap) -> TestTable {
+    let columns = tests.into_columns();
+    TestTable {
+        status_kinds: columns
+            .values
+            .iter()
+            .map(|value| match status_map::TestStatus::of(value) {
+                status_map::TestStatus::Passed => TestStatus::Passed,
+                status_map::TestStatus::Failed => TestStatus::Failed,
+                status_map::TestStatus::Skipped => TestStatus::Skipped,
+                status_map::TestStatus::Error => TestStatus::Error,
+                status_map::TestStatus::Xfail => TestStatus::Xfail,
+                status_map::TestStatus::Other => TestStatus::Other,
+            })
+            .collect(),
+        names: columns.names,
+        name_ends: columns.ends,
+        statuses: columns.statuses,
+        status_values: columns.values,
+    }
+}
+
+fn infra_failure(infra: infra::InfraFailure) -> InfraFailure {
+    InfraFailure {
+        reason: infra.reason.to_owned(),
+        certain: infra.environment,
     }
 }
 

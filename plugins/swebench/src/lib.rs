@@ -26,7 +26,7 @@
 
 wit_bindgen::generate!({
     world: "task-adapter",
-    path: "../../wit/since_v0.1.0",
+    path: "../../wit/since_v0.2.0",
 });
 
 /// A `regex::Regex` compiled once, on first use, from a pattern known to be valid.
@@ -60,10 +60,9 @@ mod summary;
 mod task;
 
 use error::InvalidInput;
-use grade::TestResult;
 use parsers::ParserName;
 use settings::{SETTING_DOCS, SettingDoc, Settings};
-use status_map::TestStatus;
+use status_map::StatusMap;
 use summary::Graded;
 use task::Task;
 
@@ -100,7 +99,8 @@ pub(crate) fn load(row: &str, settings: &[(&str, &str)]) -> Result<Task, Invalid
 }
 
 /// `parse-log`: runs a parser (registry name, aliases included) of the
-/// configured grader version on `log`, exactly as given.
+/// configured grader version on `log`, exactly as given, and returns its
+/// status map with every value as the parser stored it.
 ///
 /// # Errors
 ///
@@ -110,7 +110,7 @@ pub(crate) fn parse_log(
     parser: &str,
     log: &str,
     settings: &[(&str, &str)],
-) -> Result<Vec<TestResult>, InvalidInput> {
+) -> Result<StatusMap, InvalidInput> {
     let grader = settings::grader_version(settings)?;
     let name = ParserName::from_registry_name(parser).ok_or_else(|| {
         InvalidInput::new(format!(
@@ -118,19 +118,12 @@ pub(crate) fn parse_log(
             ParserName::registry_names().collect::<Vec<_>>().join(", ")
         ))
     })?;
-    let status_map = name.parse(grader, log).map_err(|raised| {
+    name.parse(grader, log).map_err(|raised| {
         InvalidInput::new(format!(
             "{parser} ({}) raised {raised} on this log",
             grader.name()
         ))
-    })?;
-    Ok(status_map
-        .iter()
-        .map(|(test, status)| TestResult {
-            name: test.to_owned(),
-            status: TestStatus::from_raw(status),
-        })
-        .collect())
+    })
 }
 
 /// `summarize`: the run report of the configured grader version.

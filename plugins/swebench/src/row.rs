@@ -74,6 +74,7 @@ pub(crate) fn load(row: &str, settings: &Settings) -> Result<Task, InvalidInput>
         test_patch: row.optional_string("test_patch")?,
         eval_script,
         timeout_s: settings.timeout_s,
+        evaluation: settings.evaluation,
     };
     Ok(Task {
         id: instance_id,

@@ -41,8 +41,9 @@ pub(crate) struct Command {
     pub(crate) merge_stderr: bool,
 }
 
-/// Everything the host runs for one task. A timeout is an error (the
-/// harness writes no report for it), not a failed test.
+/// Everything the host runs for one task. A timed-out run is graded (as an
+/// error with no report, the harness's verdict), so 5.x's run report can
+/// classify it as the harness does.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Script {
     /// The patch (when there is one) and the eval script.
@@ -51,6 +52,8 @@ pub(crate) struct Script {
     pub(crate) evaluate: Vec<Command>,
     /// `/testbed`.
     pub(crate) workdir: String,
+    /// Where the evaluate command runs (the `evaluation` setting).
+    pub(crate) evaluation: crate::settings::Evaluation,
 }
 
 /// `prepare`: the script that evaluates `solution` (the model patch) on `task`.
@@ -90,6 +93,7 @@ pub(crate) fn prepare(task: &Task, solution: Option<&str>) -> Result<Script, Inv
             merge_stderr: true,
         }],
         workdir: WORKDIR.to_owned(),
+        evaluation: data.evaluation,
     })
 }
 

@@ -20,6 +20,7 @@ const NAMESPACE: &str = "namespace";
 const ARCH: &str = "arch";
 const TAG: &str = "tag";
 const TIMEOUT_S: &str = "timeout-s";
+const EVALUATION: &str = "evaluation";
 
 /// The harnesses' defaults: images from Docker Hub's `swebench` namespace,
 /// tagged `latest`, tests killed after 1,800 s (`--timeout 1_800`).
@@ -28,7 +29,7 @@ const DEFAULT_TAG: &str = "latest";
 const DEFAULT_TIMEOUT_S: u64 = 1_800;
 
 /// Every setting the adapter understands.
-pub(crate) const SETTING_DOCS: [SettingDoc; 5] = [
+pub(crate) const SETTING_DOCS: [SettingDoc; 6] = [
     SettingDoc {
         key: GRADER_VERSION,
         summary: "Harness whose behaviour grading reproduces: swebench-4.1.0 or swebench-5.0.2.",
@@ -54,7 +55,37 @@ pub(crate) const SETTING_DOCS: [SettingDoc; 5] = [
         summary: "Seconds before the evaluation is killed; a timeout is an error, not a failed test.",
         default: Some("1800"),
     },
+    SettingDoc {
+        key: EVALUATION,
+        summary: "Where the patch is evaluated: in-place (the sandbox the work ran in) or fresh \
+                  (a new sandbox of the image that receives only the work's diff, as the \
+                  harness's new container does).",
+        default: Some("in-place"),
+    },
 ];
+
+/// Where the evaluation runs (the `evaluation` setting).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum Evaluation {
+    /// In the sandbox the work ran in.
+    #[default]
+    InPlace,
+    /// In a new sandbox of the same image.
+    Fresh,
+}
+
+impl Evaluation {
+    fn parse(value: &str) -> Result<Self, InvalidInput> {
+        match value {
+            "in-place" => Ok(Self::InPlace),
+            "fresh" => Ok(Self::Fresh),
+            _ => Err(InvalidInput::new(format!(
+                "setting `{EVALUATION}` must be `in-place` or `fresh`, not `{value}`"
+            ))),
+        }
+    }
+}
 
 /// The settings `load` needs; everything later calls need travels in the task.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,6 +100,7 @@ pub(crate) struct Settings {
     pub(crate) tag: String,
     /// Evaluation timeout in seconds.
     pub(crate) timeout_s: u64,
+    pub(crate) evaluation: Evaluation,
 }
 
 impl Settings {
@@ -85,6 +117,8 @@ impl Settings {
             arch: lookup(pairs, ARCH).map_or(Ok(Arch::X86_64), Arch::parse)?,
             tag: lookup(pairs, TAG).unwrap_or(DEFAULT_TAG).to_owned(),
             timeout_s: lookup(pairs, TIMEOUT_S).map_or(Ok(DEFAULT_TIMEOUT_S), timeout_s)?,
+            evaluation: lookup(pairs, EVALUATION)
+                .map_or(Ok(Evaluation::InPlace), Evaluation::parse)?,
         })
     }
 }
@@ -149,6 +183,7 @@ mod tests {
                 arch: Arch::X86_64,
                 tag: "latest".into(),
                 timeout_s: 1_800,
+                evaluation: Evaluation::InPlace,
             }
         );
     }
@@ -161,6 +196,7 @@ mod tests {
             ("arch", "arm64"),
             ("tag", "v2"),
             ("timeout-s", "60"),
+            ("evaluation", "fresh"),
         ])
         .unwrap();
         assert_eq!(settings.grader, GraderVersion::V5_0_2);
@@ -168,6 +204,7 @@ mod tests {
         assert_eq!(settings.arch, Arch::Arm64);
         assert_eq!(settings.tag, "v2");
         assert_eq!(settings.timeout_s, 60);
+        assert_eq!(settings.evaluation, Evaluation::Fresh);
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! The parsers' result: test id to status, in the order a Python dict keeps.
 
-use std::collections::HashMap;
+use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+
+use hashbrown::HashTable;
 
 /// `TestStatus.PASSED.value`.
 pub(crate) const PASSED: &str = "PASSED";
@@ -16,7 +18,7 @@ pub(crate) const XFAIL: &str = "XFAIL";
 /// The `TestStatus` values, in the enum's order.
 pub(crate) const STATUSES: [&str; 5] = [FAILED, PASSED, SKIPPED, ERROR, XFAIL];
 
-/// A test's outcome, as the host's `test-status` names it.
+/// What a raw status counts as, as the host's `test-status` names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum TestStatus {
     /// `PASSED`.
@@ -29,28 +31,30 @@ pub(crate) enum TestStatus {
     Error,
     /// `XFAIL`.
     Xfail,
+    /// Anything else a parser recorded (a line's first token such as
+    /// `ERROR:`, or a status-last line's second word): the harness's grading
+    /// counts it as neither passing nor failing.
+    Other,
 }
 
 impl TestStatus {
-    /// The outcome a raw status stands for. Parsers that record a line's
-    /// first token can record more than the status (`ERROR:`), so a value
-    /// that is not a status counts as the status it starts with; anything
-    /// else (a stray token) is reported as an error.
-    pub(crate) fn from_raw(raw: &str) -> Self {
-        const BY_NAME: [(&str, TestStatus); 5] = [
-            (PASSED, TestStatus::Passed),
-            (FAILED, TestStatus::Failed),
-            (SKIPPED, TestStatus::Skipped),
-            (ERROR, TestStatus::Error),
-            (XFAIL, TestStatus::Xfail),
-        ];
-        let exact = BY_NAME.iter().find(|(name, _)| raw == *name);
-        let prefix = || BY_NAME.iter().find(|(name, _)| raw.starts_with(name));
-        exact
-            .or_else(prefix)
-            .map_or(Self::Error, |&(_, status)| status)
+    /// What `raw` counts as: the status it equals, else [`TestStatus::Other`]
+    /// (grading compares values for equality, so `FAILED:` is no failure).
+    pub(crate) fn of(raw: &str) -> Self {
+        match raw {
+            PASSED => Self::Passed,
+            FAILED => Self::Failed,
+            SKIPPED => Self::Skipped,
+            ERROR => Self::Error,
+            XFAIL => Self::Xfail,
+            _ => Self::Other,
+        }
     }
 }
+
+/// Test names are hashed with SipHash under fixed keys: the same on every
+/// run, as a plugin must be.
+type NameHasher = BuildHasherDefault<DefaultHasher>;
 
 /// A status map with Python `dict` semantics: keys keep the position of their
 /// first insertion, a repeated key only updates its value.
@@ -58,53 +62,138 @@ impl TestStatus {
 /// Values are the raw strings the parsers read. They are usually one of the
 /// `TestStatus` values, but a parser that takes "the first token" can record
 /// anything, and grading treats such a value as neither passing nor failing.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+///
+/// Laid out for logs of millions of tests, and as the contract's test table
+/// wants it: every name once, end to end in one string, each distinct value
+/// once, and per test a name end and a value index (8 bytes), found through a
+/// table of test indices (about 5 bytes per test).
+#[derive(Debug, Clone, Default)]
 pub(crate) struct StatusMap {
-    entries: Vec<(String, String)>,
-    index: HashMap<String, usize>,
+    names: String,
+    ends: Vec<u32>,
+    statuses: Vec<u32>,
+    values: Vec<String>,
+    index: HashTable<u32>,
+}
+
+/// The parts of a [`StatusMap`], for the contract's test table.
+pub(crate) struct Columns {
+    /// Every name, in first-insertion order, end to end.
+    pub(crate) names: String,
+    /// Where each name ends in `names`.
+    pub(crate) ends: Vec<u32>,
+    /// Each test's value, as an index into `values`.
+    pub(crate) statuses: Vec<u32>,
+    /// The distinct values.
+    pub(crate) values: Vec<String>,
 }
 
 impl StatusMap {
-    /// `map[test] = status`.
-    pub(crate) fn insert(&mut self, test: &str, status: &str) {
-        match self.index.get(test) {
-            Some(&position) => status.clone_into(&mut self.entries[position].1),
+    fn hash(name: &str) -> u64 {
+        NameHasher::default().hash_one(name)
+    }
+
+    fn name(&self, test: usize) -> &str {
+        let start = test.checked_sub(1).map_or(0, |before| self.ends[before]);
+        &self.names[start as usize..self.ends[test] as usize]
+    }
+
+    fn find(&self, hash: u64, test: &str) -> Option<usize> {
+        self.index
+            .find(hash, |&entry| self.name(entry as usize) == test)
+            .map(|&entry| entry as usize)
+    }
+
+    fn value_index(&mut self, status: &str) -> u32 {
+        let index = match self.values.iter().position(|known| known == status) {
+            Some(index) => index,
             None => {
-                self.index.insert(test.to_owned(), self.entries.len());
-                self.entries.push((test.to_owned(), status.to_owned()));
+                self.values.push(status.to_owned());
+                self.values.len() - 1
             }
+        };
+        index as u32
+    }
+
+    /// `map[test] = status`.
+    ///
+    /// # Panics
+    ///
+    /// When the names outgrow 4 GiB, which no 32-bit component can hold.
+    pub(crate) fn insert(&mut self, test: &str, status: &str) {
+        let value = self.value_index(status);
+        let hash = Self::hash(test);
+        if let Some(entry) = self.find(hash, test) {
+            self.statuses[entry] = value;
+            return;
         }
+        let entry = self.ends.len() as u32;
+        self.names.push_str(test);
+        self.ends
+            .push(u32::try_from(self.names.len()).expect("test names fit in 4 GiB"));
+        self.statuses.push(value);
+        let Self {
+            names, ends, index, ..
+        } = self;
+        let name_of = |entry: u32| {
+            let entry = entry as usize;
+            let start = entry.checked_sub(1).map_or(0, |before| ends[before]);
+            Self::hash(&names[start as usize..ends[entry] as usize])
+        };
+        index.insert_unique(hash, entry, |&other| name_of(other));
     }
 
     /// `map.get(test)`.
     pub(crate) fn get(&self, test: &str) -> Option<&str> {
-        self.index
-            .get(test)
-            .map(|&position| self.entries[position].1.as_str())
+        self.find(Self::hash(test), test)
+            .map(|entry| self.values[self.statuses[entry] as usize].as_str())
     }
 
     /// Entries in insertion order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.entries
-            .iter()
-            .map(|(test, status)| (test.as_str(), status.as_str()))
+        (0..self.ends.len()).map(|entry| {
+            (
+                self.name(entry),
+                self.values[self.statuses[entry] as usize].as_str(),
+            )
+        })
     }
 
     /// Whether no test was recorded (a falsy dict).
     pub(crate) fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.ends.is_empty()
+    }
+
+    /// The map's columns, without copying them.
+    pub(crate) fn into_columns(self) -> Columns {
+        Columns {
+            names: self.names,
+            ends: self.ends,
+            statuses: self.statuses,
+            values: self.values,
+        }
     }
 }
+
+impl PartialEq for StatusMap {
+    /// Equal entries in equal order (the index is derived from them).
+    fn eq(&self, other: &Self) -> bool {
+        self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for StatusMap {}
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn raw_statuses_map_to_outcomes() {
-        assert_eq!(TestStatus::from_raw("XFAIL"), TestStatus::Xfail);
-        assert_eq!(TestStatus::from_raw("FAILED:"), TestStatus::Failed);
-        assert_eq!(TestStatus::from_raw("[100%]"), TestStatus::Error);
+    fn raw_statuses_count_as_the_status_they_equal() {
+        assert_eq!(TestStatus::of("XFAIL"), TestStatus::Xfail);
+        assert_eq!(TestStatus::of("FAILED:"), TestStatus::Other);
+        assert_eq!(TestStatus::of("[100%]"), TestStatus::Other);
+        assert_eq!(TestStatus::of("passed"), TestStatus::Other);
     }
 
     #[test]
@@ -119,5 +208,38 @@ mod tests {
         );
         assert_eq!(map.get("a"), Some(ERROR));
         assert_eq!(map.get("c"), None);
+        let columns = map.into_columns();
+        assert_eq!(columns.names, "ab");
+        assert_eq!(columns.ends, [1, 2]);
+        assert_eq!(columns.values, [PASSED, FAILED, ERROR]);
+        assert_eq!(columns.statuses, [2, 1]);
+    }
+
+    #[test]
+    fn names_that_prefix_each_other_stay_apart() {
+        let mut map = StatusMap::default();
+        for (test, status) in [("t", PASSED), ("t[", FAILED), ("", SKIPPED), ("t", XFAIL)] {
+            map.insert(test, status);
+        }
+        assert_eq!(
+            map.iter().collect::<Vec<_>>(),
+            [("t", XFAIL), ("t[", FAILED), ("", SKIPPED)]
+        );
+        assert_eq!(map.get(""), Some(SKIPPED));
+    }
+
+    #[test]
+    fn many_tests_are_found_after_the_table_grows() {
+        let mut map = StatusMap::default();
+        for i in 0..10_000 {
+            map.insert(
+                &format!("test_{i}"),
+                if i % 3 == 0 { FAILED } else { PASSED },
+            );
+        }
+        assert_eq!(map.get("test_9999"), Some(FAILED));
+        assert_eq!(map.get("test_9998"), Some(PASSED));
+        assert_eq!(map.get("test_10000"), None);
+        assert_eq!(map.iter().count(), 10_000);
     }
 }

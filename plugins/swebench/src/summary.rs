@@ -1,6 +1,6 @@
 //! `summarize`: the run report the harness's `make_run_report` writes.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value, json};
 
@@ -19,6 +19,15 @@ pub(crate) enum SolutionState {
     Present,
 }
 
+/// How 5.x classified a task's failure (`classify_logs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Classified {
+    /// The signature's name.
+    pub(crate) reason: String,
+    /// The `environment` tier; else `ambiguous`.
+    pub(crate) environment: bool,
+}
+
 /// One graded task.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Graded {
@@ -28,6 +37,8 @@ pub(crate) struct Graded {
     pub(crate) status: GradeStatus,
     /// Whether it had a patch.
     pub(crate) solution: SolutionState,
+    /// Its grade's classification, if any.
+    pub(crate) infra: Option<Classified>,
 }
 
 /// The run report, as `print(json.dumps(report, indent=4), file=f)` writes it.
@@ -37,20 +48,35 @@ pub(crate) struct Graded {
 /// resolved, a failed one completed and unresolved, and an errored one an
 /// error instance. Fields that describe the harness's own Docker state
 /// (`unstopped_*`, `unremoved_images`, 5.x only) are empty: the host owns the
-/// sandboxes. 5.x's infrastructure classification (`infra_failure_*`,
-/// `ambiguous_failure_*`, `failure_reasons`) needs the logs, which a summary
-/// does not receive, so it is empty here; each task's report carries it.
+/// sandboxes. 5.x's infrastructure classification of the unresolved and
+/// errored instances (`infra_failure_*`, `ambiguous_failure_*`,
+/// `failure_reasons`) comes from each grade, which classified its log.
 pub(crate) fn run_report(grader: GraderVersion, results: &[Graded]) -> String {
     let mut completed = BTreeSet::new();
     let mut resolved = BTreeSet::new();
     let mut unresolved = BTreeSet::new();
     let mut empty_patch = BTreeSet::new();
     let mut errors = BTreeSet::new();
+    let mut infra_failures = BTreeSet::new();
+    let mut ambiguous_failures = BTreeSet::new();
+    let mut failure_reasons = BTreeMap::new();
     for result in results {
         let id = result.task_id.as_str();
         if result.solution != SolutionState::Present {
             empty_patch.insert(id);
             continue;
+        }
+        if let Some(infra) = result
+            .infra
+            .as_ref()
+            .filter(|_| result.status != GradeStatus::Passed)
+        {
+            failure_reasons.insert(id, infra.reason.as_str());
+            if infra.environment {
+                infra_failures.insert(id);
+            } else {
+                ambiguous_failures.insert(id);
+            }
         }
         match result.status {
             GradeStatus::Passed => {
@@ -83,8 +109,11 @@ pub(crate) fn run_report(grader: GraderVersion, results: &[Graded]) -> String {
     field("resolved_instances", json!(resolved.len()));
     field("unresolved_instances", json!(unresolved.len()));
     if is_5x {
-        field("infra_failure_instances", json!(0));
-        field("ambiguous_failure_instances", json!(0));
+        field("infra_failure_instances", json!(infra_failures.len()));
+        field(
+            "ambiguous_failure_instances",
+            json!(ambiguous_failures.len()),
+        );
     }
     field("empty_patch_instances", json!(empty_patch.len()));
     field("error_instances", json!(errors.len()));
@@ -95,9 +124,9 @@ pub(crate) fn run_report(grader: GraderVersion, results: &[Graded]) -> String {
     field("resolved_ids", json!(resolved));
     field("unresolved_ids", json!(unresolved));
     if is_5x {
-        field("infra_failure_ids", json!(none));
-        field("ambiguous_failure_ids", json!(none));
-        field("failure_reasons", json!({}));
+        field("infra_failure_ids", json!(infra_failures));
+        field("ambiguous_failure_ids", json!(ambiguous_failures));
+        field("failure_reasons", json!(failure_reasons));
     }
     field("error_ids", json!(errors));
     field("schema_version", json!(2));
@@ -118,7 +147,57 @@ mod tests {
             task_id: id.into(),
             status,
             solution,
+            infra: None,
         }
+    }
+
+    fn classified(mut graded: Graded, reason: &str, environment: bool) -> Graded {
+        graded.infra = Some(Classified {
+            reason: reason.into(),
+            environment,
+        });
+        graded
+    }
+
+    /// `make_run_report` (swebench 5.0.2 `harness/reporting.py`, lines
+    /// 88-107): unresolved and errored instances with a signature go to
+    /// `infra_failure_ids` (environment tier) or `ambiguous_failure_ids`,
+    /// with the reason in `failure_reasons`; they stay in their own lists.
+    #[test]
+    fn classified_failures_are_listed_by_tier_in_5x_only() {
+        let results = [
+            classified(
+                graded("oom", GradeStatus::Error, SolutionState::Present),
+                "out_of_memory",
+                true,
+            ),
+            classified(
+                graded("slow", GradeStatus::Error, SolutionState::Present),
+                "tests_timed_out",
+                false,
+            ),
+            classified(
+                graded("mod", GradeStatus::Failed, SolutionState::Present),
+                "missing_module",
+                false,
+            ),
+            graded("ok", GradeStatus::Passed, SolutionState::Present),
+        ];
+        let report: Value =
+            serde_json::from_str(&run_report(GraderVersion::V5_0_2, &results)).unwrap();
+        assert_eq!(report["infra_failure_ids"], json!(["oom"]));
+        assert_eq!(report["ambiguous_failure_ids"], json!(["mod", "slow"]));
+        assert_eq!(report["infra_failure_instances"], json!(1));
+        assert_eq!(report["ambiguous_failure_instances"], json!(2));
+        assert_eq!(
+            report["failure_reasons"],
+            json!({"mod": "missing_module", "oom": "out_of_memory", "slow": "tests_timed_out"})
+        );
+        assert_eq!(report["error_ids"], json!(["oom", "slow"]));
+        assert_eq!(report["unresolved_ids"], json!(["mod"]));
+        let old: Value =
+            serde_json::from_str(&run_report(GraderVersion::V4_1_0, &results)).unwrap();
+        assert!(old.get("infra_failure_ids").is_none());
     }
 
     #[test]

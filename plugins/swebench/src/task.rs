@@ -57,6 +57,9 @@ pub(crate) struct TaskData {
     pub(crate) eval_script: Option<String>,
     /// The `timeout-s` setting.
     pub(crate) timeout_s: u64,
+    /// The `evaluation` setting.
+    #[serde(default)]
+    pub(crate) evaluation: crate::settings::Evaluation,
 }
 
 impl TaskData {

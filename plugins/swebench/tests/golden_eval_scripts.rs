@@ -3,7 +3,7 @@
 
 mod common;
 
-use sandfleet_testkit::adapter::{Script, Setting, Task, TaskAdapter, TimeoutRule};
+use sandfleet_testkit::adapter::{EvaluationSite, Script, Setting, Task, TaskAdapter, TimeoutRule};
 use serde_json::Value;
 
 fn sample_row(instance_id: &str) -> Value {
@@ -195,8 +195,10 @@ fn prepare_runs_the_apply_chain_then_the_eval_script() {
     assert_eq!(paths, [common::PATCH_PATH, common::EVAL_SCRIPT_PATH]);
     assert_eq!(script.files[0].contents, b"the patch");
     assert!(script.setup.is_empty() && script.env.is_empty());
-    // The harness writes no report for a timed-out run: an error, not a failure.
-    assert_eq!(script.timeout_rule, TimeoutRule::Error);
+    // A timed-out run is graded (an error without a report, the harness's
+    // verdict), so that 5.x can classify it.
+    assert_eq!(script.timeout_rule, TimeoutRule::Fail);
+    assert_eq!(script.evaluate_in, EvaluationSite::WorkSandbox);
     let [command] = script.evaluate.as_slice() else {
         panic!("one evaluate command")
     };

@@ -59,7 +59,7 @@ fn check_case(adapter: &TaskAdapter, input: &Value, expected: &Value, grader: &s
             "{context}: no report when the parser raises"
         );
         assert_eq!(outcome.status, GradeStatus::Error, "{context}");
-        assert_eq!(outcome.reward, 0.0, "{context}");
+        assert_eq!(outcome.reward, Some(0.0), "{context}");
         assert!(
             outcome
                 .detail
@@ -82,7 +82,7 @@ fn check_case(adapter: &TaskAdapter, input: &Value, expected: &Value, grader: &s
     assert_eq!(outcome.status, expected_status, "{context}: status");
     assert_eq!(
         outcome.reward,
-        if resolved { 1.0 } else { 0.0 },
+        Some(if resolved { 1.0 } else { 0.0 }),
         "{context}: reward"
     );
     // get_logs_eval's status map (empty when not found), in log order.
@@ -105,7 +105,11 @@ fn check_case(adapter: &TaskAdapter, input: &Value, expected: &Value, grader: &s
         (report[&task.id]["tests_status"].clone(), graded.detail)
     } else {
         let empty = grade(adapter, &task, Some(""), &empty_run(grader), context);
-        assert!(empty.tests.is_empty(), "{context}: {:?}", empty.tests);
+        assert!(
+            empty.tests.is_empty(),
+            "{context}: {:?}",
+            empty.tests.iter().collect::<Vec<_>>()
+        );
         assert_ne!(
             empty.status,
             GradeStatus::Error,

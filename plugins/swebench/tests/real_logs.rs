@@ -71,11 +71,12 @@ fn swesmith_eval_logs_grade_to_their_reports() {
             "{instance_id}"
         );
         assert_eq!(outcome.status, GradeStatus::Passed, "{instance_id}");
-        assert_eq!(outcome.reward, 1.0, "{instance_id}");
+        assert_eq!(outcome.reward, Some(1.0), "{instance_id}");
         graded.push(Graded {
             task_id: instance_id.into(),
             status: outcome.status,
             solution: SolutionState::Present,
+            infra: outcome.infra,
         });
     }
     let run_report = common::read_json(&logs("swesmith-eval/run_report.json"));

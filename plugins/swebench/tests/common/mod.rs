@@ -5,9 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use sandfleet_testkit::adapter::{
-    CommandOutput, Script, Setting, TaskAdapter, TestResult, TestStatus,
-};
+use sandfleet_testkit::adapter::{CommandOutput, Script, Setting, TaskAdapter, TestTable};
 use sandfleet_testkit::{CallError, CallErrorKind, TestPlugin, fixtures};
 use serde_json::{Map, Value, json};
 
@@ -141,24 +139,12 @@ pub(crate) fn file_name(path: &Path) -> String {
         .into_owned()
 }
 
-/// The harness's name for an outcome.
-pub(crate) fn status_name(status: TestStatus) -> &'static str {
-    match status {
-        TestStatus::Passed => "PASSED",
-        TestStatus::Failed => "FAILED",
-        TestStatus::Skipped => "SKIPPED",
-        TestStatus::Error => "ERROR",
-        TestStatus::Xfail => "XFAIL",
-    }
-}
-
-/// Test results as the status map the golden files spell, order included.
-/// (The contract's `test-status` carries the five harness statuses; the
-/// golden maps hold only those.)
-pub(crate) fn status_map(tests: &[TestResult]) -> Value {
+/// Test results as the status map the harness builds, order included, each
+/// status exactly as the parser recorded it.
+pub(crate) fn status_map(tests: &TestTable) -> Value {
     let entries: Map<String, Value> = tests
         .iter()
-        .map(|test| (test.name.clone(), json!(status_name(test.status))))
+        .map(|test| (test.name.to_owned(), json!(test.value)))
         .collect();
     assert_eq!(entries.len(), tests.len(), "a test is listed twice");
     Value::Object(entries)
