@@ -290,7 +290,7 @@ async fn session(
             }
         }
         let mut wrapped = vec![];
-        wrapped.extend(argv.drain(..));
+        wrapped.append(&mut argv);
         argv = fifo.argv(r#"shift; exec "$@" <"$d/in""#, &wrapped);
     }
     let holder = opts.stdin.then(|| {

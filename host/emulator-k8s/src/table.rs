@@ -33,7 +33,7 @@ pub(crate) fn human_duration(d: Duration) -> String {
     if s < 120 {
         format!("{s}s")
     } else if m < 10 {
-        if s % 60 == 0 {
+        if s.is_multiple_of(60) {
             format!("{m}m")
         } else {
             format!("{m}m{}s", s % 60)
@@ -41,7 +41,7 @@ pub(crate) fn human_duration(d: Duration) -> String {
     } else if m < 180 {
         format!("{m}m")
     } else if h < 8 {
-        if m % 60 == 0 {
+        if m.is_multiple_of(60) {
             format!("{h}h")
         } else {
             format!("{h}h{}m", m % 60)
@@ -49,7 +49,7 @@ pub(crate) fn human_duration(d: Duration) -> String {
     } else if h < 48 {
         format!("{h}h")
     } else if h < 24 * 8 {
-        if h % 24 == 0 {
+        if h.is_multiple_of(24) {
             format!("{}d", h / 24)
         } else {
             format!("{}d{}h", h / 24, h % 24)

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use common::kubectl::Cluster;
 use common::{Api, EXT, crd_dir, is_true};
-use sandfleet_emulator_k8s::{Config, Emulator};
+use sandfleet_emulator_k8s::Config;
 
 const TEMPLATE: &str = "apiVersion: extensions.agents.x-k8s.io/v1beta1
 kind: SandboxTemplate

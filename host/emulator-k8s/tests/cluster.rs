@@ -110,10 +110,7 @@ async fn the_first_pull_of_an_image_on_a_node_pays_the_latency_and_later_pods_st
             .starts_with("127.42.")
     );
     assert_eq!(first["status"]["hostIP"], "127.42.1.1");
-    assert_eq!(
-        first["status"]["containerStatuses"][0]["state"]["running"].is_object(),
-        true
-    );
+    assert!(first["status"]["containerStatuses"][0]["state"]["running"].is_object());
     assert!(
         events_of(&api, "first")
             .await

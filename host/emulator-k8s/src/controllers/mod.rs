@@ -119,10 +119,13 @@ fn keys_of(event: &Event, out: &mut BTreeSet<Key>) {
     out.insert(key);
 }
 
+/// Makes the key of one object from its namespace and name.
+type KeyOf = fn(String, String) -> Key;
+
 /// Every key there is (after a resync).
 fn all_keys(c: &Client<'_>) -> BTreeSet<Key> {
     let mut out = BTreeSet::new();
-    let kinds: [(client::Gvr, fn(String, String) -> Key); 5] = [
+    let kinds: [(client::Gvr, KeyOf); 5] = [
         (client::SANDBOXES, Key::Sandbox),
         (client::TEMPLATES, Key::Template),
         (client::WARM_POOLS, Key::Pool),

@@ -349,7 +349,7 @@ fn write_status(c: &Client<'_>, sandbox: &Value, status: Value) {
     }
     let (ns, name) = client::names(sandbox);
     // A merge patch: fields the new status lacks are removed explicitly.
-    let mut patch = status.clone();
+    let mut patch = status;
     if let (Some(old), Some(new)) = (sandbox["status"].as_object(), patch.as_object_mut()) {
         for k in old.keys() {
             if !new.contains_key(k) {

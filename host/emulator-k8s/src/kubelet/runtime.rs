@@ -49,6 +49,9 @@ pub(crate) enum PullError {
     NeverPull,
 }
 
+/// A node and an image name.
+type NodeImage = (String, String);
+
 /// Runs pods as local sandboxes.
 pub(crate) struct Runtime {
     backend: Option<Arc<LocalBackend>>,
@@ -57,7 +60,7 @@ pub(crate) struct Runtime {
     pull_latency: Duration,
     templates: tokio::sync::Mutex<HashMap<String, TemplateRef>>,
     /// (node, image) → the pull, done once.
-    pulled: Mutex<HashMap<(String, String), Arc<OnceCell<()>>>>,
+    pulled: Mutex<HashMap<NodeImage, Arc<OnceCell<()>>>>,
     sandboxes: Mutex<HashMap<String, Arc<PodSandbox>>>,
     _scratch: Option<tempfile::TempDir>,
 }
@@ -302,10 +305,10 @@ impl Runtime {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(uid);
-        if let (Some(sandbox), Ok(backend)) = (removed, self.backend()) {
-            if let Err(error) = backend.release(&sandbox.handle).await {
-                tracing::warn!(%error, pod = uid, "releasing a pod sandbox failed");
-            }
+        if let (Some(sandbox), Ok(backend)) = (removed, self.backend())
+            && let Err(error) = backend.release(&sandbox.handle).await
+        {
+            tracing::warn!(%error, pod = uid, "releasing a pod sandbox failed");
         }
     }
 

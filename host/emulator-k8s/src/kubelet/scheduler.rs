@@ -248,7 +248,7 @@ mod tests {
         let want = pod("500m", json!({}));
         let nodes = vec![(&a, vec![&busy]), (&b, vec![])];
         assert_eq!(choose(&want, &nodes).unwrap()["metadata"]["name"], "b");
-        let mut pinned = want.clone();
+        let mut pinned = want;
         pinned["spec"]["nodeSelector"] = json!({"zone": "x"});
         let err = choose(&pinned, &nodes).unwrap_err();
         assert!(
