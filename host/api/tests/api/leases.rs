@@ -1,0 +1,204 @@
+//! A lease from acquire to release, the quickstart graded through it,
+//! recycling, idle expiry and all-or-nothing batches.
+
+use serde_json::json;
+
+use crate::{Served, eventually, image, quickstart_rows};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn acquire_exec_files_recycle_release() {
+    let served = Served::start("", "").await;
+    let lease = served
+        .acquire(json!({"image": "calc", "labels": {"team": "rl"}, "run_id": "trainer-7"}))
+        .await;
+    assert_eq!(
+        (lease.cluster.as_str(), lease.image.as_str()),
+        ("local", "calc")
+    );
+    assert_eq!(lease.labels["team"], "rl");
+    assert_eq!(served.sandboxes(), 1);
+
+    let ran = served
+        .exec(
+            &lease.id,
+            json!({"argv": ["sh", "-c", "ls; echo oops >&2; exit 3"]}),
+        )
+        .await;
+    assert_eq!(ran["exit_code"], 3);
+    assert!(ran["stdout"].as_str().unwrap().contains("calc"), "{ran}");
+    assert_eq!(ran["stderr"], "oops\n");
+    let shell = served
+        .exec(
+            &lease.id,
+            json!({"command": "cat", "stdin": "from stdin", "env": {"X": "1"}}),
+        )
+        .await;
+    assert_eq!(shell["stdout"], "from stdin");
+
+    // Files: every byte value survives the round trip.
+    let bytes: Vec<u8> = (0..=255u8).cycle().take(4096).collect();
+    let put = served
+        .http
+        .put(served.url(&format!(
+            "/v1/leases/{}/files?path=/workspace/blob.bin",
+            lease.id
+        )))
+        .body(bytes.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status().as_u16(), 204);
+    let got = served
+        .http
+        .get(served.url(&format!(
+            "/v1/leases/{}/files?path=/workspace/blob.bin",
+            lease.id
+        )))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.bytes().await.unwrap().to_vec(), bytes);
+    let exact = served
+        .post(
+            &format!("/v1/leases/{}/exec?encoding=base64", lease.id),
+            json!({"argv": ["head", "-c", "3", "/workspace/blob.bin"]}),
+        )
+        .await
+        .1;
+    assert_eq!(exact["stdout"], "AAEC");
+
+    // Recycling resets the sandbox through git-restore: the file is gone
+    // and the sandbox is the same one.
+    let (status, recycled) = served
+        .post(&format!("/v1/leases/{}/recycle", lease.id), json!({}))
+        .await;
+    assert_eq!(status, 200, "{recycled}");
+    assert_eq!(recycled["reset"], "clean");
+    assert_eq!(recycled["lease"]["sandbox"], lease.sandbox.as_str());
+    assert_eq!(recycled["lease"]["reuses"], 1);
+    let listed = served
+        .exec(
+            &lease.id,
+            json!({"command": "test -e /workspace/blob.bin; echo $?"}),
+        )
+        .await;
+    assert_eq!(listed["stdout"], "1\n");
+
+    let (_, mine) = served.get("/v1/leases?run_id=trainer-7").await;
+    assert_eq!(mine["leases"].as_array().unwrap().len(), 1);
+    served.release(&lease.id).await;
+    let (status, gone) = served.get(&format!("/v1/leases/{}", lease.id)).await;
+    assert_eq!(status, 404, "{gone}");
+    assert_eq!(gone["error"]["kind"], "not_found");
+    eventually("the sandbox to be released", || async {
+        served.sandboxes() == 0
+    })
+    .await;
+    served.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_quickstart_graded_through_leases_matches_a_run() {
+    let served = Served::start("", "").await;
+    let evaluations = quickstart_rows().into_iter().map(|(row, solution)| {
+        let served = &served;
+        async move {
+            let lease = served.acquire(json!({ "task": row })).await;
+            let (status, evaluated) = served
+                .post(
+                    &format!("/v1/leases/{}/evaluate", lease.id),
+                    json!({ "solution": solution }),
+                )
+                .await;
+            assert_eq!(status, 200, "{evaluated}");
+            served.release(&lease.id).await;
+            (
+                row["id"].as_str().unwrap().to_string(),
+                evaluated["status"].as_str().unwrap().to_string(),
+                evaluated["grade"]["status"]
+                    .as_str()
+                    .unwrap_or("-")
+                    .to_string(),
+            )
+        }
+    });
+    let mut graded = futures_util::future::join_all(evaluations).await;
+    graded.sort();
+    assert_eq!(
+        graded,
+        sandfleet_test_support::quickstart::expected_statuses()
+    );
+    served.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_idle_lease_is_released_and_a_renewed_one_is_not() {
+    let served = Served::start("idle_timeout = \"1s\"", "").await;
+    let idle = served.acquire(image("calc")).await;
+    let kept = served
+        .acquire(json!({"image": "calc", "ttl_s": 3600}))
+        .await;
+    eventually("the idle lease to expire", || async {
+        served.get(&format!("/v1/leases/{}", idle.id)).await.0 == 404
+    })
+    .await;
+    eventually("its sandbox to be released", || async {
+        served.sandboxes() == 1
+    })
+    .await;
+    let (status, renewed) = served
+        .post(
+            &format!("/v1/leases/{}/renew", kept.id),
+            json!({"ttl_s": 7200}),
+        )
+        .await;
+    assert_eq!(status, 200, "{renewed}");
+    assert_eq!(served.get(&format!("/v1/leases/{}", kept.id)).await.0, 200);
+    let metrics = served
+        .http
+        .get(served.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("sandfleet_leases_expired_total 1"),
+        "{metrics}"
+    );
+    served.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_batch_is_all_or_nothing() {
+    let served = Served::start("", "").await;
+    let (status, batch) = served
+        .post(
+            "/v1/leases:batch",
+            json!({"leases": [image("calc"), image("textkit"), image("no-such-image"), image("calc")]}),
+        )
+        .await;
+    assert_eq!(status, 422, "{batch}");
+    let message = batch["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("leases[2] of 4: image `no-such-image`"),
+        "{message}"
+    );
+    assert_eq!(served.get("/v1/leases").await.1["leases"], json!([]));
+    eventually("the acquired ones to be released", || async {
+        served.sandboxes() == 0
+    })
+    .await;
+
+    let (status, batch) = served
+        .post(
+            "/v1/leases:batch",
+            json!({"leases": [image("calc"), image("shellutils")]}),
+        )
+        .await;
+    assert_eq!(status, 201, "{batch}");
+    assert_eq!(batch["leases"].as_array().unwrap().len(), 2);
+    assert_eq!(served.sandboxes(), 2);
+    served.stop().await;
+}

@@ -1,0 +1,141 @@
+//! Warm pools sized by the sizing plugin, batch runs, the OpenAPI document.
+
+use serde_json::json;
+
+use crate::{Served, eventually, image};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pools_fill_and_serve_claims() {
+    let served = Served::start("", "").await;
+    let (status, pools) = served
+        .post("/v1/pools", json!({"images": ["calc", "calc", "textkit"]}))
+        .await;
+    assert_eq!(status, 202, "{pools}");
+    let planned = pools["planned"].as_object().unwrap().clone();
+    assert!(planned["calc"].as_u64().unwrap() >= planned["textkit"].as_u64().unwrap());
+    eventually("the pools to be ready", || async {
+        let (_, pools) = served.get("/v1/pools").await;
+        let pools = pools["pools"].as_array().unwrap().clone();
+        pools.len() == 2
+            && pools
+                .iter()
+                .all(|p| p["desired"].as_u64() > Some(0) && p["ready"] == p["desired"])
+    })
+    .await;
+    let lease = served.acquire(image("calc")).await;
+    assert_eq!(
+        served.exec(&lease.id, json!({"argv": ["true"]})).await["exit_code"],
+        0
+    );
+    let metrics = served
+        .http
+        .get(served.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("sandfleet_pool_ready{image=\"calc\",cluster=\"local\"}"),
+        "{metrics}"
+    );
+    let (status, body) = served.post("/v1/pools", json!({})).await;
+    assert_eq!(status, 422, "{body}");
+    let dir = served.stop().await;
+    drop(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_batch_run_inside_the_daemon() {
+    let served = Served::start("", "").await;
+    let dataset = served.dir.path().join("two.jsonl");
+    std::fs::write(
+        &dataset,
+        "{\"id\": \"t-ok\", \"image\": \"calc\", \"test\": \"true\"}\n{\"id\": \"t-bad\", \"image\": \"calc\", \"test\": \"false\"}\n",
+    )
+    .unwrap();
+    let text = std::fs::read_to_string(served.dir.path().join("fleet.toml"))
+        .unwrap()
+        .replace(
+            &format!(
+                "dataset = \"{}\"",
+                sandfleet_test_support::quickstart::repo()
+                    .join("examples/quickstart/tasks.jsonl")
+                    .display()
+            ),
+            &format!("dataset = \"{}\"", dataset.display()),
+        );
+    let (status, run) = served
+        .post(
+            "/v1/runs",
+            json!({"config": text, "base_dir": served.dir.path()}),
+        )
+        .await;
+    assert_eq!(status, 202, "{run}");
+    let id = run["id"].as_str().unwrap().to_string();
+    eventually("the run to finish", || async {
+        served.get(&format!("/v1/runs/{id}")).await.1["state"] == "finished"
+    })
+    .await;
+    let (_, run) = served.get(&format!("/v1/runs/{id}")).await;
+    assert_eq!(
+        (run["ok"].as_u64(), run["failed"].as_u64()),
+        (Some(1), Some(1)),
+        "{run}"
+    );
+    assert_eq!(run["report"]["tasks"]["ok"], 1);
+    let results = served
+        .http
+        .get(served.url(&format!("/v1/runs/{id}/results")))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(results.lines().count(), 2, "{results}");
+    let (status, body) = served
+        .post("/v1/runs", json!({"path": "/no/such/fleet.toml"}))
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("/no/such/fleet.toml")
+    );
+    served.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_openapi_document_lists_every_endpoint() {
+    let served = Served::start("", "").await;
+    let (status, doc) = served.get("/v1/openapi.json").await;
+    assert_eq!(status, 200);
+    for path in [
+        "/v1/leases",
+        "/v1/leases:batch",
+        "/v1/leases/{id}",
+        "/v1/leases/{id}/exec",
+        "/v1/leases/{id}/files",
+        "/v1/leases/{id}/evaluate",
+        "/v1/leases/{id}/recycle",
+        "/v1/leases/{id}/renew",
+        "/v1/pools",
+        "/v1/runs",
+        "/v1/runs/{id}",
+        "/v1/runs/{id}/results",
+        "/v1/plugins",
+        "/metrics",
+        "/healthz",
+        "/readyz",
+    ] {
+        assert!(doc["paths"][path].is_object(), "{path} missing");
+    }
+    assert!(doc["components"]["schemas"]["ExecRequestBody"].is_object());
+    let (status, ready) = served.get("/readyz").await;
+    assert_eq!(status, 200);
+    assert_eq!(ready["run_id"], served.run_id());
+    served.stop().await;
+}
