@@ -12,17 +12,10 @@ mod signals;
 mod telemetry;
 
 use std::path::{Path, PathBuf};
-
-pub(crate) use sandfleet_test_support::{processes_running, sandbox_dirs};
 use std::process::{Command, Output};
 
-/// The repository's root.
-pub(crate) fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
-}
+pub(crate) use sandfleet_test_support::quickstart::{repo, results};
+pub(crate) use sandfleet_test_support::{processes_running, sandbox_dirs};
 
 /// `sandfleet` with `args`, its output captured.
 pub(crate) fn sandfleet(args: &[&str]) -> Output {
@@ -50,15 +43,6 @@ pub(crate) fn run_id(test: &str) -> String {
         .unwrap()
         .subsec_nanos();
     format!("e2e-{test}-{}-{nanos:x}", std::process::id())
-}
-
-/// The lines of a results file as JSON values.
-pub(crate) fn results(dir: &Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(dir.join("results.jsonl"))
-        .unwrap_or_default()
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect()
 }
 
 /// A small fleet in a temporary directory: images `a` and `b` (git

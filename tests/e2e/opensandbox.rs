@@ -5,7 +5,7 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-use crate::quickstart::{expected_statuses, statuses};
+use sandfleet_test_support::quickstart::{expected_statuses, statuses};
 use crate::signals::{signal, wait};
 use crate::{repo, results, run_id, stderr};
 

@@ -1,5 +1,7 @@
 //! The README's main command on the bundled quickstart.
 
+use sandfleet_test_support::quickstart::{expected_statuses, statuses};
+
 use crate::{results, run_id, sandfleet, stderr, stdout};
 
 #[test]
@@ -57,42 +59,4 @@ fn the_quickstart_runs_end_to_end_with_real_passes_and_failures() {
     }
     assert_eq!(report["phases"]["claim"]["count"], 13);
     assert!(out.path().join("logs/calc-clamp.log").exists());
-}
-
-/// (task, status, grade) of every result line, sorted by task.
-pub(crate) fn statuses(dir: &std::path::Path) -> Vec<(String, String, String)> {
-    let mut statuses: Vec<(String, String, String)> = results(dir)
-        .iter()
-        .map(|r| {
-            (
-                r["task_id"].as_str().unwrap().to_string(),
-                r["status"].as_str().unwrap().to_string(),
-                r["grade"]["status"].as_str().unwrap_or("-").to_string(),
-            )
-        })
-        .collect();
-    statuses.sort();
-    statuses
-}
-
-/// What the quickstart's 13 tasks come to, on any backend.
-pub(crate) fn expected_statuses() -> Vec<(String, String, String)> {
-    [
-        ("calc-add", "ok", "passed"),
-        ("calc-clamp", "failed", "error"),
-        ("calc-div", "failed", "failed"),
-        ("calc-mean", "ok", "passed"),
-        ("calc-power", "ok", "passed"),
-        ("calc-sub", "ok", "passed"),
-        ("shell-count", "failed", "failed"),
-        ("shell-trim", "ok", "passed"),
-        ("shell-upper", "ok", "passed"),
-        ("textkit-count", "ok", "passed"),
-        ("textkit-slugify", "ok", "passed"),
-        ("textkit-truncate", "failed", "failed"),
-        ("textkit-wrap", "failed", "failed"),
-    ]
-    .iter()
-    .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()))
-    .collect()
 }

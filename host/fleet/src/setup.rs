@@ -286,13 +286,49 @@ pub fn check_images(
     })
 }
 
-/// The configured clusters' drivers.
+/// What the clusters of a process share: HTTP clients, one per distinct
+/// transport configuration, and the host-wide pace of sandbox creation
+/// they all obey; Kubernetes clients, one per kubeconfig and context.
+/// `sandfleet run` makes one per run (one run per process); a daemon makes
+/// one at start and builds every run's clusters with it, so the pace holds
+/// across runs.
+pub struct Connections {
+    http: Clients,
+    kube: K8sClients,
+}
+
+impl Connections {
+    /// Connections whose creates, over every cluster and run built with
+    /// them, stay under `creates_per_second` (unpaced when `None`).
+    ///
+    /// # Errors
+    ///
+    /// When the rate is not a positive number.
+    pub fn new(creates_per_second: Option<f64>) -> anyhow::Result<Self> {
+        Ok(Connections {
+            http: Clients::new(creates_per_second).map_err(anyhow::Error::msg)?,
+            kube: K8sClients::new(),
+        })
+    }
+
+    /// The HTTP clients.
+    pub fn http(&self) -> &Clients {
+        &self.http
+    }
+}
+
+/// The configured clusters' drivers, creating at most `[fleet]
+/// create_rate` sandboxes per second between them.
 pub fn clusters(config: &FleetConfig) -> anyhow::Result<Vec<Cluster>> {
-    // Clusters configured alike share one HTTP client.
-    let clients = Clients::new(None).map_err(anyhow::Error::msg)?;
-    // Clusters reached through the same kubeconfig and context share one
-    // Kubernetes client.
-    let kube = K8sClients::new();
+    clusters_with(config, &Connections::new(config.fleet.create_rate)?)
+}
+
+/// The configured clusters' drivers, sharing `connections` (and its pace of
+/// creation) with every other run built with them.
+pub fn clusters_with(
+    config: &FleetConfig,
+    connections: &Connections,
+) -> anyhow::Result<Vec<Cluster>> {
     config
         .clusters
         .iter()
@@ -302,15 +338,15 @@ pub fn clusters(config: &FleetConfig) -> anyhow::Result<Vec<Cluster>> {
                     Arc::new(LocalBackend::new(&cluster.name, local.clone())?)
                 }
                 BackendConfig::OpenSandbox { opensandbox } => Arc::new(
-                    OpenSandboxBackend::new(&cluster.name, opensandbox.clone(), &clients)
+                    OpenSandboxBackend::new(&cluster.name, opensandbox.clone(), connections.http())
                         .with_context(|| {
                             format!("{}: cluster `{}`", config.path.display(), cluster.name)
                         })?,
                 ),
                 BackendConfig::K8s { k8s } => Arc::new(
-                    K8sBackend::new(&cluster.name, k8s.clone(), &kube).with_context(|| {
-                        format!("{}: cluster `{}`", config.path.display(), cluster.name)
-                    })?,
+                    K8sBackend::new(&cluster.name, k8s.clone(), &connections.kube).with_context(
+                        || format!("{}: cluster `{}`", config.path.display(), cluster.name),
+                    )?,
                 ),
             };
             Ok(Cluster {
