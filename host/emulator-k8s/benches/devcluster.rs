@@ -201,6 +201,15 @@ async fn parent() -> anyhow::Result<()> {
                     }
                 }
             }
+            // A watch can end early (a 410 after compaction): then read until Ready.
+            let path = format!("{EXT}/sandboxclaims/c{i}");
+            let ready = |o: &Value| {
+                o["status"]["conditions"].as_array().into_iter().flatten().any(|c| c["type"] == "Ready" && c["status"] == "True")
+            };
+            let (_, now) = client.call(reqwest::Method::GET, &path, None).await;
+            if !ready(&now) {
+                wait(&client, &path, Duration::from_secs(300), ready).await;
+            }
             begun.elapsed()
         });
     }

@@ -252,23 +252,13 @@ fn dangling(state: &State, object: &Value) -> bool {
 /// Run the collector until the store is dropped: a pass whenever an event may have
 /// left a dependent without its owner or an owner waiting for its dependents.
 pub(crate) async fn run(state: Arc<State>) {
-    let mut changes = state.store.subscribe();
-    let mut seen = 0;
-    loop {
-        let needed = match state.store.all_events_since(seen) {
-            Ok((events, rv)) => {
-                seen = rv;
-                events.iter().any(|e| {
-                    e.kind == crate::store::EventType::Deleted
-                        || deleting(&e.object)
-                        || (e.kind == crate::store::EventType::Added && dangling(&state, &e.object))
-                })
-            }
-            Err(_) => {
-                seen = state.store.current_rv();
-                true
-            }
-        };
+    let mut informer = state.store.informer();
+    while let Some(events) = crate::store::next_batch(&mut informer, None).await {
+        let needed = events.iter().any(|e| {
+            e.kind == crate::store::EventType::Deleted
+                || deleting(&e.object)
+                || (e.kind == crate::store::EventType::Added && dangling(&state, &e.object))
+        });
         if needed {
             // Each pass's own writes are events too; loop until a pass is quiet.
             for _ in 0..16 {
@@ -276,9 +266,6 @@ pub(crate) async fn run(state: Arc<State>) {
                     break;
                 }
             }
-        }
-        if changes.changed().await.is_err() {
-            return;
         }
     }
 }

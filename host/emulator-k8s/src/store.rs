@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::{Value, json};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 /// What happened to an object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,6 +97,30 @@ struct Inner {
 pub(crate) struct Store {
     inner: Mutex<Inner>,
     changed: watch::Sender<u64>,
+    /// The in-process consumers' event queues (controllers, kubelet, collector):
+    /// every event reaches them, however far the watch history has been compacted.
+    informers: Mutex<Vec<mpsc::UnboundedSender<Arc<Event>>>>,
+}
+
+/// The events an informer has queued: waits for the first (until `deadline`, if
+/// any; then the batch is empty) and takes every one queued behind it. `None` once the
+/// store is gone.
+pub(crate) async fn next_batch(
+    informer: &mut mpsc::UnboundedReceiver<Arc<Event>>,
+    deadline: Option<tokio::time::Instant>,
+) -> Option<Vec<Arc<Event>>> {
+    let first = match deadline {
+        Some(at) => match tokio::time::timeout_at(at, informer.recv()).await {
+            Ok(first) => Some(first?),
+            Err(_) => None,
+        },
+        None => Some(informer.recv().await?),
+    };
+    let mut batch: Vec<Arc<Event>> = first.into_iter().collect();
+    while let Ok(more) = informer.try_recv() {
+        batch.push(more);
+    }
+    Some(batch)
 }
 
 /// The current time as Kubernetes writes it (`2006-01-02T15:04:05Z`).
@@ -153,6 +177,7 @@ impl Store {
                 compacted_through: 0,
             }),
             changed,
+            informers: Mutex::new(Vec::new()),
         }
     }
 
@@ -177,8 +202,25 @@ impl Store {
         self.lock().compacted_through
     }
 
+    /// Every event from now on, in order, for an in-process consumer; `None` once the
+    /// store is gone.
+    pub(crate) fn informer(&self) -> mpsc::UnboundedReceiver<Arc<Event>> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.informers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(tx);
+        rx
+    }
+
     fn record(&self, inner: &mut Inner, event: Event) {
-        inner.history.push_back(Arc::new(event));
+        let event = Arc::new(event);
+        // Under the store's lock, so consumers get events in resourceVersion order.
+        self.informers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|tx| tx.send(event.clone()).is_ok());
+        inner.history.push_back(event);
         while inner.history.len() > inner.window {
             if let Some(old) = inner.history.pop_front() {
                 inner.compacted_through = old.rv;

@@ -354,8 +354,8 @@ fn create_cold(
 }
 
 /// Candidates of `pool` in the order adoption tries them.
-fn candidates(c: &Client<'_>, pool: &Value) -> Vec<std::sync::Arc<Value>> {
-    let members: Vec<std::sync::Arc<Value>> = super::warmpool::active_members(c, pool)
+fn candidates(c: &Client<'_>, memory: &Memory, pool: &Value) -> Vec<std::sync::Arc<Value>> {
+    let members: Vec<std::sync::Arc<Value>> = super::warmpool::active_members(c, memory, pool)
         .into_iter()
         .filter(|sb| {
             sb["status"]["podIPs"]
@@ -565,7 +565,7 @@ pub(super) fn reconcile(
             .as_array()
             .is_some_and(|v| !v.is_empty());
     if !forced_cold {
-        let list = candidates(c, &pool);
+        let list = candidates(c, memory, &pool);
         if list.is_empty() && first_seen.elapsed() < tuning.cold_start_after {
             return Some(
                 CANDIDATE_RETRY

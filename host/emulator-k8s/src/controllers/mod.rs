@@ -24,7 +24,7 @@ use serde_json::Value;
 
 use crate::client::{self, Client};
 use crate::state::State;
-use crate::store::{Event, StoreError};
+use crate::store::{Event, next_batch};
 
 /// The field manager (and event source) of the agent-sandbox controllers.
 pub(crate) const MANAGER: &str = "agent-sandbox-controller";
@@ -71,6 +71,69 @@ struct Memory {
     first_seen: HashMap<String, Instant>,
     /// Members already reported `WarmPoolNotProgressing` (by uid).
     reported_unschedulable: BTreeSet<String>,
+    /// Sandboxes carrying each pool's label, by (namespace, pool name hash): the
+    /// per-pool index upstream's claim controller keeps from Sandbox events, so a
+    /// claim or a pool pass looks at its members, not at every sandbox.
+    labelled: HashMap<(String, String), BTreeSet<String>>,
+}
+
+impl Memory {
+    fn pool_label(object: &Value) -> Option<(String, String)> {
+        let hash = client::label(object, names::WARM_POOL_SANDBOX)?;
+        Some((
+            object["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            hash.to_string(),
+        ))
+    }
+
+    /// Follow one Sandbox event.
+    fn index(&mut self, event: &Event) {
+        let name = event.object["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default();
+        if let Some(before) = event.previous.as_deref().and_then(Self::pool_label)
+            && let Some(set) = self.labelled.get_mut(&before)
+        {
+            set.remove(name);
+        }
+        if event.kind != crate::store::EventType::Deleted
+            && let Some(now) = Self::pool_label(&event.object)
+        {
+            self.labelled
+                .entry(now)
+                .or_default()
+                .insert(name.to_string());
+        }
+    }
+
+    /// Rebuild the index from the store.
+    fn reindex(&mut self, c: &Client<'_>) {
+        self.labelled.clear();
+        for sb in c.list(client::SANDBOXES, None) {
+            if let Some(key) = Self::pool_label(&sb) {
+                let name = sb["metadata"]["name"].as_str().unwrap_or_default();
+                self.labelled
+                    .entry(key)
+                    .or_default()
+                    .insert(name.to_string());
+            }
+        }
+    }
+
+    /// The sandboxes in `namespace` labelled as members of the pool whose name hashes
+    /// to `hash`.
+    fn labelled(&self, c: &Client<'_>, namespace: &str, hash: &str) -> Vec<Arc<Value>> {
+        self.labelled
+            .get(&(namespace.to_string(), hash.to_string()))
+            .into_iter()
+            .flatten()
+            .filter_map(|name| c.get(client::SANDBOXES, namespace, name))
+            .filter(|sb| client::label(sb, names::WARM_POOL_SANDBOX) == Some(hash))
+            .collect()
+    }
 }
 
 /// What a reconcile asks for next: run again after this long.
@@ -184,26 +247,14 @@ fn reconcile(c: &Client<'_>, tuning: &Tuning, memory: &mut Memory, key: &Key) ->
 /// Run the controllers until the store's change channel closes.
 pub(crate) async fn run(state: Arc<State>, tuning: Tuning) {
     let c = Client::new(&state, MANAGER);
-    let mut changes = state.store.subscribe();
+    // Subscribed before the first look, so nothing falls between the two.
+    let mut informer = state.store.informer();
     let mut memory = Memory::default();
-    let mut seen = state.store.current_rv();
+    memory.reindex(&c);
     let mut dirty = all_keys(&c);
     let mut requeue: BTreeMap<Key, Instant> = BTreeMap::new();
+    let sandboxes = client::SANDBOXES.key();
     loop {
-        match state.store.all_events_since(seen) {
-            Ok((events, rv)) => {
-                seen = rv;
-                for e in &events {
-                    keys_of(e, &mut dirty);
-                }
-            }
-            Err(StoreError::Gone { .. }) | Err(_) => {
-                // Fell behind the kept history: resync everything, as an informer
-                // relists.
-                seen = state.store.current_rv();
-                dirty = all_keys(&c);
-            }
-        }
         let now = Instant::now();
         let due: Vec<Key> = requeue
             .iter()
@@ -230,19 +281,15 @@ pub(crate) async fn run(state: Arc<State>, tuning: Tuning) {
                 tokio::task::yield_now().await;
             }
         }
-        if state.store.current_rv() != seen {
-            continue;
-        }
-        let next = requeue.values().min().copied();
-        let sleep = async {
-            match next {
-                Some(at) => tokio::time::sleep_until(at.into()).await,
-                None => std::future::pending().await,
-            }
+        let next = requeue.values().min().map(|at| (*at).into());
+        let Some(events) = next_batch(&mut informer, next).await else {
+            return;
         };
-        tokio::select! {
-            changed = changes.changed() => if changed.is_err() { return },
-            () = sleep => {}
+        for e in &events {
+            if *e.resource == *sandboxes {
+                memory.index(e);
+            }
+            keys_of(e, &mut dirty);
         }
     }
 }

@@ -117,16 +117,12 @@ fn fill(
 }
 
 /// The pool's members that are not being deleted.
-pub(super) fn active_members(c: &Client<'_>, pool: &Value) -> Vec<Arc<Value>> {
+pub(super) fn active_members(c: &Client<'_>, memory: &Memory, pool: &Value) -> Vec<Arc<Value>> {
     let (ns, name) = client::names(pool);
-    let hash = names::name_hash(&name);
-    c.list(SANDBOXES, Some(&ns))
+    memory
+        .labelled(c, &ns, &names::name_hash(&name))
         .into_iter()
-        .filter(|sb| {
-            client::label(sb, WARM_POOL_SANDBOX) == Some(hash.as_str())
-                && client::controlled_by(sb, pool)
-                && !client::deleting(sb)
-        })
+        .filter(|sb| client::controlled_by(sb, pool) && !client::deleting(sb))
         .collect()
 }
 
@@ -151,10 +147,7 @@ pub(super) fn reconcile(
     let current_hash = template.as_ref().map(|t| blueprint_hash(&blueprint(t)));
     let recreate = pool["spec"]["updateStrategy"]["type"] == "Recreate";
     let mut members: Vec<Arc<Value>> = Vec::new();
-    for sb in c.list(SANDBOXES, Some(ns)) {
-        if client::label(&sb, WARM_POOL_SANDBOX) != Some(hash.as_str()) {
-            continue;
-        }
+    for sb in memory.labelled(c, ns, &hash) {
         match client::controller_of(&sb) {
             Some(_) if client::controlled_by(&sb, &pool) => members.push(sb),
             Some(_) => {}
@@ -244,7 +237,7 @@ pub(super) fn reconcile(
             delete_member(c, &member);
         }
     }
-    let members = active_members(c, &pool);
+    let members = active_members(c, memory, &pool);
     let status = json!({
         "replicas": members.len(),
         "readyReplicas": members.iter().filter(|m| ready(m)).count(),

@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 
 use crate::client::{self, Client, NODES, PODS};
 use crate::state::State;
-use crate::store::{EventType, now_rfc3339};
+use crate::store::{EventType, next_batch, now_rfc3339};
 use runtime::{PullError, Runtime};
 
 /// The kubelet's field manager and event source.
@@ -561,10 +561,9 @@ pub(crate) async fn run(state: Arc<State>, runtime: Arc<Runtime>) {
         }),
         started: Mutex::new(HashSet::new()),
     });
-    let mut changes = state.store.subscribe();
+    let mut informer = state.store.informer();
     let mut pending = BTreeSet::new();
     let mut unschedulable: BTreeSet<(String, String)> = BTreeSet::new();
-    let mut seen = state.store.current_rv();
     let pods_key = PODS.key();
     let nodes_key = NODES.key();
     let mut retry = false;
@@ -572,24 +571,6 @@ pub(crate) async fn run(state: Arc<State>, runtime: Arc<Runtime>) {
         kubelet.observe(EventType::Added, &pod, &mut pending, &mut retry);
     }
     loop {
-        match state.store.all_events_since(seen) {
-            Ok((events, rv)) => {
-                seen = rv;
-                for e in events {
-                    if *e.resource == *pods_key {
-                        kubelet.observe(e.kind, &e.object, &mut pending, &mut retry);
-                    } else if *e.resource == *nodes_key && e.kind != EventType::Modified {
-                        retry = true;
-                    }
-                }
-            }
-            Err(_) => {
-                seen = state.store.current_rv();
-                for pod in Client::new(&state, KUBELET).list(PODS, None) {
-                    kubelet.observe(EventType::Added, &pod, &mut pending, &mut retry);
-                }
-            }
-        }
         if retry {
             pending.append(&mut unschedulable);
             retry = false;
@@ -604,11 +585,15 @@ pub(crate) async fn run(state: Arc<State>, runtime: Arc<Runtime>) {
                 unschedulable.insert(key);
             }
         }
-        if state.store.current_rv() != seen {
-            continue;
-        }
-        if changes.changed().await.is_err() {
+        let Some(events) = next_batch(&mut informer, None).await else {
             return;
+        };
+        for e in events {
+            if *e.resource == *pods_key {
+                kubelet.observe(e.kind, &e.object, &mut pending, &mut retry);
+            } else if *e.resource == *nodes_key && e.kind != EventType::Modified {
+                retry = true;
+            }
         }
     }
 }
