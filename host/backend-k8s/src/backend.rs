@@ -417,6 +417,13 @@ impl K8sBackend {
                     error
                 }
             }
+            Failure::Unread => self.error(
+                ErrorKind::Transport { sent: false },
+                format!(
+                    "command `{program}` in sandbox {}: the exec session ended before reading it",
+                    sandbox.id
+                ),
+            ),
             Failure::Lost(why) => self.error(
                 ErrorKind::Transport { sent: true },
                 format!("command `{program}` in sandbox {}: {why}", sandbox.id),
@@ -764,7 +771,14 @@ impl Backend for K8sBackend {
                     if ran.is_err() {
                         *session = None;
                     }
-                    return ran.map_err(|f| self.exec_failure(sandbox, &program, f));
+                    match ran {
+                        // Never read, so never run: it runs on its own
+                        // websocket instead.
+                        Err(Failure::Unread) => {
+                            tracing::info!(cluster = %self.name, sandbox = %sandbox.id, "the exec session ended before reading a command; running it alone");
+                        }
+                        other => return other.map_err(|f| self.exec_failure(sandbox, &program, f)),
+                    }
                 }
             }
         }

@@ -8,13 +8,17 @@ use crate::client::one_line;
 /// `error` from a request about `what` on `cluster`, as a typed error.
 pub(crate) fn api_error(cluster: &str, what: &str, error: kube::Error) -> BackendError {
     let kind = kind_of(&error);
-    let said = match &error {
+    BackendError::new(kind, cluster, format!("{what}: {}", said(&error))).with_source(error)
+}
+
+/// What the API server (or the connection) said, on one line.
+pub(crate) fn said(error: &kube::Error) -> String {
+    match error {
         kube::Error::Api(status) => {
             format!("{} {}: {}", status.code, status.reason, status.message)
         }
         other => one_line(other),
-    };
-    BackendError::new(kind, cluster, format!("{what}: {said}")).with_source(error)
+    }
 }
 
 /// What kind of failure `error` is.

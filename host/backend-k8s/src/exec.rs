@@ -23,6 +23,12 @@ use crate::objects::CONTAINER;
 /// session carrying it is given up.
 const KILL_GRACE: Duration = Duration::from_secs(10);
 
+/// How long the status of a shell that ended may take to arrive.
+const STATUS_WAIT: Duration = Duration::from_secs(1);
+
+/// A pods/exec status, when the server sends one.
+type ExitStatus = std::pin::Pin<Box<dyn std::future::Future<Output = Option<Status>> + Send>>;
+
 /// Bytes read from a stream at once.
 const READ_CHUNK: usize = 64 * 1024;
 
@@ -33,6 +39,17 @@ pub(crate) enum Failure {
     NotStarted(kube::Error),
     /// The connection ended before the command's end: it may have run.
     Lost(String),
+    /// The session's shell ended, of itself, before it read the command:
+    /// it never ran.
+    Unread,
+}
+
+/// How a pods/exec stream ended before a command's end frame.
+enum Closed {
+    /// After the command's start frame (or with no way to tell).
+    Lost(String),
+    /// Before it: the command's process never started.
+    BeforeStart,
 }
 
 /// A pod to run commands in.
@@ -80,6 +97,8 @@ impl Target {
 pub(crate) struct Session {
     // Dropping the process closes the websocket, and with it the shell.
     _process: AttachedProcess,
+    /// The shell's exit status, once it has ended.
+    status: Option<ExitStatus>,
     stdin: WriteHalf<SimplexStream>,
     stdout: ReadHalf<SimplexStream>,
     stderr: ReadHalf<SimplexStream>,
@@ -89,6 +108,7 @@ impl Session {
     /// Opens a shell (`shell`) in the target's pod.
     pub(crate) async fn open(target: &Target, shell: &str) -> Result<Self, kube::Error> {
         let mut process = target.start(vec![shell.to_string()], true).await?;
+        let status = process.take_status().map(|s| Box::pin(s) as ExitStatus);
         let (Some(stdin), Some(stdout), Some(stderr)) =
             (process.stdin(), process.stdout(), process.stderr())
         else {
@@ -96,6 +116,7 @@ impl Session {
         };
         Ok(Session {
             _process: process,
+            status,
             stdin,
             stdout,
             stderr,
@@ -120,7 +141,7 @@ impl Session {
             .flush()
             .await
             .map_err(|e| Failure::Lost(format!("writing to the exec session: {e}")))?;
-        follow(
+        let followed = follow(
             target,
             &mut self.stdout,
             &mut self.stderr,
@@ -129,7 +150,29 @@ impl Session {
             output,
             started,
         )
-        .await
+        .await;
+        match followed {
+            Ok(result) => Ok(result),
+            Err(Closed::Lost(why)) => Err(Failure::Lost(why)),
+            // The shell ended cleanly without starting the command, whose
+            // process prints its start frame before anything else.
+            Err(Closed::BeforeStart) => {
+                // Exit 0 is the end of its input: a shell that had read the
+                // command would be waiting for it, or killed.
+                let ended = match self.status.take() {
+                    Some(status) => matches!(
+                        tokio::time::timeout(STATUS_WAIT, status).await,
+                        Ok(Some(status)) if exit_code(&status) == 0
+                    ),
+                    None => false,
+                };
+                Err(if ended {
+                    Failure::Unread
+                } else {
+                    Failure::Lost("the exec session ended before the command started".into())
+                })
+            }
+        }
     }
 }
 
@@ -160,7 +203,11 @@ pub(crate) async fn one_shot(
         output,
         started,
     )
-    .await?;
+    .await
+    .map_err(|closed| match closed {
+        Closed::Lost(why) => Failure::Lost(why),
+        Closed::BeforeStart => Failure::Lost("the exec ended before the command started".into()),
+    })?;
     if !result.timed_out
         && let Some(status) = status
         && let Ok(Some(status)) = tokio::time::timeout(KILL_GRACE, status).await
@@ -188,6 +235,15 @@ pub(crate) fn exit_code(status: &Status) -> i32 {
         .and_then(|c| c.message.as_deref())
         .and_then(|m| m.parse().ok())
         .unwrap_or(-1)
+}
+
+/// How the stream ended, judged by whether the command had started.
+fn closed(out: &Stream) -> Closed {
+    if out.started() {
+        Closed::Lost("the exec connection closed before the command ended".into())
+    } else {
+        Closed::BeforeStart
+    }
 }
 
 /// A fresh command marker: 128 bits from the process's random hasher keys.
@@ -267,7 +323,7 @@ async fn follow(
     request: &ExecRequest,
     sink: Option<&OutputSink>,
     started: Instant,
-) -> Result<ExecResult, Failure> {
+) -> Result<ExecResult, Closed> {
     let mut out = Stream::new(marker, true);
     let mut err = Stream::new(marker, !request.merge_stderr);
     let mut kept_out = Kept::new(OutputStream::Stdout, request.max_output);
@@ -286,22 +342,22 @@ async fn follow(
         };
         tokio::select! {
             read = stdout.read(&mut out_buf), if out.ended.is_none() => {
-                let n = read.map_err(|e| Failure::Lost(format!("reading the command's output: {e}")))?;
+                let n = read.map_err(|e| Closed::Lost(format!("reading the command's output: {e}")))?;
                 if n == 0 {
-                    return Err(Failure::Lost("the exec connection closed before the command ended".into()));
+                    return Err(closed(&out));
                 }
                 kept_out.push(out.feed(&out_buf[..n]), sink).await;
             }
             read = stderr.read(&mut err_buf), if err.ended.is_none() => {
-                let n = read.map_err(|e| Failure::Lost(format!("reading the command's errors: {e}")))?;
+                let n = read.map_err(|e| Closed::Lost(format!("reading the command's errors: {e}")))?;
                 if n == 0 {
-                    return Err(Failure::Lost("the exec connection closed before the command ended".into()));
+                    return Err(closed(&out));
                 }
                 kept_err.push(err.feed(&err_buf[..n]), sink).await;
             }
             () = timer => {
                 if timed_out {
-                    return Err(Failure::Lost(format!(
+                    return Err(Closed::Lost(format!(
                         "the command outlived its timeout by {} and could not be killed",
                         humantime::format_duration(KILL_GRACE)
                     )));

@@ -108,6 +108,11 @@ impl Stream {
         }
     }
 
+    /// Whether the start frame has been seen.
+    pub(crate) fn started(&self) -> bool {
+        self.started
+    }
+
     /// Takes `bytes` from the wire and returns the command's output among
     /// them; frames and what came before the start frame are dropped. Bytes
     /// that may begin a frame are held until they can be judged. Bytes

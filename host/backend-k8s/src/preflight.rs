@@ -12,7 +12,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use sandfleet_core::{Capacity, Preflight, RunId, TemplateSpec, template_name};
 
 use crate::config::K8sConfig;
-use crate::errors::is_not_found;
+use crate::errors::{is_not_found, said};
 use crate::objects;
 use crate::resources::{
     CORE_GROUP, CRDS, EXTENSIONS_GROUP, SandboxTemplate, SandboxWarmPool, VERSION,
@@ -56,10 +56,9 @@ pub(crate) async fn check(client: &kube::Client, config: &K8sConfig, server: &st
             version.git_version
         )),
         Err(error) => {
-            found.failures.push(format!(
-                "{server} is not reachable: {}",
-                crate::client::one_line(&error)
-            ));
+            found
+                .failures
+                .push(format!("{server} is not reachable: {}", said(&error)));
             return found;
         }
     }
@@ -74,7 +73,7 @@ pub(crate) async fn check(client: &kube::Client, config: &K8sConfig, server: &st
         Err(error) => found.failures.push(format!(
             "namespace `{}`: {}",
             config.namespace,
-            crate::client::one_line(&error)
+            said(&error)
         )),
     }
     let crds_served = crds(client, &mut found).await;
@@ -106,7 +105,7 @@ fn missing(key: &str, kind: &str, name: &str, error: &kube::Error) -> String {
     if is_not_found(error) {
         format!("{key}: {kind} `{name}` does not exist")
     } else {
-        format!("{key}: {kind} `{name}`: {}", crate::client::one_line(error))
+        format!("{key}: {kind} `{name}`: {}", said(error))
     }
 }
 
@@ -139,9 +138,7 @@ async fn crds(client: &kube::Client, found: &mut Preflight) -> bool {
             }
             Err(error) if is_not_found(&error) => missing.push(name.to_string()),
             Err(error) => {
-                found
-                    .failures
-                    .push(format!("CRD {name}: {}", crate::client::one_line(&error)));
+                found.failures.push(format!("CRD {name}: {}", said(&error)));
                 return false;
             }
         }
@@ -188,7 +185,7 @@ async fn controller(client: &kube::Client, config: &K8sConfig, found: &mut Prefl
         // the dry run and the claims will tell.
         Err(error) => found.warnings.push(format!(
             "cannot read the controller Deployment {namespace}/{name}: {}",
-            crate::client::one_line(&error)
+            said(&error)
         )),
     }
 }
@@ -249,7 +246,7 @@ async fn access(client: &kube::Client, config: &K8sConfig, found: &mut Preflight
             }
             Err(error) => found.warnings.push(format!(
                 "cannot review access to `{verb}` {what}: {}",
-                crate::client::one_line(&error)
+                said(&error)
             )),
         }
     }
@@ -285,23 +282,44 @@ async fn dry_run(client: &kube::Client, config: &K8sConfig, found: &mut Prefligh
     };
     let params = PatchParams::apply(MANAGER).force().dry_run();
     let templates: Api<SandboxTemplate> = Api::namespaced(client.clone(), &config.namespace);
-    if let Err(error) = templates
-        .patch(&spec.name, &params, &Patch::Apply(&template))
-        .await
-    {
+    let applied = {
+        let patch = Patch::Apply(&template);
+        retry_conflicts(|| templates.patch(&spec.name, &params, &patch)).await
+    };
+    if let Err(error) = applied {
         found.failures.push(format!(
             "a dry run of a SandboxTemplate was refused: {}",
-            crate::client::one_line(&error)
+            said(&error)
         ));
         return;
     }
     let pool = objects::pool(&spec.name, &config.namespace, 1, &spec.labels);
     let pools: Api<SandboxWarmPool> = Api::namespaced(client.clone(), &config.namespace);
-    if let Err(error) = pools.patch(&spec.name, &params, &Patch::Apply(&pool)).await {
+    let patch = Patch::Apply(&pool);
+    let applied = retry_conflicts(|| pools.patch(&spec.name, &params, &patch)).await;
+    if let Err(error) = applied {
         found.failures.push(format!(
             "a dry run of a SandboxWarmPool was refused: {}",
-            crate::client::one_line(&error)
+            said(&error)
         ));
+    }
+}
+
+/// Attempts of a dry run that conflicts (nothing is written, so making it
+/// again is safe; a busy server answers 409 now and then).
+const DRY_RUN_ATTEMPTS: usize = 5;
+
+async fn retry_conflicts<T, F: Future<Output = Result<T, kube::Error>>>(
+    mut attempt: impl FnMut() -> F,
+) -> Result<T, kube::Error> {
+    let mut tries = 1;
+    loop {
+        match attempt().await {
+            Err(kube::Error::Api(status)) if status.code == 409 && tries < DRY_RUN_ATTEMPTS => {
+                tries += 1
+            }
+            other => return other,
+        }
     }
 }
 
