@@ -8,6 +8,7 @@ mod hostile;
 mod opensandbox;
 mod plan;
 mod quickstart;
+mod serve;
 mod signals;
 mod telemetry;
 
