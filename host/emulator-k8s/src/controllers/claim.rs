@@ -379,17 +379,17 @@ fn candidates(c: &Client<'_>, memory: &Memory, pool: &Value) -> Vec<std::sync::A
             )
             .or_default() += 1;
     }
-    chosen.sort_by(|a, b| {
-        let count = |s: &Value| {
-            per_node
-                .get(s["status"]["nodeName"].as_str().unwrap_or_default())
-                .copied()
-                .unwrap_or(0)
-        };
-        count(b)
-            .cmp(&count(a))
-            .then_with(|| super::created_at(a).cmp(&super::created_at(b)))
-            .then_with(|| client::names(a).1.cmp(&client::names(b).1))
+    // Most candidates on the node first, then the oldest, then by name.
+    chosen.sort_by_cached_key(|s| {
+        let on_node = per_node
+            .get(s["status"]["nodeName"].as_str().unwrap_or_default())
+            .copied()
+            .unwrap_or(0);
+        (
+            std::cmp::Reverse(on_node),
+            super::created_at(s),
+            client::names(s).1,
+        )
     });
     chosen
 }

@@ -117,11 +117,16 @@ impl Kubelet {
         }
         let c = self.client(SCHEDULER);
         let nodes = c.list(NODES, None);
-        let pods = c.list(PODS, None);
-        let mut bound: BTreeMap<String, Vec<Arc<Value>>> = BTreeMap::new();
-        for p in pods {
-            if let Some(node) = p["spec"]["nodeName"].as_str() {
-                bound.entry(node.to_string()).or_default().push(p.clone());
+        let mut loads: Vec<scheduler::NodeLoad<'_>> =
+            nodes.iter().map(|n| scheduler::NodeLoad::new(n)).collect();
+        let index: BTreeMap<&str, usize> = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n["metadata"]["name"].as_str().unwrap_or_default(), i))
+            .collect();
+        for p in c.list(PODS, None) {
+            if let Some(&i) = p["spec"]["nodeName"].as_str().and_then(|n| index.get(n)) {
+                loads[i].add(p);
             }
         }
         let mut queue: Vec<Value> = pending
@@ -136,22 +141,9 @@ impl Kubelet {
         pending.clear();
         for pod in queue {
             let (ns, name) = client::names(&pod);
-            let candidates: Vec<(&Value, Vec<&Value>)> = nodes
-                .iter()
-                .map(|n| {
-                    let node_name = n["metadata"]["name"].as_str().unwrap_or_default();
-                    (
-                        &**n,
-                        bound
-                            .get(node_name)
-                            .map(|v| v.iter().map(|p| &**p).collect())
-                            .unwrap_or_default(),
-                    )
-                })
-                .collect();
-            match scheduler::choose(&pod, &candidates) {
-                Ok(node) => {
-                    let node = node["metadata"]["name"]
+            match scheduler::choose(&pod, &loads) {
+                Ok(chosen) => {
+                    let node = loads[chosen].node()["metadata"]["name"]
                         .as_str()
                         .unwrap_or_default()
                         .to_string();
@@ -174,7 +166,7 @@ impl Kubelet {
                             "Scheduled",
                             &format!("Successfully assigned {ns}/{name} to {node}"),
                         );
-                        bound.entry(node).or_default().push(Arc::new(p));
+                        loads[chosen].add(Arc::new(p));
                     }
                 }
                 Err(message) => {

@@ -123,21 +123,51 @@ impl Misfit {
     }
 }
 
-fn fits(pod: &Value, node: &Value, bound: &[&Value]) -> Result<f64, Misfit> {
+/// A node, the pods bound to it, and what those not finished request.
+pub(crate) struct NodeLoad<'n> {
+    node: &'n Value,
+    pods: Vec<std::sync::Arc<Value>>,
+    used: Requests,
+    count: u128,
+}
+
+impl<'n> NodeLoad<'n> {
+    /// A node with nothing bound yet.
+    pub(crate) fn new(node: &'n Value) -> Self {
+        Self {
+            node,
+            pods: Vec::new(),
+            used: Requests::default(),
+            count: 0,
+        }
+    }
+
+    /// The node.
+    pub(crate) fn node(&self) -> &'n Value {
+        self.node
+    }
+
+    /// Count a pod bound to the node.
+    pub(crate) fn add(&mut self, pod: std::sync::Arc<Value>) {
+        if !terminal(&pod) {
+            let r = requests(&pod);
+            self.used.cpu_milli += r.cpu_milli;
+            self.used.memory += r.memory;
+            self.used.disk += r.disk;
+            self.count += 1;
+        }
+        self.pods.push(pod);
+    }
+}
+
+fn fits(pod: &Value, load: &NodeLoad<'_>) -> Result<f64, Misfit> {
+    let node = load.node;
     if !selector_allows(pod, node) || !affinity_allows(pod, node) {
         return Err(Misfit::Selector);
     }
     let alloc = &node["status"]["allocatable"];
     let want = requests(pod);
-    let mut used = Requests::default();
-    let mut count = 0u128;
-    for p in bound.iter().filter(|p| !terminal(p)) {
-        let r = requests(p);
-        used.cpu_milli += r.cpu_milli;
-        used.memory += r.memory;
-        used.disk += r.disk;
-        count += 1;
-    }
+    let (used, count) = (load.used, load.count);
     let cap = |name: &str, parse: fn(&str) -> Option<u128>| {
         alloc[name].as_str().and_then(parse).unwrap_or(u128::MAX)
     };
@@ -175,7 +205,7 @@ fn fits(pod: &Value, node: &Value, bound: &[&Value]) -> Result<f64, Misfit> {
     Ok(free)
 }
 
-fn affinity_score(pod: &Value, bound: &[&Value]) -> f64 {
+fn affinity_score(pod: &Value, bound: &[std::sync::Arc<Value>]) -> f64 {
     let affinity = &pod["spec"]["affinity"];
     let mut score = 0.0;
     for (kind, sign) in [("podAffinity", 1.0), ("podAntiAffinity", -1.0)] {
@@ -193,22 +223,19 @@ fn affinity_score(pod: &Value, bound: &[&Value]) -> f64 {
     score
 }
 
-/// The node for `pod` among `nodes` (each with the pods bound to it), or the reason
-/// nothing fits as the scheduler words it.
-pub(crate) fn choose<'n>(
-    pod: &Value,
-    nodes: &[(&'n Value, Vec<&Value>)],
-) -> Result<&'n Value, String> {
-    let mut best: Option<(f64, &'n Value)> = None;
+/// The index of the node for `pod` among `nodes`, or the reason nothing fits as the
+/// scheduler words it.
+pub(crate) fn choose(pod: &Value, nodes: &[NodeLoad<'_>]) -> Result<usize, String> {
+    let mut best: Option<(f64, usize)> = None;
     let mut misfits: std::collections::BTreeMap<Misfit, usize> = Default::default();
-    for (node, bound) in nodes {
-        match fits(pod, node, bound) {
+    for (i, load) in nodes.iter().enumerate() {
+        match fits(pod, load) {
             Ok(free) => {
                 // Affinity dominates spreading, as its weight (up to 100 per term)
                 // dominates the 0–100 least-allocated score after normalization.
-                let score = affinity_score(pod, bound) * 1000.0 + free;
+                let score = affinity_score(pod, &load.pods) * 1000.0 + free;
                 if best.is_none_or(|(s, _)| score > s) {
-                    best = Some((score, node));
+                    best = Some((score, i));
                 }
             }
             Err(m) => *misfits.entry(m).or_default() += 1,
@@ -246,8 +273,9 @@ mod tests {
         let (a, b) = (node("a", "1", "x"), node("b", "4", "y"));
         let busy = pod("800m", json!({}));
         let want = pod("500m", json!({}));
-        let nodes = vec![(&a, vec![&busy]), (&b, vec![])];
-        assert_eq!(choose(&want, &nodes).unwrap()["metadata"]["name"], "b");
+        let mut nodes = vec![NodeLoad::new(&a), NodeLoad::new(&b)];
+        nodes[0].add(std::sync::Arc::new(busy));
+        assert_eq!(choose(&want, &nodes).unwrap(), 1);
         let mut pinned = want;
         pinned["spec"]["nodeSelector"] = json!({"zone": "x"});
         let err = choose(&pinned, &nodes).unwrap_err();
@@ -261,14 +289,12 @@ mod tests {
     fn soft_pod_affinity_colocates_with_matching_pods() {
         let (a, b) = (node("a", "8", "x"), node("b", "8", "y"));
         let member = pod("1", json!({"pool": "p"}));
-        let nodes = vec![(&a, vec![]), (&b, vec![&member])];
+        let mut nodes = vec![NodeLoad::new(&a), NodeLoad::new(&b)];
+        nodes[1].add(std::sync::Arc::new(member));
         let mut want = pod("1", json!({}));
         want["spec"]["affinity"] = json!({"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": {"labelSelector": {"matchLabels": {"pool": "p"}}, "topologyKey": "kubernetes.io/hostname"}}]}});
-        assert_eq!(choose(&want, &nodes).unwrap()["metadata"]["name"], "b");
+        assert_eq!(choose(&want, &nodes).unwrap(), 1);
         // Without affinity the emptier node wins.
-        assert_eq!(
-            choose(&pod("1", json!({})), &nodes).unwrap()["metadata"]["name"],
-            "a"
-        );
+        assert_eq!(choose(&pod("1", json!({})), &nodes).unwrap(), 0);
     }
 }
