@@ -17,63 +17,68 @@ enum Parameters {
 /// What `DockerRuntime.run_tests` removes from the test output: the regular
 /// expression `\x1b\[[0-9;]*m|\r`.
 pub(crate) fn strip_output_codes(output: &str) -> Cow<'_, str> {
-    strip(output, Parameters::DigitsAndSemicolons, true)
+    match strip(output.as_bytes(), Parameters::DigitsAndSemicolons, true) {
+        Cow::Borrowed(_) => Cow::Borrowed(output),
+        // Only ASCII bytes were removed, so the rest is still UTF-8.
+        Cow::Owned(kept) => Cow::Owned(String::from_utf8(kept).expect("UTF-8 minus ASCII codes")),
+    }
 }
 
-/// What `decolor_dict_keys` removes from each test name: `\x1b\[\d+m`.
+/// What `decolor_dict_keys` removes from each test name: `\x1b\[\d+m`. Names
+/// are Python strings as WTF-8 bytes ([`crate::pyjson::PyStr`]); a code is
+/// ASCII, so removing it leaves the rest as it was.
 ///
 /// Python's `\d` also matches non-ASCII decimal digits; only ASCII digits are
 /// recognised here, which differs only for codes no terminal emits.
-pub(crate) fn strip_key_codes(key: &str) -> Cow<'_, str> {
+pub(crate) fn strip_key_codes(key: &[u8]) -> Cow<'_, [u8]> {
     strip(key, Parameters::Digits, false)
 }
 
-/// The byte offset of the next ESC or carriage return: both are ASCII, so a
-/// byte scan finds them without decoding (logs run to megabytes).
-fn next_special(text: &str) -> Option<usize> {
-    text.bytes().position(|byte| byte == 0x1b || byte == b'\r')
+/// The offset of the next ESC or carriage return.
+fn next_special(text: &[u8]) -> Option<usize> {
+    text.iter().position(|&byte| byte == 0x1b || byte == b'\r')
 }
 
-fn strip(text: &str, parameters: Parameters, drop_carriage_returns: bool) -> Cow<'_, str> {
+fn strip(text: &[u8], parameters: Parameters, drop_carriage_returns: bool) -> Cow<'_, [u8]> {
     if next_special(text).is_none() {
         return Cow::Borrowed(text);
     }
-    let mut kept = String::with_capacity(text.len());
+    let mut kept = Vec::with_capacity(text.len());
     let mut rest = text;
     while let Some(at) = next_special(rest) {
-        kept.push_str(&rest[..at]);
+        kept.extend_from_slice(&rest[..at]);
         let tail = &rest[at..];
-        if let Some(after) = tail.strip_prefix('\r') {
+        if let Some(after) = tail.strip_prefix(b"\r") {
             if !drop_carriage_returns {
-                kept.push('\r');
+                kept.push(b'\r');
             }
             rest = after;
         } else if let Some(length) = colour_code_length(tail, parameters) {
             rest = &tail[length..];
         } else {
             // A lone ESC (one byte) that starts no colour code is kept.
-            kept.push('\u{1b}');
+            kept.push(0x1b);
             rest = &tail[1..];
         }
     }
-    kept.push_str(rest);
+    kept.extend_from_slice(rest);
     Cow::Owned(kept)
 }
 
 /// The byte length of the colour code at the start of `text` (which starts
 /// with ESC), or `None` when no code starts there.
-fn colour_code_length(text: &str, parameters: Parameters) -> Option<usize> {
-    let body = text.strip_prefix("\u{1b}[")?;
+fn colour_code_length(text: &[u8], parameters: Parameters) -> Option<usize> {
+    let body = text.strip_prefix(b"\x1b[")?;
     let allowed = |byte: &u8| match parameters {
         Parameters::DigitsAndSemicolons => byte.is_ascii_digit() || *byte == b';',
         Parameters::Digits => byte.is_ascii_digit(),
     };
-    let digits = body.bytes().take_while(allowed).count();
+    let digits = body.iter().take_while(|byte| allowed(byte)).count();
     let needs_digit = matches!(parameters, Parameters::Digits);
-    if (needs_digit && digits == 0) || body.as_bytes().get(digits) != Some(&b'm') {
+    if (needs_digit && digits == 0) || body.get(digits) != Some(&b'm') {
         return None;
     }
-    Some("\u{1b}[".len() + digits + 1)
+    Some(2 + digits + 1)
 }
 
 #[cfg(test)]
@@ -90,12 +95,14 @@ mod tests {
 
     #[test]
     fn key_codes_are_single_numbers_only() {
-        assert_eq!(strip_key_codes("\u{1b}[32mtest_a\u{1b}[0m"), "test_a");
+        assert_eq!(&*strip_key_codes(b"\x1b[32mtest_a\x1b[0m"), b"test_a");
         assert_eq!(
-            strip_key_codes("\u{1b}[1;31mtest_a\u{1b}[0m"),
-            "\u{1b}[1;31mtest_a"
+            &*strip_key_codes(b"\x1b[1;31mtest_a\x1b[0m"),
+            b"\x1b[1;31mtest_a"
         );
-        assert_eq!(strip_key_codes("\u{1b}[mtest_a\r"), "\u{1b}[mtest_a\r");
+        assert_eq!(&*strip_key_codes(b"\x1b[mtest_a\r"), b"\x1b[mtest_a\r");
+        // A lone surrogate (WTF-8) next to a code is kept as it was.
+        assert_eq!(&*strip_key_codes(b"\xed\xa0\x80\x1b[1mx"), b"\xed\xa0\x80x");
     }
 
     #[test]

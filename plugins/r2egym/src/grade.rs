@@ -3,7 +3,7 @@
 use serde::Serialize;
 
 use crate::log_parser::{self, StatusMap};
-use crate::reward::{self, Comparison, Verdict};
+use crate::reward::{self, Comparison, R2eException, Verdict};
 use crate::row::TaskData;
 use crate::script::{self, Step};
 use crate::settings::Grading;
@@ -18,12 +18,11 @@ pub(crate) fn grade(
     outputs: &[CommandOutput],
 ) -> Result<GradeResult, Failure> {
     let data = TaskData::of(task)?;
-    let expected = data.expected()?;
     // One output is a saved test log (`sandfleet grade`): the test run alone.
     let steps = if outputs.len() == 1 {
         vec![Step::RunTests]
     } else {
-        script::evaluate_steps(data.grading, solution)?
+        script::evaluate_steps(data.grading, solution)
     };
     if outputs.len() != steps.len() {
         let names = steps.iter().map(|step| step.name()).collect::<Vec<_>>();
@@ -44,7 +43,7 @@ pub(crate) fn grade(
         parse_logs: None,
         comparison: None,
         r2e_exception: None,
-        reward: 0.0,
+        reward: None,
     };
     for (step, output) in steps.iter().zip(outputs) {
         if let Some(meaning) = step.failure_meaning()
@@ -73,14 +72,42 @@ pub(crate) fn grade(
         ));
     }
 
+    // `parse_logs` picks the parser by repository before it reads the log.
+    if let Err(raised) = reward::check_parser(&data.repo_name) {
+        return Ok(raised_result(
+            Report {
+                run_tests: Some(run),
+                ..report
+            },
+            raised,
+            &StatusMap::default(),
+        ));
+    }
     let parsed = log_parser::parse_log_pytest(&run.output);
+    let expected = match reward::decode_expected(&data.expected_output_json) {
+        Ok(expected) => expected,
+        Err(raised) => {
+            let report = Report {
+                parse_logs: Some(&parsed),
+                run_tests: Some(run),
+                ..report
+            };
+            return Ok(raised_result(report, raised, &parsed));
+        }
+    };
     let comparison = reward::compare(&parsed, &expected);
+    if let Some(raised) = comparison.r2e_exception() {
+        let report = Report {
+            parse_logs: Some(&parsed),
+            run_tests: Some(run),
+            comparison: Some(comparison),
+            ..report
+        };
+        return Ok(raised_result(report, raised, &parsed));
+    }
     let reward = comparison.reward();
     let detail = describe(&comparison, &run);
     let report = Report {
-        r2e_exception: comparison
-            .r2e_exception()
-            .map(|(kind, message)| R2eException { kind, message }),
         parse_logs: Some(&parsed),
         run_tests: Some(run),
         comparison: Some(comparison),
@@ -88,15 +115,16 @@ pub(crate) fn grade(
         ..report
     };
     Ok(GradeResult {
-        status: if reward == 1.0 {
+        status: if reward == Some(1.0) {
             GradeStatus::Passed
         } else {
             GradeStatus::Failed
         },
         reward,
-        tests: log_parser::test_results(&parsed),
+        tests: log_parser::test_table(&parsed),
         report: report.to_json(),
         detail,
+        infra: None,
     })
 }
 
@@ -104,14 +132,35 @@ pub(crate) fn grade(
 fn error_result(report: Report<'_>, detail: String) -> GradeResult {
     let report = Report {
         error: Some(detail.clone()),
+        reward: Some(0.0),
         ..report
     };
     GradeResult {
         status: GradeStatus::Error,
-        reward: 0.0,
-        tests: Vec::new(),
+        reward: Some(0.0),
+        tests: log_parser::test_table(&StatusMap::default()),
         report: report.to_json(),
         detail,
+        infra: None,
+    }
+}
+
+/// Where R2E-Gym's reward code raises: an error with no reward, the tests
+/// parsed up to that point, and the exception in the report.
+fn raised_result(report: Report<'_>, raised: R2eException, parsed: &StatusMap) -> GradeResult {
+    let detail = raised.describe();
+    let report = Report {
+        r2e_exception: Some(raised),
+        reward: None,
+        ..report
+    };
+    GradeResult {
+        status: GradeStatus::Error,
+        reward: None,
+        tests: log_parser::test_table(parsed),
+        report: report.to_json(),
+        detail,
+        infra: None,
     }
 }
 
@@ -148,7 +197,7 @@ fn describe(comparison: &Comparison<'_>, run: &TestRun) -> String {
             expected,
         } => format!("`{test}` is {parsed}, expected {expected}"),
         Verdict::UnexpectedTest { test } => {
-            format!("`{test}` is not in expected_output_json (R2E-Gym raises KeyError here)")
+            format!("`{test}` is not in expected_output_json")
         }
     };
     format!("{detail}{timed_out}")
@@ -172,14 +221,9 @@ struct Report<'a> {
     comparison: Option<Comparison<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     r2e_exception: Option<R2eException>,
-    reward: f64,
-}
-
-#[derive(Serialize)]
-struct R2eException {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    message: String,
+    /// None (and absent) where R2E-Gym raises.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reward: Option<f64>,
 }
 
 impl Report<'_> {
@@ -236,14 +280,9 @@ mod tests {
         let outputs = [output(0, ""), output(1, PASSING_LOG), output(0, "")];
         let result = grade(&task, None, &outputs).unwrap();
         assert_eq!(result.status, GradeStatus::Passed);
-        assert_eq!(result.reward, 1.0);
-        let tests: Vec<_> = result
-            .tests
-            .iter()
-            .map(|t| (t.name.as_str(), t.status))
-            .collect();
+        assert_eq!(result.reward, Some(1.0));
         assert_eq!(
-            tests,
+            log_parser::rows(&result.tests),
             [
                 ("test_a", TestStatus::Passed),
                 ("test_b", TestStatus::Failed)
@@ -271,7 +310,7 @@ mod tests {
             "{}",
             result.report
         );
-        assert_eq!(result.tests[0].name, "test_z");
+        assert_eq!(log_parser::rows(&result.tests)[0].0, "test_z");
     }
 
     #[test]
@@ -280,7 +319,7 @@ mod tests {
         let outputs = [output(0, ""), output(1, PASSING_LOG), output(0, "")];
         let result = grade(&task, None, &outputs).unwrap();
         assert_eq!(result.status, GradeStatus::Failed);
-        assert_eq!(result.reward, 0.0);
+        assert_eq!(result.reward, Some(0.0));
         assert_eq!(result.detail, "`test_b` is FAILED, expected PASSED");
     }
 
@@ -297,12 +336,12 @@ mod tests {
         ];
         let result = grade(&task, Some("diff --git a/x.py b/x.py\n"), &outputs).unwrap();
         assert_eq!(result.status, GradeStatus::Error);
-        assert_eq!(result.reward, 0.0);
+        assert_eq!(result.reward, Some(0.0));
         assert_eq!(
             result.detail,
             "the solution patch did not apply: error: x.py: patch does not apply"
         );
-        assert!(result.tests.is_empty());
+        assert!(result.tests.name_ends.is_empty());
     }
 
     #[test]
@@ -337,7 +376,10 @@ mod tests {
     fn a_saved_test_log_alone_is_graded_as_the_test_run() {
         let task = task("in-place", json!({"test_a": "PASSED", "test_b": "FAILED"}));
         let result = grade(&task, None, &[output(1, PASSING_LOG)]).unwrap();
-        assert_eq!((result.status, result.reward), (GradeStatus::Passed, 1.0));
+        assert_eq!(
+            (result.status, result.reward),
+            (GradeStatus::Passed, Some(1.0))
+        );
         assert_eq!(report(&result)["solution_applied"], false);
     }
 
@@ -353,7 +395,7 @@ mod tests {
     }
 
     #[test]
-    fn a_key_error_in_r2e_gym_is_reported_with_reward_zero() {
+    fn a_key_error_in_r2e_gym_is_an_error_without_a_reward() {
         let task = task("in-place", json!({"test_a": "PASSED", "test_c": "FAILED"}));
         let result = grade(
             &task,
@@ -361,10 +403,22 @@ mod tests {
             &[output(0, ""), output(1, PASSING_LOG), output(0, "")],
         )
         .unwrap();
-        assert_eq!(result.reward, 0.0);
+        assert_eq!((result.status, result.reward), (GradeStatus::Error, None));
+        let report = report(&result);
+        assert_eq!(report["r2e_exception"]["type"], "KeyError");
+        assert_eq!(report["r2e_exception"]["message"], "'test_b'");
+        assert!(report.get("reward").is_none(), "{report}");
+        assert!(
+            result
+                .detail
+                .starts_with("R2E-Gym raises KeyError: 'test_b'"),
+            "{}",
+            result.detail
+        );
         assert_eq!(
-            report(&result)["r2e_exception"],
-            json!({"type": "KeyError", "message": "'test_b'"})
+            log_parser::rows(&result.tests).len(),
+            2,
+            "the tests parsed before it raised"
         );
     }
 }

@@ -4,7 +4,7 @@ use crate::exports::sandfleet::plugin::adapter::Guest;
 use crate::settings::Settings;
 use crate::{
     AdapterInfo, CommandOutput, Failure, GradeResult, Graded, NAME, Script, Setting, Task,
-    TestResult, grade, log_parser, row, script, summary,
+    TestTable, grade, log_parser, row, script, summary,
 };
 
 struct R2eGym;
@@ -41,7 +41,7 @@ impl Guest for R2eGym {
         parser: String,
         log: String,
         settings: Vec<Setting>,
-    ) -> Result<Vec<TestResult>, Failure> {
+    ) -> Result<TestTable, Failure> {
         Settings::parse(&settings)?;
         log_parser::parse_named(&parser, &log)
     }

@@ -20,13 +20,14 @@
 
 wit_bindgen::generate!({
     world: "task-adapter",
-    path: "../../wit/since_v0.1.0",
+    path: "../../wit/since_v0.2.0",
 });
 
 mod ansi;
 mod grade;
 mod guest;
 mod log_parser;
+mod pyjson;
 mod python;
 mod reward;
 mod row;
@@ -36,8 +37,8 @@ mod summary;
 mod test_run;
 
 use exports::sandfleet::plugin::adapter::{
-    AdapterInfo, File, GradeResult, GradeStatus, Graded, Script, SettingInfo, SolutionState,
-    TestResult, TestStatus, TimeoutRule,
+    AdapterInfo, EvaluationSite, File, GradeResult, GradeStatus, Graded, Script, SettingInfo,
+    SolutionState, TestStatus, TestTable, TimeoutRule,
 };
 use sandfleet::plugin::types::{Command, CommandOutput, Failure, FailureKind, Setting, Task};
 

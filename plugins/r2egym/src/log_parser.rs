@@ -17,7 +17,7 @@
 
 use serde::Serialize;
 
-use crate::{Failure, OrderedMap, TestResult, TestStatus, invalid_input, python};
+use crate::{Failure, OrderedMap, TestStatus, TestTable, invalid_input, python};
 
 /// The statuses the parser can produce, named as R2E-Gym spells them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -62,9 +62,9 @@ pub(crate) const PARSER_NAMES: [&str; 2] = ["parse_log_pytest", "r2e_parse_log_p
 const SUMMARY_BANNER: &str = "short test summary info";
 
 /// Runs the parser called `parser` (one of [`PARSER_NAMES`]) on `log`.
-pub(crate) fn parse_named(parser: &str, log: &str) -> Result<Vec<TestResult>, Failure> {
+pub(crate) fn parse_named(parser: &str, log: &str) -> Result<TestTable, Failure> {
     if PARSER_NAMES.contains(&parser) {
-        Ok(test_results(&parse_log_pytest(log)))
+        Ok(test_table(&parse_log_pytest(log)))
     } else {
         Err(invalid_input(format!(
             "unknown parser `{parser}`; r2egym has {}",
@@ -73,17 +73,41 @@ pub(crate) fn parse_named(parser: &str, log: &str) -> Result<Vec<TestResult>, Fa
     }
 }
 
-/// The contract's form of a status map, in the same order.
-pub(crate) fn test_results(statuses: &StatusMap) -> Vec<TestResult> {
-    statuses
-        .iter()
-        .map(|(name, status)| TestResult {
-            name: name.clone(),
-            status: match status {
-                Status::Passed => TestStatus::Passed,
-                Status::Failed => TestStatus::Failed,
-                Status::Error => TestStatus::Error,
-            },
+/// The contract's form of a status map, in the same order: the statuses are
+/// R2E-Gym's three words, each with what it counts as.
+pub(crate) fn test_table(statuses: &StatusMap) -> TestTable {
+    const STATUSES: [Status; 3] = [Status::Passed, Status::Failed, Status::Error];
+    let mut table = TestTable {
+        names: String::new(),
+        name_ends: Vec::with_capacity(statuses.len()),
+        statuses: Vec::with_capacity(statuses.len()),
+        status_values: STATUSES.map(|status| status.as_str().to_owned()).to_vec(),
+        status_kinds: vec![TestStatus::Passed, TestStatus::Failed, TestStatus::Error],
+    };
+    for (name, status) in statuses {
+        table.names.push_str(name);
+        table.name_ends.push(table.names.len() as u32);
+        let index = STATUSES
+            .iter()
+            .position(|known| known == status)
+            .unwrap_or_default();
+        table.statuses.push(index as u32);
+    }
+    table
+}
+
+/// A table's tests as `(name, status)` pairs, for tests.
+#[cfg(test)]
+pub(crate) fn rows(table: &TestTable) -> Vec<(&str, TestStatus)> {
+    let starts = std::iter::once(0).chain(table.name_ends.iter().copied());
+    starts
+        .zip(&table.name_ends)
+        .zip(&table.statuses)
+        .map(|((start, &end), &status)| {
+            (
+                &table.names[start as usize..end as usize],
+                table.status_kinds[status as usize],
+            )
         })
         .collect()
 }
@@ -138,11 +162,8 @@ mod tests {
         let log = "short test summary info\nERROR a.py::test_e\n";
         for name in PARSER_NAMES {
             let results = parse_named(name, log).unwrap();
-            assert_eq!(results.len(), 1);
-            assert_eq!(
-                (results[0].name.as_str(), results[0].status),
-                ("test_e", TestStatus::Error)
-            );
+            assert_eq!(rows(&results), [("test_e", TestStatus::Error)]);
+            assert_eq!(results.status_values[results.statuses[0] as usize], "ERROR");
         }
         let unknown = parse_named("parse_log_django", log).unwrap_err();
         assert!(

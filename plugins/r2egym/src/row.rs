@@ -14,7 +14,7 @@ use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::reward::{ExpectedMap, parse_expected};
+use crate::reward::ExpectedField;
 use crate::script::{HIDDEN_FROM_REPO, REPO_PATH};
 use crate::settings::{Grading, Settings};
 use crate::{Failure, Setting, Task, internal, invalid_input};
@@ -22,9 +22,11 @@ use crate::{Failure, Setting, Task, internal, invalid_input};
 /// What the adapter keeps in `task.data` (JSON).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct TaskData {
+    /// `f"{repo_name}"`, as R2E-Gym hands it to `parse_log_fn`.
     pub(crate) repo_name: String,
-    /// As in the row: R2E-Gym decodes it at grading time.
-    pub(crate) expected_output_json: String,
+    /// As in the row: R2E-Gym decodes it at grading time, and raises there
+    /// when it cannot.
+    pub(crate) expected_output_json: ExpectedField,
     pub(crate) grading: Grading,
     /// Read by the `git-restore` reset check: the untracked entries of the
     /// repository that setup moves away on purpose, so a recycled sandbox
@@ -48,12 +50,6 @@ impl TaskData {
             ))
         })
     }
-
-    /// The expected status map (validated by `load`).
-    pub(crate) fn expected(&self) -> Result<ExpectedMap, Failure> {
-        parse_expected(&self.expected_output_json)
-            .map_err(|error| invalid_input(format!("`expected_output_json` {error}")))
-    }
 }
 
 /// Reads one dataset row (a JSON object) into a task.
@@ -66,7 +62,9 @@ pub(crate) fn load(row: &str, settings: &[Setting]) -> Result<Task, Failure> {
     let id = fields.first_string(&["instance_id", "commit_hash"])?;
     let image = fields.first_string(&["docker_image", "image_name"])?;
     reject_other_harnesses(&image)?;
-    let repo_name = fields.first_string(&["repo_name", "repo"])?;
+    // Any value: R2E-Gym formats it into a string and only raises when
+    // grading, where no parser matches it.
+    let repo_name = fields.first_python_str(&["repo_name", "repo"])?;
     // Checked because R2E-Gym decodes it when it builds the runtime; only its
     // shape matters here, so the (often large) values are skipped, not built.
     let parsed_commit = fields.first_string(&["parsed_commit_content"])?;
@@ -75,9 +73,13 @@ pub(crate) fn load(row: &str, settings: &[Setting]) -> Result<Task, Failure> {
             "`parsed_commit_content` is not a JSON object: {error}"
         ))
     })?;
-    let expected_output_json = fields.first_string(&["expected_output_json"])?;
-    parse_expected(&expected_output_json)
-        .map_err(|error| invalid_input(format!("`expected_output_json` {error}")))?;
+    // Read only when grading, as R2E-Gym reads it, so what it cannot decode
+    // fails that grade, not the load.
+    let expected_output_json = match row.get("expected_output_json") {
+        None => ExpectedField::Missing,
+        Some(Value::String(text)) => ExpectedField::Text(text.clone()),
+        Some(other) => ExpectedField::NotText(python_type(other).to_owned()),
+    };
 
     let data = TaskData {
         repo_name,
@@ -116,6 +118,28 @@ fn reject_other_harnesses(image: &str) -> Result<(), Failure> {
 struct Fields<'a>(&'a Map<String, Value>);
 
 impl Fields<'_> {
+    /// `f"{value}"` of the first of `names` the row has.
+    fn first_python_str(&self, names: &[&str]) -> Result<String, Failure> {
+        let value = names
+            .iter()
+            .find_map(|name| self.0.get(*name))
+            .ok_or_else(|| {
+                let listed = names
+                    .iter()
+                    .map(|name| format!("`{name}`"))
+                    .collect::<Vec<_>>();
+                invalid_input(format!("the row has no {}", listed.join(" or ")))
+            })?;
+        Ok(match value {
+            Value::String(text) => text.clone(),
+            Value::Null => "None".to_owned(),
+            Value::Bool(true) => "True".to_owned(),
+            Value::Bool(false) => "False".to_owned(),
+            // Python spells containers differently; only the message shows it.
+            other => other.to_string(),
+        })
+    }
+
     /// The first of `names` the row has, which must be a non-empty string.
     fn first_string(&self, names: &[&str]) -> Result<String, Failure> {
         let Some((name, value)) = names
@@ -137,6 +161,19 @@ impl Fields<'_> {
                 json_kind(other)
             ))),
         }
+    }
+}
+
+/// The Python type `json.loads` makes of `value`.
+fn python_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "NoneType",
+        Value::Bool(_) => "bool",
+        Value::Number(number) if number.is_f64() => "float",
+        Value::Number(_) => "int",
+        Value::String(_) => "str",
+        Value::Array(_) => "list",
+        Value::Object(_) => "dict",
     }
 }
 
@@ -182,7 +219,10 @@ mod tests {
         assert_eq!(data.repo_name, "pandas");
         assert_eq!(data.grading, Grading::InPlace);
         assert_eq!(data.git_restore.may_vanish, ["run_tests.sh", "r2e_tests"]);
-        assert_eq!(data.expected().unwrap()["test_a"], "PASSED");
+        assert_eq!(
+            data.expected_output_json,
+            ExpectedField::Text(r#"{"test_a": "PASSED"}"#.into())
+        );
     }
 
     #[test]
@@ -210,26 +250,50 @@ mod tests {
         assert_eq!(TaskData::of(&task).unwrap().grading, Grading::Fresh);
     }
 
+    /// What R2E-Gym reads only when computing a reward loads whatever it
+    /// holds; grading raises where R2E-Gym does (`reward::decode_expected`,
+    /// `reward::check_parser`).
+    #[test]
+    fn fields_r2e_gym_reads_when_grading_load_as_they_are() {
+        let cases = [
+            ("expected_output_json", json!("[1]"), None),
+            ("expected_output_json", json!({"a": 1}), None),
+            ("expected_output_json", Value::Null, None),
+            ("repo_name", json!(""), Some("")),
+            ("repo_name", json!(null), Some("None")),
+            ("repo_name", json!(7), Some("7")),
+        ];
+        for (field, value, repo_name) in cases {
+            let mut row = row();
+            row[field] = value.clone();
+            let data = TaskData::of(&load_value(&row).unwrap()).unwrap();
+            match repo_name {
+                Some(name) => assert_eq!(data.repo_name, name, "{value}"),
+                None => assert_eq!(
+                    data.expected_output_json,
+                    match &value {
+                        Value::String(text) => ExpectedField::Text(text.clone()),
+                        other => ExpectedField::NotText(python_type(other).into()),
+                    }
+                ),
+            }
+        }
+        let mut row = row();
+        row.as_object_mut().unwrap().remove("expected_output_json");
+        let data = TaskData::of(&load_value(&row).unwrap()).unwrap();
+        assert_eq!(data.expected_output_json, ExpectedField::Missing);
+    }
+
     #[test]
     fn malformed_rows_name_the_field() {
-        let cases: [(&str, Value, &str); 6] = [
+        let cases: [(&str, Value, &str); 4] = [
             ("docker_image", Value::Null, "`image_name`"),
-            (
-                "expected_output_json",
-                json!("[1]"),
-                "`expected_output_json`",
-            ),
-            (
-                "expected_output_json",
-                json!({"a": "PASSED"}),
-                "`expected_output_json` must be a string",
-            ),
             (
                 "parsed_commit_content",
                 json!("{"),
                 "`parsed_commit_content`",
             ),
-            ("repo_name", json!(""), "`repo_name` is empty"),
+            ("repo_name", Value::Null, "`repo_name` or `repo`"),
             (
                 "commit_hash",
                 json!(7),

@@ -24,7 +24,7 @@
 use crate::row::TaskData;
 use crate::settings::Grading;
 use crate::test_run;
-use crate::{Command, Failure, File, Script, Setting, Task, TimeoutRule, invalid_input};
+use crate::{Command, EvaluationSite, Failure, File, Script, Setting, Task, TimeoutRule};
 
 /// The repository inside R2E-Gym images.
 pub(crate) const REPO_PATH: &str = "/testbed";
@@ -166,20 +166,13 @@ pub(crate) fn setup_steps() -> Vec<Step> {
 ///
 /// * in place: the agent's changes are already in the sandbox; a solution
 ///   patch, when given, is applied on top.
-/// * fresh: the sandbox is new, so the patch is required and the steps repeat
-///   the sandbox preparation instead of relying on setup having run.
-pub(crate) fn evaluate_steps(
-    grading: Grading,
-    solution: Option<&str>,
-) -> Result<Vec<Step>, Failure> {
+/// * fresh: the host evaluates in a new sandbox of the image, handing over
+///   the work sandbox's changes as the solution (none: the pristine image is
+///   evaluated); the steps repeat the sandbox preparation instead of relying
+///   on setup having run.
+pub(crate) fn evaluate_steps(grading: Grading, solution: Option<&str>) -> Vec<Step> {
     let mut steps = Vec::with_capacity(5);
     if grading == Grading::Fresh {
-        if solution.is_none() {
-            return Err(invalid_input(
-                "grading = fresh evaluates a solution patch in a new sandbox, but no solution \
-                 was given",
-            ));
-        }
         steps.push(Step::PrepareSandbox);
     }
     if has_patch(solution) {
@@ -189,7 +182,7 @@ pub(crate) fn evaluate_steps(
     if grading == Grading::InPlace {
         steps.push(Step::HideTests);
     }
-    Ok(steps)
+    steps
 }
 
 /// An empty solution changes nothing, so there is nothing to apply.
@@ -200,7 +193,7 @@ fn has_patch(solution: Option<&str>) -> bool {
 /// The script for `task`, evaluating `solution` when there is one.
 pub(crate) fn prepare(task: &Task, solution: Option<&str>) -> Result<Script, Failure> {
     let data = TaskData::of(task)?;
-    let evaluate = evaluate_steps(data.grading, solution)?;
+    let evaluate = evaluate_steps(data.grading, solution);
     let files = match solution {
         Some(patch) if has_patch(solution) => vec![File {
             path: SOLUTION_PATCH.to_owned(),
@@ -221,6 +214,10 @@ pub(crate) fn prepare(task: &Task, solution: Option<&str>) -> Result<Script, Fai
         // R2E-Gym grades a run that hit its limit like any other (its output
         // becomes the timeout message), so the grade decides.
         timeout_rule: TimeoutRule::Fail,
+        evaluate_in: match data.grading {
+            Grading::InPlace => EvaluationSite::WorkSandbox,
+            Grading::Fresh => EvaluationSite::FreshSandbox,
+        },
     })
 }
 
@@ -234,9 +231,9 @@ mod tests {
 
     #[test]
     fn in_place_runs_the_tests_between_exposing_and_hiding_them() {
-        let steps = evaluate_steps(Grading::InPlace, None).unwrap();
+        let steps = evaluate_steps(Grading::InPlace, None);
         assert_eq!(names(&steps), ["expose-tests", "run-tests", "hide-tests"]);
-        let patched = evaluate_steps(Grading::InPlace, Some("diff --git a/x b/x\n")).unwrap();
+        let patched = evaluate_steps(Grading::InPlace, Some("diff --git a/x b/x\n"));
         assert_eq!(
             names(&patched),
             ["apply-solution", "expose-tests", "run-tests", "hide-tests"]
@@ -244,8 +241,8 @@ mod tests {
     }
 
     #[test]
-    fn fresh_prepares_the_sandbox_itself_and_needs_a_solution() {
-        let steps = evaluate_steps(Grading::Fresh, Some("diff\n")).unwrap();
+    fn fresh_prepares_the_sandbox_itself() {
+        let steps = evaluate_steps(Grading::Fresh, Some("diff\n"));
         assert_eq!(
             names(&steps),
             [
@@ -255,17 +252,12 @@ mod tests {
                 "run-tests"
             ]
         );
-        let empty = evaluate_steps(Grading::Fresh, Some(" \n")).unwrap();
-        assert_eq!(
-            names(&empty),
-            ["prepare-sandbox", "expose-tests", "run-tests"]
-        );
-        let missing = evaluate_steps(Grading::Fresh, None).unwrap_err();
-        assert!(
-            missing.message.contains("no solution"),
-            "{}",
-            missing.message
-        );
+        for nothing_to_apply in [Some(" \n"), None] {
+            assert_eq!(
+                names(&evaluate_steps(Grading::Fresh, nothing_to_apply)),
+                ["prepare-sandbox", "expose-tests", "run-tests"]
+            );
+        }
     }
 
     #[test]

@@ -68,6 +68,7 @@ mod tests {
             task_id: id.into(),
             status,
             solution,
+            infra: None,
         }
     }
 

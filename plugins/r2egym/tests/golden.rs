@@ -8,7 +8,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use indexmap::IndexMap;
-use sandfleet_testkit::adapter::{GradeStatus, Task, TaskAdapter, TestResult, TestStatus};
+use sandfleet_testkit::adapter::{GradeStatus, Task, TaskAdapter, TestStatus, TestTable};
 use sandfleet_testkit::{TestPlugin, fixtures};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -65,7 +65,8 @@ struct Report {
     /// The parser's map as grading read it, statuses as R2E-Gym spells them.
     parse_logs: Statuses,
     r2e_exception: Option<Exception>,
-    reward: f64,
+    /// Absent where R2E-Gym raised.
+    reward: Option<f64>,
 }
 
 #[derive(Deserialize)]
@@ -100,21 +101,21 @@ fn expected_pairs(map: &Statuses) -> Vec<(String, String)> {
         .collect()
 }
 
-/// How R2E-Gym spells a status the parser can produce.
-fn r2e_name(status: TestStatus) -> &'static str {
-    match status {
-        TestStatus::Passed => "PASSED",
-        TestStatus::Failed => "FAILED",
-        TestStatus::Error => "ERROR",
-        other => panic!("R2E-Gym's parser never reports {other:?}"),
-    }
-}
-
-/// Test results as ordered `(name, status)` pairs, so order is compared too.
-fn pairs(tests: &[TestResult]) -> Vec<(String, String)> {
+/// Test results as ordered `(name, status)` pairs, so order is compared too;
+/// each status is R2E-Gym's word, counted as what it says.
+fn pairs(tests: &TestTable) -> Vec<(String, String)> {
     tests
         .iter()
-        .map(|test| (test.name.clone(), r2e_name(test.status).to_owned()))
+        .map(|test| {
+            let kind = match test.value {
+                "PASSED" => TestStatus::Passed,
+                "FAILED" => TestStatus::Failed,
+                "ERROR" => TestStatus::Error,
+                other => panic!("R2E-Gym's parser never reports {other}"),
+            };
+            assert_eq!(test.status, kind, "{test:?}");
+            (test.name.to_owned(), test.value.to_owned())
+        })
         .collect()
 }
 
@@ -195,24 +196,37 @@ fn every_r2e_reference_case_matches_r2e_gym() {
             "{name}: the parser on the raw output"
         );
 
-        // The reward; where R2E-Gym raised, reward 0 and the same exception.
-        match (expected.reward, &expected.reward_exception) {
+        // The reward; where R2E-Gym raised, no reward, an error, and the
+        // same exception.
+        let status = match (expected.reward, &expected.reward_exception) {
             (Some(reward), None) => {
-                assert_eq!(result.reward, reward, "{name}: reward");
+                assert_eq!(result.reward, Some(reward), "{name}: reward");
                 assert_eq!(report.r2e_exception, None, "{name}: no exception");
+                if reward == 1.0 {
+                    GradeStatus::Passed
+                } else {
+                    GradeStatus::Failed
+                }
             }
             (None, Some(exception)) => {
-                assert_eq!(result.reward, 0.0, "{name}: reward where R2E-Gym raised");
+                assert_eq!(
+                    result.reward, None,
+                    "{name}: no reward where R2E-Gym raised"
+                );
                 assert_eq!(report.r2e_exception.as_ref(), Some(exception), "{name}");
+                assert!(
+                    result.detail.starts_with(&format!(
+                        "R2E-Gym raises {}: {}",
+                        exception.kind, exception.message
+                    )),
+                    "{name}: {}",
+                    result.detail
+                );
+                GradeStatus::Error
             }
             _ => panic!("{name}: a case has either a reward or an exception"),
-        }
-        assert_eq!(report.reward, result.reward, "{name}: the report's reward");
-        let status = if result.reward == 1.0 {
-            GradeStatus::Passed
-        } else {
-            GradeStatus::Failed
         };
+        assert_eq!(report.reward, result.reward, "{name}: the report's reward");
         assert_eq!(result.status, status, "{name}: status");
         assert_eq!(
             pairs(&result.tests),

@@ -177,7 +177,9 @@ fn adapter() -> TaskAdapter {
 
 fn task(adapter: &TaskAdapter, grading: &str) -> Task {
     let row = json!({
-        "repo_name": "calc",
+        // A repository R2E-Gym has a parser for (`parse_log_fn`); the image
+        // is a small calculator laid out like R2E-Gym's.
+        "repo_name": "numpy",
         "docker_image": "namanjain12/calc_final:abc",
         "commit_hash": "abc",
         "parsed_commit_content": "{}",
@@ -244,12 +246,12 @@ fn in_place_hides_the_tests_from_the_agent_and_grades_its_fix() {
     sandbox.shell("sed -i 's/a - b/a + b/' /testbed/calc.py && mkdir /testbed/r2e_tests && touch /testbed/r2e_tests/test_fake.sh");
     let result = graded(&adapter, &task, None, &sandbox.evaluate(&script));
     assert_eq!(result.status, GradeStatus::Passed, "{}", result.detail);
-    assert_eq!(result.reward, 1.0);
+    assert_eq!(result.reward, Some(1.0));
 
     // Setup again (a recycled sandbox) is harmless.
     sandbox.set_up(&script);
     let result = graded(&adapter, &task, None, &sandbox.evaluate(&script));
-    assert_eq!(result.reward, 1.0, "{}", result.detail);
+    assert_eq!(result.reward, Some(1.0), "{}", result.detail);
 }
 
 #[test]
