@@ -346,12 +346,25 @@ async fn a_warm_pool_fills_to_replicas_and_adoption_keeps_the_pools_generated_na
         })
     })
     .await;
-    // The pool replenishes.
+    // The pool replenishes: three Ready members besides the adopted one.
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let all = api.list(SB).await;
+        let ready = all.iter().filter(|s| is_true(Some(s), "Ready")).count();
+        if all.len() == 4 && ready == 4 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} sandboxes, {ready} Ready",
+            all.len()
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
     api.wait(&format!("{EXT}/sandboxwarmpools/pool"), LIMIT, |o| {
         o.is_some_and(|p| p["status"]["readyReplicas"] == 3)
     })
     .await;
-    assert_eq!(api.list(SB).await.len(), 4);
 
     // Deleting the claim removes its sandbox and pod by GC; the pool keeps its three.
     let (code, _) = api.delete(&format!("{EXT}/sandboxclaims/c1")).await;
