@@ -60,6 +60,11 @@ fn main() {
         "cargo:rerun-if-changed={}",
         workspace.join("Cargo.lock").display()
     );
+    // Every guest is built on the SDK, which lies outside GUEST_DIRS.
+    println!(
+        "cargo:rerun-if-changed={}",
+        workspace.join("host/plugin-sdk").display()
+    );
     let guests = find_guests(&workspace);
     ensure_target_installed();
     build(&workspace, &target_dir, &guests);

@@ -4,42 +4,35 @@
 //! decisions each cluster gets its share, and the same inputs always give
 //! the same answer.
 
-#![allow(missing_docs, reason = "bindings generated from wit/")]
-#![allow(unsafe_code, reason = "wit-bindgen generates the canonical ABI glue")]
+use sandfleet_plugin_sdk::Failure;
+use sandfleet_plugin_sdk::placement::{Clusters, Demand, PlacementPolicy};
 
-policy_support::placement_policy!(place);
+struct CapacityWeighted;
 
-/// The policy's decision, callable natively for tests and benchmarks.
-pub fn place(demand: &Demand, clusters: &Clusters) -> Result<u32, Failure> {
-    let shares: Vec<(usize, u64)> =
-        policy_support::candidates(clusters.free_slots.len(), &clusters.unhealthy)
-            .map(|index| {
-                let share =
-                    u64::from(clusters.free_slots[index]) * u64::from(clusters.weight[index]);
-                (index, share)
-            })
+impl PlacementPolicy for CapacityWeighted {
+    fn place(demand: Demand, clusters: Clusters) -> Result<u32, Failure> {
+        let shares: Vec<(u32, u64)> = clusters
+            .candidates()
+            .map(|row| (row.index, u64::from(row.free_slots) * u64::from(row.weight)))
             .collect();
-    let Some(&(first, _)) = shares.first() else {
-        return Err(Failure {
-            kind: FailureKind::InvalidInput,
-            message: "no clusters to place on".to_string(),
-        });
-    };
-    let total: u64 = shares.iter().map(|(_, share)| share).sum();
-    if total == 0 {
-        return Err(Failure {
-            kind: FailureKind::Unsatisfiable,
-            message: "no cluster has free capacity".to_string(),
-        });
-    }
-    // Spread the sequence over the shares with a stride coprime to most
-    // totals, so consecutive decisions land on different clusters.
-    let mut point = demand.sequence.wrapping_mul(0x9E37_79B9_7F4A_7C15) % total;
-    for &(index, share) in &shares {
-        if point < share {
-            return Ok(index as u32);
+        let Some(&(first, _)) = shares.first() else {
+            return Err(Failure::invalid_input("no clusters to place on"));
+        };
+        let total: u64 = shares.iter().map(|(_, share)| share).sum();
+        if total == 0 {
+            return Err(Failure::unsatisfiable("no cluster has free capacity"));
         }
-        point -= share;
+        // Spread the sequence over the shares with a stride coprime to most
+        // totals, so consecutive decisions land on different clusters.
+        let mut point = demand.sequence.wrapping_mul(0x9E37_79B9_7F4A_7C15) % total;
+        for &(index, share) in &shares {
+            if point < share {
+                return Ok(index);
+            }
+            point -= share;
+        }
+        Ok(first)
     }
-    Ok(first as u32)
 }
+
+sandfleet_plugin_sdk::placement_policy!(CapacityWeighted);

@@ -3,39 +3,37 @@
 //! then to the cluster with the most free slots. Clusters without a free
 //! slot are skipped while another has one.
 
-#![allow(missing_docs, reason = "bindings generated from wit/")]
-#![allow(unsafe_code, reason = "wit-bindgen generates the canonical ABI glue")]
-
-policy_support::placement_policy!(place);
-
 use std::cmp::Reverse;
 
-/// The policy's decision, callable natively for tests and benchmarks.
-pub fn place(demand: &Demand, clusters: &Clusters) -> Result<u32, Failure> {
-    let count = clusters.free_slots.len();
-    let has_image: Vec<bool> = policy_support::membership(count, &clusters.with_image).collect();
-    let candidates: Vec<usize> = policy_support::candidates(count, &clusters.unhealthy).collect();
-    let any_free = candidates.iter().any(|&i| clusters.free_slots[i] > 0);
-    candidates
-        .into_iter()
-        .filter(|&i| !any_free || clusters.free_slots[i] > 0)
-        .max_by_key(|&i| {
-            let warm = if demand.kind == DemandKind::Claim {
-                clusters.warm_ready[i]
-            } else {
-                0
-            };
-            (
-                warm > 0,
-                has_image[i],
-                warm,
-                clusters.free_slots[i],
-                Reverse(i),
-            )
-        })
-        .map(|index| index as u32)
-        .ok_or_else(|| Failure {
-            kind: FailureKind::InvalidInput,
-            message: "no clusters to place on".to_string(),
-        })
+use sandfleet_plugin_sdk::Failure;
+use sandfleet_plugin_sdk::placement::{ClusterRow, Clusters, Demand, DemandKind, PlacementPolicy};
+
+struct ImageAffinity;
+
+impl PlacementPolicy for ImageAffinity {
+    fn place(demand: Demand, clusters: Clusters) -> Result<u32, Failure> {
+        let candidates: Vec<ClusterRow> = clusters.candidates().collect();
+        let any_free = candidates.iter().any(|row| row.free_slots > 0);
+        candidates
+            .into_iter()
+            .filter(|row| !any_free || row.free_slots > 0)
+            .max_by_key(|row| {
+                let warm = if demand.kind == DemandKind::Claim {
+                    row.warm_ready
+                } else {
+                    0
+                };
+                (
+                    warm > 0,
+                    row.has_image,
+                    warm,
+                    row.free_slots,
+                    Reverse(row.index),
+                )
+            })
+            .map(|row| row.index)
+            .ok_or_else(|| Failure::invalid_input("no clusters to place on"))
+    }
 }
+
+sandfleet_plugin_sdk::placement_policy!(ImageAffinity);

@@ -15,25 +15,28 @@
 //!   on the nodes' ephemeral disk after headroom; the window budget shrinks
 //!   to fit, and single images are trimmed to it.
 
-#![allow(missing_docs, reason = "bindings generated from wit/")]
-#![allow(unsafe_code, reason = "wit-bindgen generates the canonical ABI glue")]
+use sandfleet_plugin_sdk::Failure;
+use sandfleet_plugin_sdk::sizing::{DiskBudget, FleetPlan, Limits, SizingPolicy, Strategy, Window};
 
-wit_bindgen::generate!({
-    world: "sizing-policy",
-    path: "../../wit/since_v0.1.0",
-});
+struct Proportional;
 
-pub use exports::sandfleet::plugin::sizing::{DiskBudget, FleetPlan, Limits, Strategy, Window};
-pub use sandfleet::plugin::types::{Failure, FailureKind};
+impl SizingPolicy for Proportional {
+    fn plan(tasks: Vec<u32>, limits: Limits) -> Result<FleetPlan, Failure> {
+        plan(&tasks, &limits)
+    }
+}
 
-/// The policy's decision, callable natively for tests and benchmarks.
+sandfleet_plugin_sdk::sizing_policy!(Proportional);
+
 /// `tasks` holds the number of tasks per image.
-pub fn plan(tasks: &[u32], limits: &Limits) -> Result<FleetPlan, Failure> {
+fn plan(tasks: &[u32], limits: &Limits) -> Result<FleetPlan, Failure> {
     if limits.max_concurrent == 0 {
-        return Err(invalid("max-concurrent must be at least 1"));
+        return Err(Failure::invalid_input("max-concurrent must be at least 1"));
     }
     if limits.max_warmpool_size == 0 {
-        return Err(invalid("max-warmpool-size must be at least 1"));
+        return Err(Failure::invalid_input(
+            "max-warmpool-size must be at least 1",
+        ));
     }
     let disk_cap = limits.disk.map(disk_capacity).transpose()?;
     let total: u64 = tasks.iter().map(|&n| u64::from(n)).sum();
@@ -57,12 +60,9 @@ pub fn plan(tasks: &[u32], limits: &Limits) -> Result<FleetPlan, Failure> {
             if let Some(cap) = disk_cap
                 && held > cap
             {
-                return Err(Failure {
-                    kind: FailureKind::Unsatisfiable,
-                    message: format!(
-                        "the naive strategy holds {held} warm sandboxes at once but the disk fits {cap}; use sliding or pipelined"
-                    ),
-                });
+                return Err(Failure::unsatisfiable(format!(
+                    "the naive strategy holds {held} warm sandboxes at once but the disk fits {cap}; use sliding or pipelined"
+                )));
             }
             (vec![with_tasks], replicas)
         }
@@ -105,10 +105,12 @@ fn replicas_for(tasks: u32, total: u64, limits: &Limits) -> u32 {
 /// Sandboxes the nodes' ephemeral disk holds after headroom.
 fn disk_capacity(disk: DiskBudget) -> Result<u32, Failure> {
     if disk.avg_image_mib == 0 {
-        return Err(invalid("avg-image-mib must be at least 1"));
+        return Err(Failure::invalid_input("avg-image-mib must be at least 1"));
     }
     if disk.headroom_percent > 100 {
-        return Err(invalid("headroom-percent must be between 0 and 100"));
+        return Err(Failure::invalid_input(
+            "headroom-percent must be between 0 and 100",
+        ));
     }
     let usable = u128::from(disk.node_disk_mib)
         * u128::from(disk.nodes)
@@ -116,10 +118,9 @@ fn disk_capacity(disk: DiskBudget) -> Result<u32, Failure> {
         / 100;
     let fits = usable / u128::from(disk.avg_image_mib);
     if fits == 0 {
-        return Err(Failure {
-            kind: FailureKind::Unsatisfiable,
-            message: "not one sandbox fits on the nodes' ephemeral disk".to_string(),
-        });
+        return Err(Failure::unsatisfiable(
+            "not one sandbox fits on the nodes' ephemeral disk",
+        ));
     }
     Ok(fits.min(u128::from(u32::MAX)) as u32)
 }
@@ -158,21 +159,3 @@ fn peak(windows: &[Window], replicas: &[u32], strategy: Strategy) -> u32 {
             .unwrap_or(0),
     }
 }
-
-fn invalid(message: &str) -> Failure {
-    Failure {
-        kind: FailureKind::InvalidInput,
-        message: message.to_string(),
-    }
-}
-
-struct Proportional;
-
-impl exports::sandfleet::plugin::sizing::Guest for Proportional {
-    fn plan(tasks: Vec<u32>, limits: Limits) -> Result<FleetPlan, Failure> {
-        plan(&tasks, &limits)
-    }
-}
-
-#[cfg(target_arch = "wasm32")]
-export!(Proportional);

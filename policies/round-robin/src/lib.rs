@@ -1,21 +1,20 @@
 //! `round-robin`: the `sequence`-th healthy cluster, cycling. A plugin keeps
 //! no state, so the rotation comes from the decision's sequence number.
 
-#![allow(missing_docs, reason = "bindings generated from wit/")]
-#![allow(unsafe_code, reason = "wit-bindgen generates the canonical ABI glue")]
+use sandfleet_plugin_sdk::Failure;
+use sandfleet_plugin_sdk::placement::{Clusters, Demand, PlacementPolicy};
 
-policy_support::placement_policy!(place);
+struct RoundRobin;
 
-/// The policy's decision, callable natively for tests and benchmarks.
-pub fn place(demand: &Demand, clusters: &Clusters) -> Result<u32, Failure> {
-    let candidates: Vec<usize> =
-        policy_support::candidates(clusters.free_slots.len(), &clusters.unhealthy).collect();
-    if candidates.is_empty() {
-        return Err(Failure {
-            kind: FailureKind::InvalidInput,
-            message: "no clusters to place on".to_string(),
-        });
+impl PlacementPolicy for RoundRobin {
+    fn place(demand: Demand, clusters: Clusters) -> Result<u32, Failure> {
+        let candidates: Vec<u32> = clusters.candidates().map(|row| row.index).collect();
+        if candidates.is_empty() {
+            return Err(Failure::invalid_input("no clusters to place on"));
+        }
+        let turn = (demand.sequence % candidates.len() as u64) as usize;
+        Ok(candidates[turn])
     }
-    let turn = (demand.sequence % candidates.len() as u64) as usize;
-    Ok(candidates[turn] as u32)
 }
+
+sandfleet_plugin_sdk::placement_policy!(RoundRobin);
