@@ -19,6 +19,7 @@ mod checks;
 mod commands;
 mod error;
 mod fleet;
+mod fresh;
 mod images;
 mod lease;
 mod logs;
@@ -43,12 +44,13 @@ pub use canary::{CanaryReport, canary};
 pub use checks::images_made as check_images;
 pub use error::RunError;
 pub use fleet::Cluster;
+pub use fresh::{FreshError, MAX_WORK_DIFF, WorkTree, record_work_tree, work_diff};
 pub use phases::{Phase, PhaseStats};
 pub use progress::{LogProgress, Progress};
 pub use reap::reap;
 pub use report::{
-    ClusterInfo, Environment, Machine, RecycleCounts, ReleaseCounts, RunReport, TaskCounts,
-    WarmCounts,
+    ClusterInfo, Environment, InfraFailureCounts, Machine, RecycleCounts, ReleaseCounts,
+    RunReport, TaskCounts, WarmCounts,
 };
 pub use results::{
     GradeRecord, InfraFailureRecord, RESULTS_FILE, ResultsStore, TaskRecord, TaskStatus,

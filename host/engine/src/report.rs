@@ -27,6 +27,20 @@ pub struct TaskCounts {
     pub not_run: usize,
 }
 
+/// The `infra_error` tasks an adapter judged to have failed for their
+/// environment rather than their solution (SWE-bench 5.x's classification),
+/// apart from the infrastructure's own failures, as the harness's run report
+/// lists them apart from model failures.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct InfraFailureCounts {
+    /// The solution cannot have caused it (`environment` tier).
+    pub environment: usize,
+    /// The solution might have (`ambiguous` tier).
+    pub ambiguous: usize,
+    /// Tasks by the sign the adapter named, e.g. `out_of_memory`.
+    pub reasons: BTreeMap<String, usize>,
+}
+
 /// Warm pool totals.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct WarmCounts {
@@ -109,6 +123,8 @@ pub struct RunReport {
     pub wall_s: f64,
     /// Task outcomes, counting the latest result of every task and epoch.
     pub tasks: TaskCounts,
+    /// Of `tasks.infra_error`, those the adapter classified.
+    pub infra_failures: InfraFailureCounts,
     /// Sandboxes claimed.
     pub claims: u64,
     /// Warm pool totals.
@@ -127,15 +143,36 @@ pub struct RunReport {
     pub error: Option<String>,
 }
 
+/// The latest record of each task and epoch.
+fn latest(records: &[TaskRecord]) -> BTreeMap<(&str, u32), &TaskRecord> {
+    records
+        .iter()
+        .map(|record| ((record.task_id.as_str(), record.epoch), record))
+        .collect()
+}
+
+/// The adapter-classified infrastructure failures among the latest records.
+fn infra_failures(records: &[TaskRecord]) -> InfraFailureCounts {
+    let mut counts = InfraFailureCounts::default();
+    for record in latest(records).values() {
+        let Some(infra) = &record.infra_failure else {
+            continue;
+        };
+        if infra.certain {
+            counts.environment += 1;
+        } else {
+            counts.ambiguous += 1;
+        }
+        *counts.reasons.entry(infra.reason.clone()).or_default() += 1;
+    }
+    counts
+}
+
 /// Counts the latest record of each task and epoch.
 pub(crate) fn count(records: &[TaskRecord]) -> TaskCounts {
-    let mut latest: BTreeMap<(&str, u32), TaskStatus> = BTreeMap::new();
-    for record in records {
-        latest.insert((&record.task_id, record.epoch), record.status);
-    }
     let mut counts = TaskCounts::default();
-    for status in latest.values() {
-        match status {
+    for record in latest(records).values() {
+        match record.status {
             TaskStatus::Ok => counts.ok += 1,
             TaskStatus::Failed => counts.failed += 1,
             TaskStatus::InfraError => counts.infra_error += 1,
@@ -169,6 +206,22 @@ impl RunReport {
             self.wall_s
         )
         .expect("write to String");
+        let infra = &self.infra_failures;
+        if !infra.reasons.is_empty() {
+            let reasons: Vec<String> = infra
+                .reasons
+                .iter()
+                .map(|(reason, count)| format!("{count} {reason}"))
+                .collect();
+            writeln!(
+                out,
+                "infra_error judged by the adapter: {} environment, {} ambiguous ({})",
+                infra.environment,
+                infra.ambiguous,
+                reasons.join(", ")
+            )
+            .expect("write to String");
+        }
         writeln!(
             out,
             "claims {}, warm replicas {} (peak {}), recycled {}, quarantined {}",
@@ -233,6 +286,7 @@ impl Engine {
         let mut all = self.results.previous().to_vec();
         all.extend(records.iter().cloned());
         let mut tasks = count(&all);
+        let infra_failures = infra_failures(&all);
         tasks.resumed = resumed;
         tasks.not_run = total.saturating_sub(resumed + records.len());
         let fleet = self.fleet.as_ref().map(|fleet| &fleet.counts);
@@ -245,6 +299,7 @@ impl Engine {
             run_id: self.spec.run_id.to_string(),
             wall_s: started.elapsed().as_secs_f64(),
             tasks,
+            infra_failures,
             claims: fleet_count(|c| &c.claims),
             warm: WarmCounts {
                 total: fleet_count(|c| &c.warm_total),

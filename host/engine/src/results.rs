@@ -167,6 +167,10 @@ pub struct TaskRecord {
     pub timings: Timings,
     /// The adapter's grade, when it graded.
     pub grade: Option<GradeRecord>,
+    /// The fresh sandbox the evaluation ran in, when the adapter asked for
+    /// one (`sandbox` is then the work sandbox).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fresh_sandbox: Option<String>,
     /// Set when the adapter judged that the environment, not the solution,
     /// failed (the task is then an `infra_error`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -279,6 +283,7 @@ mod tests {
             output_dropped: 0,
             timings: Timings::default(),
             grade: None,
+            fresh_sandbox: None,
             infra_failure: None,
             finished_at: "2026-01-01T00:00:00Z".to_string(),
         }

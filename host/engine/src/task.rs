@@ -13,11 +13,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use sandfleet_plugin::adapter::{GradeResult, Task, TaskAdapter, TimeoutRule};
+use sandfleet_plugin::adapter::{EvaluationSite, GradeResult, Task, TaskAdapter, TimeoutRule};
 use sandfleet_plugin::reset::ResetCheck;
 use tracing::Instrument;
 
 use crate::fleet::Fleet;
+use crate::fresh::FreshError;
 use crate::phases::{Phase, PhaseTimes};
 use crate::recycle::Held;
 use crate::release::ReleaseQueue;
@@ -61,6 +62,7 @@ struct Progress {
     sandbox: Option<String>,
     reuse: u32,
     output_dropped: u64,
+    fresh_sandbox: Option<String>,
 }
 
 enum Outcome {
@@ -82,6 +84,7 @@ impl TaskRunner {
             sandbox: None,
             reuse: 0,
             output_dropped: 0,
+            fresh_sandbox: None,
         };
         let outcome = self
             .attempt(item, held, &mut progress)
@@ -122,6 +125,7 @@ impl TaskRunner {
             timings: progress.timings,
             grade,
             infra_failure,
+            fresh_sandbox: progress.fresh_sandbox,
             finished_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now())
                 .to_string(),
         }
@@ -164,10 +168,35 @@ impl TaskRunner {
         let claimed = current.claimed.clone();
 
         let process_started = Instant::now();
-        let outputs = self.execute(&claimed, item, &script).await;
+        let mut solution = item.solution.clone();
+        let outputs = match script.evaluate_in {
+            EvaluationSite::WorkSandbox => {
+                let outputs = self.execute(&claimed, item, &script).await;
+                self.phases
+                    .record(Phase::Process, process_started.elapsed());
+                outputs
+            }
+            EvaluationSite::FreshSandbox => {
+                match self
+                    .set_up_then_evaluate_fresh(&claimed, item, &script)
+                    .await
+                {
+                    Ok(fresh) => {
+                        progress.fresh_sandbox = Some(fresh.sandbox);
+                        solution = fresh.solution;
+                        Ok(fresh.ran)
+                    }
+                    Err(FreshError::Infra(error)) => Err(error),
+                    Err(FreshError::Unusable(error)) => {
+                        return Outcome::Ungraded {
+                            error,
+                            timed_out: false,
+                        };
+                    }
+                }
+            }
+        };
         progress.timings.process_s = process_started.elapsed().as_secs_f64();
-        self.phases
-            .record(Phase::Process, process_started.elapsed());
         let lost = held
             .as_ref()
             .and_then(|h| h.lease.lost())
@@ -200,7 +229,7 @@ impl TaskRunner {
         let grade_started = Instant::now();
         let graded = self
             .adapter
-            .grade(task, item.solution.as_deref(), &outputs)
+            .grade(task, solution.as_deref(), &outputs)
             .await;
         progress.timings.grade_s = grade_started.elapsed().as_secs_f64();
         self.phases.record(Phase::Grade, grade_started.elapsed());

@@ -5,6 +5,7 @@
 mod breaker;
 mod contract;
 mod fixture;
+mod grading;
 mod hostile;
 mod recording;
 mod recycle;
