@@ -8,5 +8,6 @@ mod guests;
 mod limits;
 mod loading;
 mod reload;
+mod versions;
 
 pub(crate) use fixtures::*;
