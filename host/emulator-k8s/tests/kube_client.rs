@@ -223,3 +223,71 @@ async fn a_long_lived_shell_over_kube_exec_runs_many_commands_fed_on_stdin() {
     assert_eq!(all.lines().count(), 20);
     emulator.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tty_exec_runs_on_a_terminal_with_stderr_on_it() {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::AttachParams;
+    use tokio::io::AsyncReadExt;
+
+    let image = tempfile::tempdir().unwrap();
+    let mut images = sandfleet_emulator_k8s::ImageMap::new();
+    images.insert(
+        "py".into(),
+        sandfleet_backend_local::ImageSource {
+            path: image.path().to_path_buf(),
+            git: false,
+            limits: Default::default(),
+        },
+    );
+    let emulator = Emulator::start(Config {
+        images,
+        ..Config::default()
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let client = client(&emulator, &dir).await;
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    let pod: Pod = serde_json::from_value(
+        json!({"metadata": {"name": "tty"}, "spec": {"containers": [{"name": "main", "image": "py"}]}}),
+    )
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while pods
+        .get("tty")
+        .await
+        .unwrap()
+        .status
+        .and_then(|s| s.phase)
+        .as_deref()
+        != Some("Running")
+    {
+        assert!(Instant::now() < deadline, "pod never ran");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut session = pods
+        .exec(
+            "tty",
+            [
+                "sh",
+                "-c",
+                "test -t 1 && echo on-a-tty; echo err >&2; exit 5",
+            ],
+            &AttachParams::default().stdout(true).stderr(false).tty(true),
+        )
+        .await
+        .unwrap();
+    let mut stdout = session.stdout().unwrap();
+    let status = session.take_status().unwrap();
+    let mut out = String::new();
+    tokio::time::timeout(Duration::from_secs(10), stdout.read_to_string(&mut out))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(out, "on-a-tty\r\nerr\r\n");
+    let status = status.await.expect("a status");
+    assert_eq!(status.reason.as_deref(), Some("NonZeroExitCode"));
+    emulator.shutdown().await;
+}
