@@ -38,6 +38,9 @@ const REAP_WAIT: Duration = Duration::from_secs(60);
 /// Pause between looks while a reap waits for garbage collection.
 const REAP_PAUSE: Duration = Duration::from_millis(200);
 
+/// How long moving one file in or out of a sandbox may take.
+const FILE_TIMEOUT: Duration = Duration::from_secs(600);
+
 /// Below this much time left, a claim that did not bind is not made again.
 const MIN_RETRY: Duration = Duration::from_secs(2);
 
@@ -431,6 +434,17 @@ impl K8sBackend {
         }
     }
 
+    fn file_timeout(&self, sandbox: &SandboxHandle, path: &str) -> BackendError {
+        self.error(
+            ErrorKind::Timeout,
+            format!(
+                "sandbox {}: moving {path} took over {}",
+                sandbox.id,
+                humantime::format_duration(FILE_TIMEOUT)
+            ),
+        )
+    }
+
     fn file_failure(
         &self,
         sandbox: &SandboxHandle,
@@ -796,16 +810,21 @@ impl Backend for K8sBackend {
     ) -> Result<(), BackendError> {
         let data = self.handle_data(sandbox)?;
         let target = self.target(&data).await?;
-        crate::files::put(&target, path, contents, mode)
-            .await
-            .map_err(|f| self.file_failure(sandbox, path, f))
+        tokio::time::timeout(
+            FILE_TIMEOUT,
+            crate::files::put(&target, path, contents, mode),
+        )
+        .await
+        .map_err(|_| self.file_timeout(sandbox, path))?
+        .map_err(|f| self.file_failure(sandbox, path, f))
     }
 
     async fn get_file(&self, sandbox: &SandboxHandle, path: &str) -> Result<Vec<u8>, BackendError> {
         let data = self.handle_data(sandbox)?;
         let target = self.target(&data).await?;
-        crate::files::get(&target, path)
+        tokio::time::timeout(FILE_TIMEOUT, crate::files::get(&target, path))
             .await
+            .map_err(|_| self.file_timeout(sandbox, path))?
             .map_err(|f| self.file_failure(sandbox, path, f))
     }
 

@@ -7,6 +7,9 @@
 
 use crate::exec::{Target, exit_code};
 
+/// How long a scrub may take.
+const SCRUB_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Rounds of killing before the scrub gives up.
 const ROUNDS: u32 = 20;
 
@@ -17,7 +20,9 @@ const ROUNDS: u32 = 20;
 ///
 /// A sentence saying why the sandbox cannot be reused.
 pub(crate) async fn scrub(target: &Target, entrypoint: &[String]) -> Result<(), String> {
-    const SCRUB: &str = r#"want=$1; rounds=$2; i=0; while [ "$i" -lt "$rounds" ]; do i=$((i+1)); left=0; for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" = 1 ] && continue; [ "$p" = "$$" ] && continue; s=$(cat "$d/stat" 2>/dev/null) || continue; case "$s" in *") Z "*) continue;; esac; c=$(tr '\000' ' ' < "$d/cmdline" 2>/dev/null); [ "$c" = "$want" ] && continue; kill -KILL "$p" 2>/dev/null && left=$((left+1)); done; [ "$left" = 0 ] && exit 0; sleep 0.05; done; echo "processes survived $rounds rounds of kills" >&2; exit 4"#;
+    // Spares its own ancestors too: a runtime that starts exec'd commands
+    // through helpers inside the pod (the devcluster does) must keep them.
+    const SCRUB: &str = r#"want=$1; rounds=$2; chain=" "; a=$$; while [ "$a" -gt 0 ] 2>/dev/null; do chain="$chain$a "; s=$(cat "/proc/$a/stat" 2>/dev/null) || break; s=${s##*) }; set -- $s; a=$2; done; i=0; while [ "$i" -lt "$rounds" ]; do i=$((i+1)); left=0; for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" = 1 ] && continue; case "$chain" in *" $p "*) continue;; esac; s=$(cat "$d/stat" 2>/dev/null) || continue; case "$s" in *") Z "*) continue;; esac; c=$(tr '\000' ' ' < "$d/cmdline" 2>/dev/null); [ "$c" = "$want" ] && continue; kill -KILL "$p" 2>/dev/null && left=$((left+1)); done; [ "$left" = 0 ] && exit 0; sleep 0.05; done; echo "processes survived $rounds rounds of kills" >&2; exit 4"#;
     let want: String = entrypoint.iter().map(|word| format!("{word} ")).collect();
     let argv = vec![
         "sh".to_string(),
@@ -35,10 +40,20 @@ pub(crate) async fn scrub(target: &Target, entrypoint: &[String]) -> Result<(), 
     let (Some(stdout), Some(stderr)) = (process.stdout(), process.stderr()) else {
         unreachable!("stdout and stderr were asked for");
     };
-    let (_, said) = tokio::join!(drain(stdout), drain(stderr));
-    let status = match status {
-        Some(status) => status.await,
-        None => None,
+    let ended = tokio::time::timeout(SCRUB_TIMEOUT, async {
+        let (_, said) = tokio::join!(drain(stdout), drain(stderr));
+        let status = match status {
+            Some(status) => status.await,
+            None => None,
+        };
+        (said, status)
+    })
+    .await;
+    let Ok((said, status)) = ended else {
+        return Err(format!(
+            "the scrub did not end within {}",
+            humantime::format_duration(SCRUB_TIMEOUT)
+        ));
     };
     match status.map(|s| exit_code(&s)) {
         Some(0) => Ok(()),
