@@ -9,7 +9,9 @@
 //!   leases.
 //!
 //! `cargo bench -p sandfleet-api --bench daemon`; scale with
-//! `DAEMON_BENCH_ROUNDS`, `DAEMON_BENCH_CLIENTS`, `DAEMON_BENCH_LEASES`.
+//! `DAEMON_BENCH_ROUNDS`, `DAEMON_BENCH_CLIENTS`, `DAEMON_BENCH_LEASES`;
+//! `DAEMON_BENCH_ONLY=round-trip|clients|rss` runs one part (RSS is best
+//! measured alone: the other parts leave memory to the allocator).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -188,8 +190,11 @@ fn main() {
         let clients = knob("DAEMON_BENCH_CLIENTS", 256);
         let leases = knob("DAEMON_BENCH_LEASES", 1000);
         let http = reqwest::Client::new();
+        let only = std::env::var("DAEMON_BENCH_ONLY").ok();
+        let part = |name: &str| only.as_deref().is_none_or(|only| only == name);
 
         // 1. Side by side, alternating in rounds of 10.
+        if part("round-trip") {
         let engine_dir = tempfile::tempdir().unwrap();
         let session = session(engine_dir.path()).await;
         let daemon_dir = tempfile::tempdir().unwrap();
@@ -211,8 +216,10 @@ fn main() {
         session.close().await.unwrap();
         served.stop();
         served.wait().await.unwrap();
+        }
 
         // 2. Exec round trips per second at `clients` concurrent clients.
+        if part("clients") {
         let dir = tempfile::tempdir().unwrap();
         let (served, base) = daemon(dir.path(), clients + 16).await;
         let mut ids = Vec::new();
@@ -266,8 +273,10 @@ fn main() {
         stats("exec latency at that load", latencies.lock().unwrap().clone());
         served.stop();
         served.wait().await.unwrap();
+        }
 
         // 3. RSS with `leases` live leases.
+        if part("rss") {
         let dir = tempfile::tempdir().unwrap();
         let (served, base) = daemon(dir.path(), leases + 16).await;
         let before = rss_mib();
@@ -292,5 +301,6 @@ fn main() {
         );
         served.stop();
         served.wait().await.unwrap();
+        }
     });
 }

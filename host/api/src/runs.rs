@@ -137,21 +137,6 @@ fn load(
     Ok((config, plugins, clusters, items))
 }
 
-fn chain(error: &anyhow::Error) -> String {
-    let mut text = String::new();
-    for cause in error.chain() {
-        let said = cause.to_string();
-        if text.contains(&said) {
-            continue;
-        }
-        if !text.is_empty() {
-            text.push_str(": ");
-        }
-        text.push_str(&said);
-    }
-    text
-}
-
 #[utoipa::path(post, path = "/v1/runs", request_body = RunRequest,
     responses((status = 202, body = RunView), (status = 422, body = ErrorBody)))]
 pub(crate) async fn start(
@@ -197,7 +182,7 @@ pub(crate) async fn start(
         tokio::task::spawn_blocking(move || load(config, &loader))
             .await
             .map_err(|e| AppError::internal(e.to_string()))?
-            .map_err(|e| AppError::invalid(chain(&e)))?;
+            .map_err(|e| AppError::invalid(format!("{e:#}")))?;
     let out_dir = runs_dir(&state.state_dir).join(&id);
     let run = Arc::new(BatchRun {
         id: id.clone(),

@@ -92,3 +92,71 @@ fn kib<'de, D: Deserializer<'de>>(deserializer: D) -> Result<usize, D::Error> {
 fn mib<'de, D: Deserializer<'de>>(deserializer: D) -> Result<usize, D::Error> {
     positive(deserializer).map(|mib| (mib as usize) << 20)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::FleetConfig;
+
+    const MINIMAL: &str = r#"
+[run]
+dataset = "tasks.jsonl"
+
+[adapter]
+name = "generic"
+
+[[clusters]]
+name = "here"
+backend = "local"
+"#;
+
+    fn parse(text: &str) -> Result<FleetConfig, String> {
+        FleetConfig::parse(text, Path::new("/cfg/fleet.toml")).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn api_keys_default_and_parse_with_state_dir_relative_to_the_file() {
+        let config = parse(MINIMAL).unwrap();
+        assert_eq!(config.api, ApiConfig::default());
+        assert_eq!(config.plugins.fallback, PluginFallback::None);
+        let text = format!(
+            "{MINIMAL}\n[api]\nlisten = \"127.0.0.1:9000\"\ntoken_env = \"TOKEN\"\nidle_timeout = \"90s\"\nmax_body_kib = 2\nmax_upload_mib = 3\ngrace_period = \"5s\"\nstate_dir = \"serve\"\nmax_leases = 10\n"
+        );
+        let api = parse(&text).unwrap().api;
+        assert_eq!(api.listen.port(), 9000);
+        assert_eq!(api.token_env.as_deref(), Some("TOKEN"));
+        assert_eq!(api.idle_timeout, Duration::from_secs(90));
+        assert_eq!((api.max_body, api.max_upload), (2 << 10, 3 << 20));
+        assert_eq!(api.grace_period, Duration::from_secs(5));
+        assert_eq!(api.state_dir(), Some(PathBuf::from("/cfg/serve")));
+        assert_eq!(api.max_leases, 10);
+        let text = MINIMAL.replace(
+            "[[clusters]]",
+            "[plugins]\nfallback = \"builtin\"\n\n[[clusters]]",
+        );
+        assert_eq!(
+            parse(&text).unwrap().plugins.fallback,
+            PluginFallback::Builtin
+        );
+    }
+
+    #[test]
+    fn bad_api_keys_name_file_line_and_key() {
+        let error = parse(&format!("{MINIMAL}\n[api]\nidle_timout = \"1m\"\n")).unwrap_err();
+        assert!(
+            error.starts_with("/cfg/fleet.toml:13:1: unknown field `idle_timout`"),
+            "{error}"
+        );
+        let error = parse(&format!("{MINIMAL}\n[api]\nlisten = \"localhost\"\n")).unwrap_err();
+        assert!(error.starts_with("/cfg/fleet.toml:13:10:"), "{error}");
+        let error = parse(&format!("{MINIMAL}\n[api]\nmax_body_kib = 0\n")).unwrap_err();
+        assert!(error.starts_with("/cfg/fleet.toml:13:16:"), "{error}");
+        let text = MINIMAL.replace(
+            "[[clusters]]",
+            "[plugins]\nfallback = \"wasm\"\n\n[[clusters]]",
+        );
+        assert!(parse(&text).unwrap_err().contains("unknown variant `wasm`"));
+    }
+}

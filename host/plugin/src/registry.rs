@@ -708,3 +708,68 @@ fn is_plugin_name(name: &str) -> bool {
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::HostConfig;
+    use crate::worlds::placement::{ClusterState, Clusters, Demand, DemandKind};
+
+    #[test]
+    fn a_fault_hands_the_name_to_its_builtin_until_the_file_changes() {
+        let registry = Registry::new(PluginHost::new(HostConfig::default()).unwrap());
+        registry
+            .add_builtins(
+                sandfleet_guests::BUILTINS
+                    .iter()
+                    .filter(|b| b.name == "least-loaded")
+                    .map(|b| (b.name, b.wasm)),
+            )
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("least-loaded.wasm");
+        std::fs::copy(sandfleet_guests::MISBEHAVE, &file).unwrap();
+        registry.load_file(&file).unwrap();
+        let policy = registry.placement("least-loaded").unwrap();
+        let idle = ClusterState {
+            healthy: true,
+            has_image: false,
+            free_slots: 8,
+            live: 0,
+            warm_ready: 0,
+            weight: 1,
+            cpu_free_milli: 4000,
+            memory_free_mib: 8192,
+        };
+        let clusters = Clusters::from_states(&[idle, idle]);
+        // The misbehaving guest traps on image 3.
+        let trap = Demand {
+            kind: DemandKind::Claim,
+            image: 3,
+            count: 1,
+            sequence: 0,
+        };
+        let fault = policy.place_blocking(&trap, &clusters).unwrap_err();
+        assert!(fault.is_plugin_fault(), "{fault}");
+
+        let serving = registry.fall_back(&fault, "least-loaded").unwrap();
+        assert_eq!(serving.source, Source::Builtin);
+        // The handle already held answers from the built-in now.
+        assert!(policy.place_blocking(&trap, &clusters).is_ok());
+        assert_eq!(registry.fallback_counts()["least-loaded"], 1);
+        let status = registry.status("least-loaded").unwrap();
+        assert!(
+            status
+                .last_error
+                .unwrap()
+                .contains("the built-in `least-loaded` serves"),
+            "the fault is shown"
+        );
+        // The same fault reported again (another caller) changes nothing.
+        assert!(registry.fall_back(&fault, "least-loaded").is_none());
+        assert_eq!(registry.fallback_counts()["least-loaded"], 1);
+        // The file serves again once it is loaded again.
+        registry.load_file(&file).unwrap();
+        assert!(matches!(policy.version().source, Source::File(_)));
+    }
+}

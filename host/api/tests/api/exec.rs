@@ -13,7 +13,11 @@ async fn read_until(
     needle: &str,
 ) {
     while !seen.contains(needle) {
-        let chunk = body.next().await.expect("the stream ended early").unwrap();
+        let chunk = tokio::time::timeout(crate::PATIENCE, body.next())
+            .await
+            .unwrap_or_else(|_| panic!("no `{needle}` in the stream yet: {seen}"))
+            .expect("the stream ended early")
+            .unwrap();
         seen.push_str(&String::from_utf8_lossy(&chunk));
     }
 }
@@ -104,13 +108,7 @@ async fn keyed(served: &Served, lease: &str, key: &str, body: &Value) -> (u16, V
 }
 
 async fn replays(served: &Served) -> String {
-    let metrics = served
-        .http
-        .get(served.url("/metrics"))
-        .send()
-        .await
-        .unwrap();
-    let text = metrics.text().await.unwrap();
+    let text = served.metrics().await;
     text.lines()
         .find(|l| l.starts_with("sandfleet_idempotent_replays_total"))
         .unwrap_or_default()

@@ -154,15 +154,7 @@ async fn an_idle_lease_is_released_and_a_renewed_one_is_not() {
         .await;
     assert_eq!(status, 200, "{renewed}");
     assert_eq!(served.get(&format!("/v1/leases/{}", kept.id)).await.0, 200);
-    let metrics = served
-        .http
-        .get(served.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = served.metrics().await;
     assert!(
         metrics.contains("sandfleet_leases_expired_total 1"),
         "{metrics}"

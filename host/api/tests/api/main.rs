@@ -135,6 +135,12 @@ impl Served {
         (status, response.json().await.unwrap_or(Value::Null))
     }
 
+    /// The `/metrics` text.
+    pub(crate) async fn metrics(&self) -> String {
+        let response = self.http.get(self.url("/metrics")).send().await.unwrap();
+        response.text().await.unwrap()
+    }
+
     pub(crate) async fn acquire(&self, body: Value) -> LeaseView {
         let (status, lease) = self.post("/v1/leases", body).await;
         assert_eq!(status, 201, "{lease}");

@@ -140,15 +140,7 @@ async fn a_plugin_replaced_under_load_fails_no_call_and_a_corrupt_one_changes_no
     );
     let lease = served.acquire(image("calc")).await;
     served.release(&lease.id).await;
-    let metrics = served
-        .http
-        .get(served.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = served.metrics().await;
     assert!(
         metrics.contains("sandfleet_plugin_loads_total{outcome=\"failed\"} 1"),
         "{metrics}"

@@ -27,15 +27,7 @@ async fn pools_fill_and_serve_claims() {
         served.exec(&lease.id, json!({"argv": ["true"]})).await["exit_code"],
         0
     );
-    let metrics = served
-        .http
-        .get(served.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = served.metrics().await;
     assert!(
         metrics.contains("sandfleet_pool_ready{image=\"calc\",cluster=\"local\"}"),
         "{metrics}"
