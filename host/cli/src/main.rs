@@ -4,6 +4,7 @@ mod devcluster_cmd;
 mod harness_cmd;
 mod inspect_cmd;
 mod plugin_cmd;
+mod prepull_cmd;
 mod progress_ui;
 mod reap_cmd;
 mod run_cmd;
@@ -45,6 +46,12 @@ enum Command {
     },
     /// Check the configured backends and show their capacity.
     Preflight {
+        /// The fleet file.
+        config: PathBuf,
+    },
+    /// Pull the run's images on every node of its Kubernetes clusters (a
+    /// DaemonSet per cluster, deleted once every node has them).
+    Prepull {
         /// The fleet file.
         config: PathBuf,
     },
@@ -111,6 +118,7 @@ fn main() -> ExitCode {
         } => run_cmd::run(&config, out, run_id),
         Command::Plan { config } => inspect_cmd::plan(&config),
         Command::Preflight { config } => inspect_cmd::preflight(&config),
+        Command::Prepull { config } => prepull_cmd::prepull(&config),
         Command::Reap {
             run_id,
             config,

@@ -25,6 +25,7 @@ pub(crate) fn run(
     let clusters = setup::clusters(&config)?;
     setup::check_images(&config, &clusters, &tasks)?;
     let solutions = setup::solutions(config.run.solutions.as_deref())?;
+    let images = crate::prepull_cmd::images(&config, tasks.iter().map(|t| t.image.as_str()));
     let items = setup::work_items(&config, tasks, &solutions);
     let out_dir = out
         .or_else(|| config.run.out.clone())
@@ -42,6 +43,9 @@ pub(crate) fn run(
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
+    if config.fleet.prepull {
+        runtime.block_on(crate::prepull_cmd::pull(&config, &images, &run_id))?;
+    }
     let cancel = CancellationToken::new();
     let spec = spec(
         config,

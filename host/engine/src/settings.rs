@@ -95,6 +95,9 @@ pub struct FleetSettings {
     /// graded); the rest is dropped, counted and marked. Written in MiB.
     #[serde(rename = "max_output_mib", deserialize_with = "de::mib")]
     pub max_output: u64,
+    /// Pull the run's images on every node of every Kubernetes cluster
+    /// before the first warm pool (`sandfleet prepull`).
+    pub prepull: bool,
     /// Retries the run may spend on requests that are safe to repeat
     /// (claims, pool sizes, releases) after errors that may pass.
     pub retry_budget: u32,
@@ -131,6 +134,7 @@ impl Default for FleetSettings {
             network: false,
             max_output: 16 << 20,
             retry_budget: 200,
+            prepull: false,
         }
     }
 }
