@@ -123,6 +123,22 @@ impl Serving {
     }
 }
 
+impl Drop for Serving {
+    /// A test that failed half-way still stops its daemon, which releases
+    /// what it holds.
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            signal(&self.child, "-TERM");
+            let until = Instant::now() + PATIENCE;
+            while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
     let until = Instant::now() + PATIENCE;
     while !condition() {
