@@ -5,6 +5,7 @@ mod bad_input;
 mod canary;
 mod harness;
 mod hostile;
+mod k8s;
 mod opensandbox;
 mod plan;
 mod quickstart;
