@@ -165,11 +165,32 @@ impl Served {
 
     /// Stops the daemon as SIGTERM does and waits until it has released
     /// everything.
-    pub(crate) async fn stop(mut self) -> tempfile::TempDir {
+    pub(crate) async fn stop(mut self) {
         let daemon = self.daemon.take().unwrap();
         daemon.stop();
         daemon.wait().await.unwrap();
-        self.dir
+    }
+}
+
+impl Drop for Served {
+    /// A test that failed before [`Served::stop`] still removes the
+    /// daemon's sandboxes (their processes outlive the test's runtime).
+    fn drop(&mut self) {
+        let Some(daemon) = self.daemon.take() else {
+            return;
+        };
+        let (state, run_id) = (self.state_dir(), daemon.run_id().clone());
+        let reaped = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(sandfleet_backend_local::reap_run(&state, &run_id))
+        })
+        .join();
+        if !matches!(reaped, Ok(Ok(_))) {
+            eprintln!("could not reap the daemon's sandboxes after a failed test");
+        }
     }
 }
 

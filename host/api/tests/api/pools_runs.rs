@@ -34,8 +34,7 @@ async fn pools_fill_and_serve_claims() {
     );
     let (status, body) = served.post("/v1/pools", json!({})).await;
     assert_eq!(status, 422, "{body}");
-    let dir = served.stop().await;
-    drop(dir);
+    served.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
