@@ -13,6 +13,7 @@ use sandfleet_core::{
     TemplateRef, TemplateSpec, label_value, template_name,
 };
 use sandfleet_plugin::placement::{ClusterState, Clusters, Demand, DemandKind, PlacementPolicy};
+use sandfleet_plugin::{CallError, CallErrorKind};
 use tokio::sync::Mutex;
 use tracing::Instrument;
 
@@ -82,6 +83,9 @@ pub(crate) struct Fleet {
     failures: Vec<AtomicU32>,
     sequence: AtomicU64,
     pub(crate) counts: FleetCounts,
+    /// The last placement call that faulted, for a caller that can make
+    /// a built-in serve and ask again (the daemon's fallback).
+    pub(crate) placement_fault: std::sync::Mutex<Option<CallError>>,
 }
 
 /// What a fleet is made of.
@@ -124,6 +128,7 @@ impl Fleet {
             retries,
             books: Mutex::new(books),
             sequence: AtomicU64::new(0),
+            placement_fault: std::sync::Mutex::new(None),
             counts: FleetCounts::default(),
         }
     }
@@ -320,8 +325,18 @@ impl Fleet {
             count,
             sequence: self.sequence.fetch_add(1, Ordering::Relaxed),
         };
-        let index = self.placement.place(&demand, &clusters).await?;
-        Ok(index as usize)
+        match self.placement.place(&demand, &clusters).await {
+            Ok(index) => Ok(index as usize),
+            Err(fault) => {
+                if fault.is_plugin_fault() {
+                    *self
+                        .placement_fault
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner()) = Some(copy_fault(&fault));
+                }
+                Err(fault.into())
+            }
+        }
     }
 
     /// The placement table for a decision about `image`: a cluster that
@@ -426,5 +441,21 @@ impl Fleet {
         self.counts
             .warm_peak
             .fetch_max(u64::from(books.warm_now), Ordering::Relaxed);
+    }
+}
+
+/// A copy of a plugin fault (call errors are not `Clone`): the plugin, the
+/// function, and the fault as it was said.
+fn copy_fault(fault: &CallError) -> CallError {
+    CallError {
+        plugin: fault.plugin.clone(),
+        function: fault.function,
+        kind: match &fault.kind {
+            CallErrorKind::Deadline(after) => CallErrorKind::Deadline(*after),
+            CallErrorKind::MemoryCap(cap) => CallErrorKind::MemoryCap(*cap),
+            CallErrorKind::OutOfFuel(fuel) => CallErrorKind::OutOfFuel(*fuel),
+            CallErrorKind::Contract(detail) => CallErrorKind::Contract(detail.clone()),
+            other => CallErrorKind::Trap(other.to_string()),
+        },
     }
 }

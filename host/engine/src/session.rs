@@ -69,9 +69,9 @@ pub struct SessionSpec {
     pub reset: Option<ResetCheck>,
     /// Where evaluation logs go, one file per lease.
     pub logs: PathBuf,
-    /// Told of every plugin fault the session meets in an adapter or
-    /// sizing call; when it answers true (a built-in serves now), the call
-    /// is made once more.
+    /// Told of every plugin fault the session meets in a placement,
+    /// adapter or sizing call; when it answers true (a built-in serves
+    /// now), the call (for placement, the claim) is made once more.
     pub on_plugin_fault: Option<FaultHandler>,
 }
 
@@ -357,10 +357,23 @@ impl Session {
             id: name.to_string(),
             ..task.clone()
         };
-        self.runner
-            .sandbox_for(image, &labelled, &mut held)
-            .await
-            .map_err(SessionError::Unavailable)?;
+        let mut claimed = self.runner.sandbox_for(image, &labelled, &mut held).await;
+        // Placement runs inside the claim: a fault it recorded may be
+        // answered by a built-in, and the claim made once more.
+        let fault = self
+            .runner
+            .fleet
+            .placement_fault
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if claimed.is_err()
+            && let Some(fault) = fault
+            && self.on_plugin_fault.as_ref().is_some_and(|h| h(&fault))
+        {
+            claimed = self.runner.sandbox_for(image, &labelled, &mut held).await;
+        }
+        claimed.map_err(SessionError::Unavailable)?;
         let mut lease = Lease {
             held,
             image,

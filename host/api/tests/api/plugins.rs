@@ -147,3 +147,62 @@ async fn a_plugin_replaced_under_load_fails_no_call_and_a_corrupt_one_changes_no
     );
     Arc::into_inner(served).unwrap().stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_placement_fault_is_answered_by_the_builtin_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    install(
+        &plugins,
+        "misbehave",
+        &std::fs::read(sandfleet_guests::MISBEHAVE).unwrap(),
+    );
+    let config = fleet_file(
+        dir.path(),
+        "",
+        &format!(
+            "dir = \"{}\"\nplacement = \"misbehave\"\nfallback = \"builtin\"",
+            plugins.display()
+        ),
+    );
+    // A fourth image: the misbehaving policy traps on image index 3.
+    let text = std::fs::read_to_string(&config).unwrap();
+    let calc = sandfleet_test_support::quickstart::repo().join("examples/quickstart/images/calc");
+    let text = text.replace(
+        "[clusters.local.images]\n",
+        &format!(
+            "[clusters.local.images]\nfourth = {{ path = \"{}\", git = true }}\n",
+            calc.display()
+        ),
+    );
+    std::fs::write(&config, text).unwrap();
+    let served = Served::start_in(dir, config).await;
+    for name in ["calc", "textkit", "shellutils"] {
+        let lease = served.acquire(image(name)).await;
+        served.release(&lease.id).await;
+    }
+    let lease = served.acquire(image("fourth")).await;
+    assert_eq!(lease.image, "fourth");
+    let (_, listed) = served.get("/v1/plugins").await;
+    let misbehave = listed["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "misbehave")
+        .unwrap()
+        .clone();
+    assert_eq!(misbehave["fallbacks"], 1, "{misbehave}");
+    assert_eq!(misbehave["source"], "built-in", "{misbehave}");
+    let error = misbehave["last_error"].as_str().unwrap();
+    assert!(
+        error.contains("place") && error.contains("the built-in `least-loaded` serves"),
+        "{error}"
+    );
+    let metrics = served.metrics().await;
+    assert!(
+        metrics.contains("sandfleet_plugin_fallbacks_total{plugin=\"misbehave\"} 1"),
+        "{metrics}"
+    );
+    served.stop().await;
+}
