@@ -24,7 +24,9 @@ use sandfleet_core::{
     SandboxHandle, file_stem,
 };
 use sandfleet_plugin::CallError;
-use sandfleet_plugin::adapter::{GradeResult, GradeStatus, Task, TaskAdapter, TimeoutRule};
+use sandfleet_plugin::adapter::{
+    EvaluationSite, GradeResult, GradeStatus, Task, TaskAdapter, TimeoutRule,
+};
 use sandfleet_plugin::placement::PlacementPolicy;
 use sandfleet_plugin::reset::ResetCheck;
 use sandfleet_plugin::sizing::SizingPolicy;
@@ -33,6 +35,7 @@ use tracing::Instrument;
 
 use crate::error::RunError;
 use crate::fleet::{Cluster, Fleet, FleetSpec};
+use crate::fresh::{FreshError, WorkTree, record_work_tree};
 use crate::phases::{Phase, PhaseTimes};
 use crate::plan::{self, Plan};
 use crate::progress::LogProgress;
@@ -128,6 +131,9 @@ pub struct Lease {
     for_task: bool,
     /// The adapter's setup has run in this sandbox for this task.
     set_up_for: Option<String>,
+    /// The workdir as setup left it, where the task's script evaluates in
+    /// a fresh sandbox: the work is what changed since.
+    work_tree: Option<WorkTree>,
     /// Names this lease's log file.
     name: String,
 }
@@ -381,6 +387,7 @@ impl Session {
             task,
             for_task,
             set_up_for: None,
+            work_tree: None,
             name: name.to_string(),
         };
         if for_task && let Err(error) = self.set_up(&mut lease).await {
@@ -412,6 +419,18 @@ impl Session {
             )
             .await
             .map_err(|e| SessionError::Unavailable(format!("setup: {e}")))?;
+        lease.work_tree = match script.evaluate_in {
+            EvaluationSite::WorkSandbox => None,
+            EvaluationSite::FreshSandbox => {
+                let backend = &self.runner.fleet.clusters[claimed.cluster].backend;
+                match record_work_tree(backend.as_ref(), &claimed.handle, &script.workdir).await {
+                    Ok(tree) => Some(tree),
+                    Err(FreshError::Infra(e) | FreshError::Unusable(e)) => {
+                        return Err(SessionError::Unavailable(format!("setup: {e}")));
+                    }
+                }
+            }
+        };
         lease.set_up_for = Some(lease.task.id.clone());
         Ok(())
     }
@@ -541,9 +560,7 @@ impl Session {
             }
             Err(e) => return ungraded(TaskStatus::InfraError, format!("prepare: {e}"), false),
         };
-        if lease.set_up_for.as_deref() == Some(task.id.as_str()) {
-            script.setup.clear();
-        }
+        let set_up_here = lease.set_up_for.as_deref() == Some(task.id.as_str());
         // The log is the lease's: many leases may evaluate one task at once.
         let item = WorkItem {
             task: Task {
@@ -555,8 +572,48 @@ impl Session {
         };
         let claimed = lease.held().claimed.clone();
         let started = Instant::now();
-        let ran = self.runner.execute(&claimed, &item, &script).await;
-        self.runner.phases.record(Phase::Process, started.elapsed());
+        let mut solution = solution.map(str::to_string);
+        let ran = match (script.evaluate_in, &lease.work_tree) {
+            (EvaluationSite::WorkSandbox, _) => {
+                if set_up_here {
+                    script.setup.clear();
+                }
+                let ran = self.runner.execute(&claimed, &item, &script).await;
+                self.runner.phases.record(Phase::Process, started.elapsed());
+                ran
+            }
+            // The client's work since setup, graded in a sandbox it never touched.
+            (EvaluationSite::FreshSandbox, tree) => {
+                // The adapter prepares the task's changes: its own id.
+                let item = WorkItem {
+                    task: task.clone(),
+                    ..item
+                };
+                let fresh = match tree.as_ref().filter(|_| set_up_here) {
+                    Some(since) => {
+                        self.runner
+                            .evaluate_fresh(&claimed, since, &item, &script)
+                            .await
+                    }
+                    None => {
+                        self.runner
+                            .set_up_then_evaluate_fresh(&claimed, &item, &script)
+                            .await
+                    }
+                };
+                match fresh {
+                    Ok(fresh) => {
+                        solution = fresh.solution;
+                        Ok(fresh.ran)
+                    }
+                    Err(FreshError::Infra(error)) => Err(error),
+                    Err(FreshError::Unusable(error)) => {
+                        return ungraded(TaskStatus::Failed, error, false);
+                    }
+                }
+            }
+        };
+        let solution = solution.as_deref();
         lease.set_up_for = Some(task.id.clone());
         let outputs = match (ran, lease.lost()) {
             (_, Some(lost)) => return ungraded(TaskStatus::InfraError, lost.to_string(), false),
@@ -628,6 +685,7 @@ impl Session {
             Recycled::Replaced
         };
         lease.set_up_for = None;
+        lease.work_tree = None;
         if lease.for_task {
             self.set_up(lease).await?;
         }
