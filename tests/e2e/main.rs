@@ -8,6 +8,8 @@ mod hostile;
 mod k8s;
 mod opensandbox;
 mod plan;
+mod plugin_projects;
+mod plugins_multilang;
 mod quickstart;
 mod serve;
 mod signals;

@@ -1,5 +1,8 @@
 //! `sandfleet plugin …`: check a component, run table-driven cases against
-//! it, and list what a plugin directory would serve.
+//! it, list what a plugin directory would serve, start a plugin project and
+//! write the contract's WIT.
+
+mod scaffold;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -34,6 +37,33 @@ pub(crate) enum PluginCommand {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
+    /// Write a ready-to-build plugin project: its source, the contract it
+    /// needs, a case table and a README with the build, check and test
+    /// commands.
+    New {
+        /// The world: placement-policy, sizing-policy, reset-check or
+        /// task-adapter.
+        world: String,
+        /// The plugin's name (lowercase letters, digits, `-`, `_`); it names
+        /// the crate or package and the `.wasm` file.
+        name: String,
+        /// rust, python (componentize-py) or js (jco componentize).
+        #[arg(long, default_value = "rust")]
+        lang: String,
+        /// The project directory to create (default: ./NAME).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+    /// Write the contract's `.wit` files, for tools that build components
+    /// from them (componentize-py, jco, wit-bindgen).
+    Wit {
+        /// The contract version (default: the newest).
+        #[arg(long)]
+        version: Option<String>,
+        /// The directory to write them into (created if missing).
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 pub(crate) fn run(command: PluginCommand) -> anyhow::Result<ExitCode> {
@@ -41,6 +71,29 @@ pub(crate) fn run(command: PluginCommand) -> anyhow::Result<ExitCode> {
         PluginCommand::Check { file, json } => check(&file, json),
         PluginCommand::Test { file, cases } => test(&file, &cases),
         PluginCommand::List { dir } => list(dir.as_deref()),
+        PluginCommand::New {
+            world,
+            name,
+            lang,
+            dir,
+        } => {
+            let dir = scaffold::new_project(&world, &name, &lang, dir.as_deref())?;
+            println!(
+                "wrote {}: a {world} plugin in {lang}; its README.md has the build, check and test commands",
+                dir.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        PluginCommand::Wit { version, out } => {
+            let contract = scaffold::write_wit(version.as_deref(), &out)?;
+            println!(
+                "wrote {} files of sandfleet:plugin@{} to {}",
+                contract.files.len(),
+                contract.version,
+                out.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 

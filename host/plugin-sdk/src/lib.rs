@@ -42,7 +42,8 @@
 //! is the component. A plugin gets no files, network, clock, environment
 //! or randomness of its own: every decision depends on its arguments only.
 //!
-//! Without the default `bindings` feature the crate is only [`wit`].
+//! Without the default `bindings` feature the crate is only [`wit`] and
+//! [`vendor`] (its own files, for `sandfleet plugin new` to copy).
 
 #[cfg(feature = "bindings")]
 mod bindings;
@@ -50,6 +51,7 @@ mod bindings;
 mod clusters;
 #[cfg(feature = "bindings")]
 mod failure;
+pub mod vendor;
 pub mod wit;
 
 #[cfg(feature = "bindings")]

@@ -1,0 +1,296 @@
+//! The same placement policy in Rust, Python and JavaScript, side by side in
+//! one run: `sandfleet plugin new placement-policy … --lang L` built by its
+//! README (as `tests/e2e/plugins_multilang.rs` does; the tools come from
+//! `target/plugin-tools/`), then, per language:
+//!
+//! - `place/64`: one decision over 64 clusters on a reused instance
+//!   (median of batches);
+//! - `compile`: Cranelift, no cache (what `plugin check` reports), and
+//!   `baseline`: Winch, what a hot reload serves first;
+//! - `cached load`: a new host compiling the component from a warm on-disk
+//!   cache (a restart);
+//! - `reload cold`: a new version renamed into a watched plugin directory
+//!   whose cache has never seen it, until it serves (Winch), and until the
+//!   Cranelift build replaces it (`… optimized`);
+//! - `reload cached`: the same with the component already in the cache.
+//!
+//! Run: `cargo bench -p sandfleet --bench plugin_languages`.
+
+#[path = "../../../tests/e2e/plugin_projects.rs"]
+#[allow(dead_code, reason = "the e2e tests use more of it than the bench")]
+mod plugin_projects;
+
+use std::hint::black_box;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use plugin_projects::{Builder, checked_component};
+use sandfleet_plugin::placement::Clusters;
+use sandfleet_plugin::{CacheOutcome, HostConfig, PluginHost, Registry, Source, Tier};
+use sandfleet_testkit::fixtures::{claim, cluster, clusters};
+
+const LANGS: [&str; 3] = ["rust", "python", "js"];
+
+/// 64 clusters, every seventh unhealthy, free slots spread over 0..100.
+fn table() -> Clusters {
+    let states: Vec<_> = (0..64u32)
+        .map(|i| {
+            let mut state = cluster(i * 37 % 101);
+            state.healthy = i % 7 != 3;
+            state.has_image = i % 2 == 0;
+            state.live = i % 13;
+            state
+        })
+        .collect();
+    clusters(&states)
+}
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+fn ms(duration: Duration) -> String {
+    format!("{:.1} ms", duration.as_secs_f64() * 1e3)
+}
+
+/// Median time per `place` call over 64 clusters on a reused instance.
+fn place_64(bytes: &[u8], expected: Option<u32>) -> (Duration, u32) {
+    let registry = Registry::new(PluginHost::new(HostConfig::default()).unwrap());
+    registry
+        .load_bytes("policy", bytes, Source::Memory)
+        .unwrap();
+    let policy = registry.placement("policy").unwrap();
+    let (demand, clusters) = (claim(3), table());
+    let answer = policy.place_blocking(&demand, &clusters).unwrap();
+    if let Some(expected) = expected {
+        assert_eq!(answer, expected, "the languages disagree");
+    }
+    for _ in 0..200 {
+        policy.place_blocking(&demand, &clusters).unwrap();
+    }
+    let batch = 500;
+    let samples = (0..15)
+        .map(|_| {
+            let started = Instant::now();
+            for _ in 0..batch {
+                black_box(
+                    policy
+                        .place_blocking(black_box(&demand), black_box(&clusters))
+                        .unwrap(),
+                );
+            }
+            started.elapsed() / batch
+        })
+        .collect();
+    (median(samples), answer)
+}
+
+/// Renames `bytes` into `dir/policy.wasm`; the time until the registry
+/// serves it, and until its optimized build does.
+fn swap_in(registry: &Registry, dir: &Path, bytes: &[u8]) -> (Duration, Duration) {
+    let staging = dir.join(".policy.wasm.tmp");
+    std::fs::write(&staging, bytes).unwrap();
+    let before = registry.generation();
+    let started = Instant::now();
+    std::fs::rename(&staging, dir.join("policy.wasm")).unwrap();
+    let deadline = started + Duration::from_secs(120);
+    while registry.generation() == before {
+        assert!(Instant::now() < deadline, "the new version never loaded");
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    let serving = started.elapsed();
+    assert_eq!(registry.load_counts().failed, 0, "a load failed");
+    while registry.status("policy").unwrap().serving.unwrap().tier != Tier::Optimized {
+        assert!(
+            Instant::now() < deadline,
+            "the optimized build never served"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    (serving, started.elapsed())
+}
+
+/// A registry caching in `cache`, serving the small built-in
+/// `least-loaded` as `policy`, watching a new directory.
+fn watched(
+    cache: &Path,
+) -> (
+    Arc<Registry>,
+    tempfile::TempDir,
+    sandfleet_plugin::PluginWatcher,
+) {
+    let registry = Registry::new(
+        PluginHost::new(HostConfig {
+            cache_dir: Some(cache.to_path_buf()),
+            ..HostConfig::default()
+        })
+        .unwrap(),
+    );
+    let small = sandfleet_guests::BUILTINS
+        .iter()
+        .find(|b| b.name == "least-loaded")
+        .unwrap();
+    registry
+        .load_bytes("policy", small.wasm, Source::Memory)
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let watcher = registry.watch(dir.path()).unwrap();
+    (registry, dir, watcher)
+}
+
+struct Row {
+    lang: &'static str,
+    size: usize,
+    place: Duration,
+    compile: Duration,
+    baseline: Duration,
+    cached_load: Duration,
+    cold: Duration,
+    cold_optimized: Duration,
+    cached_reload: Duration,
+}
+
+fn measure(lang: &'static str, bytes: &[u8], expected: Option<u32>) -> (Row, u32) {
+    let (place, answer) = place_64(bytes, expected);
+    let uncached = PluginHost::new(HostConfig::default()).unwrap();
+    let runs = if lang == "rust" { 5 } else { 3 };
+    let compile = median(
+        (0..runs)
+            .map(|_| {
+                let compiled = uncached.compile(lang, bytes, Source::Memory).unwrap();
+                assert_eq!(compiled.tier, Tier::Optimized);
+                compiled.compile_time
+            })
+            .collect(),
+    );
+    let baseline = median(
+        (0..runs)
+            .map(|_| {
+                let compiled = uncached
+                    .compile_quickly(lang, bytes, Source::Memory)
+                    .unwrap();
+                assert_eq!(compiled.tier, Tier::Baseline);
+                compiled.compile_time
+            })
+            .collect(),
+    );
+    let cache = tempfile::tempdir().unwrap();
+    let config = HostConfig {
+        cache_dir: Some(cache.path().to_path_buf()),
+        ..HostConfig::default()
+    };
+    PluginHost::new(config.clone())
+        .unwrap()
+        .compile(lang, bytes, Source::Memory)
+        .unwrap();
+    let cached_load = median(
+        (0..5)
+            .map(|_| {
+                let host = PluginHost::new(config.clone()).unwrap();
+                let started = Instant::now();
+                let compiled = host.compile(lang, bytes, Source::Memory).unwrap();
+                let elapsed = started.elapsed();
+                assert_eq!(
+                    compiled.cache,
+                    CacheOutcome::Hit,
+                    "{lang}: not from the cache"
+                );
+                elapsed
+            })
+            .collect(),
+    );
+    let (mut cold, mut cold_optimized) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        let empty = tempfile::tempdir().unwrap();
+        let (registry, dir, _watcher) = watched(empty.path());
+        let (serving, optimized) = swap_in(&registry, dir.path(), bytes);
+        cold.push(serving);
+        cold_optimized.push(optimized);
+    }
+    // The cache holds the component now (from `cached load`); swapping back
+    // and forth with the small policy always changes the version.
+    let (registry, dir, _watcher) = watched(cache.path());
+    let small = sandfleet_guests::BUILTINS
+        .iter()
+        .find(|b| b.name == "least-loaded")
+        .unwrap()
+        .wasm;
+    let cached_reload = median(
+        (0..5)
+            .map(|_| {
+                let (serving, _) = swap_in(&registry, dir.path(), bytes);
+                swap_in(&registry, dir.path(), small);
+                serving
+            })
+            .collect(),
+    );
+    let row = Row {
+        lang,
+        size: bytes.len(),
+        place,
+        compile,
+        baseline,
+        cached_load,
+        cold: median(cold),
+        cold_optimized: median(cold_optimized),
+        cached_reload,
+    };
+    (row, answer)
+}
+
+fn main() {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"));
+    let builder = Builder {
+        sandfleet: PathBuf::from(env!("CARGO_BIN_EXE_sandfleet")),
+        target,
+    };
+    let home = tempfile::tempdir().unwrap();
+    let mut components = Vec::new();
+    for lang in LANGS {
+        let name = format!("bench-{lang}");
+        let project = builder.new_project("placement-policy", &name, lang, home.path());
+        let started = Instant::now();
+        let Some((_, outputs)) = builder.build_by_readme(&project) else {
+            eprintln!("{lang}: its build tools cannot be installed; no benchmark");
+            return;
+        };
+        eprintln!(
+            "{lang}: built and tested by its README in {:.1?}",
+            started.elapsed()
+        );
+        components.push((
+            lang,
+            std::fs::read(checked_component(&project, &outputs)).unwrap(),
+        ));
+    }
+    let mut rows = Vec::new();
+    let mut expected = None;
+    for (lang, bytes) in &components {
+        let (row, answer) = measure(lang, bytes, expected);
+        expected = Some(answer);
+        eprintln!("{lang}: measured");
+        rows.push(row);
+    }
+    println!(
+        "| language | component | place/64 (reused instance) | compile (Cranelift) | baseline (Winch) | cached load | reload cold: serving | reload cold: optimized | reload cached |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for row in rows {
+        println!(
+            "| {} | {:.1} MB | {:.2} µs | {} | {} | {} | {} | {} | {} |",
+            row.lang,
+            row.size as f64 / 1e6,
+            row.place.as_secs_f64() * 1e6,
+            ms(row.compile),
+            ms(row.baseline),
+            ms(row.cached_load),
+            ms(row.cold),
+            ms(row.cold_optimized),
+            ms(row.cached_reload),
+        );
+    }
+}
