@@ -5,6 +5,7 @@
 
 mod bad_input;
 mod exec;
+mod fresh;
 mod leases;
 mod plugins;
 mod pools_runs;
