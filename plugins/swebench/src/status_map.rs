@@ -88,7 +88,29 @@ pub(crate) struct Columns {
     pub(crate) values: Vec<String>,
 }
 
+/// No parser records a test from fewer bytes of log than this (a status
+/// word, a space, one character of name and the newline).
+const MIN_TEST_LINE: usize = 8;
+
 impl StatusMap {
+    /// An empty map with room for every test `log` can hold, so filling it
+    /// never copies what it has (a copy would leave the old buffer resident:
+    /// a component's memory does not shrink). Room that stays unused is
+    /// address space only, as memory is committed when written: names get
+    /// the log's length (no name is longer than its line), the rest one
+    /// entry per line that could hold a test.
+    pub(crate) fn for_log(log: &str) -> Self {
+        let lines = log.bytes().filter(|&byte| byte == b'\n').count() + 1;
+        let tests = lines.min(log.len() / MIN_TEST_LINE + 1);
+        StatusMap {
+            names: String::with_capacity(log.len()),
+            ends: Vec::with_capacity(tests),
+            statuses: Vec::with_capacity(tests),
+            values: Vec::new(),
+            index: HashTable::with_capacity(tests),
+        }
+    }
+
     fn hash(name: &str) -> u64 {
         NameHasher::default().hash_one(name)
     }
@@ -226,6 +248,28 @@ mod tests {
             [("t", XFAIL), ("t[", FAILED), ("", SKIPPED)]
         );
         assert_eq!(map.get(""), Some(SKIPPED));
+    }
+
+    #[test]
+    fn a_map_for_a_log_never_moves_what_it_holds() {
+        let log = "PASSED t::a\nFAILED t::bb - x\nnoise\nPASSED t::a\n";
+        let mut map = StatusMap::for_log(log);
+        let capacities = |map: &StatusMap| {
+            (
+                map.names.capacity(),
+                map.ends.capacity(),
+                map.index.capacity(),
+            )
+        };
+        let before = capacities(&map);
+        assert!(before.0 >= log.len() && before.1 >= 4, "{before:?}");
+        for (test, status) in [("t::a", PASSED), ("t::bb", FAILED), ("t::a", PASSED)] {
+            map.insert(test, status);
+        }
+        assert_eq!(capacities(&map), before);
+        // A log of empty lines does not reserve a test per line.
+        let blank = "\n".repeat(8_000);
+        assert!(StatusMap::for_log(&blank).ends.capacity() < 2_000);
     }
 
     #[test]

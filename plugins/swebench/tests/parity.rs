@@ -90,3 +90,29 @@ fn grading_judges_raw_values_as_the_harness_does() {
         }
     }
 }
+
+/// A 100 MB log of 4.3 million tests, past the adapter's default 64 MiB
+/// memory cap: `grade` gets limits scaled to its input and gives the
+/// harness's report, and its status map holds every test.
+#[test]
+fn a_100_mb_log_grades_to_the_harness_report() {
+    let adapter = common::adapter();
+    let (name, case) = cases("large_").pop().expect("the large case");
+    let lines = case["lines"].as_u64().unwrap();
+    let log = common::big_log::big_log(lines);
+    assert!(log.len() > 100_000_000, "{} bytes", log.len());
+    for grader in common::GRADERS {
+        let context = format!("{name} ({grader})");
+        let task = adapter
+            .load_blocking(&case["row"].to_string(), &common::grader(grader))
+            .unwrap();
+        let outcome = adapter
+            .grade_blocking(&task, Some("diff"), &[common::output(&log)])
+            .unwrap_or_else(|error| panic!("{context}: {error}"));
+        let report: Value = serde_json::from_str(&outcome.report).unwrap();
+        common::assert_same_json(&report, &case["expected"][grader]["report"], &context);
+        assert_eq!(outcome.tests.len() as u64, lines + 1, "{context}");
+        let first = outcome.tests.iter().next().unwrap();
+        assert_eq!((first.name, first.value), ("could", "ERROR:"), "{context}");
+    }
+}

@@ -4,7 +4,9 @@ parser values that are not status words, large generated logs), each with the
 official harness's answer under swebench 4.1.0 and 5.0.2.
 
 The inputs and descriptions are written here by hand; every `expected` value
-is what the unmodified harness functions return on that input. The harness is
+is what the unmodified harness functions return on that input. The large log
+is not stored: `big_log` below and `tests/common/big_log.rs` generate the
+same bytes from the case's `lines`. The harness is
 imported from a source tree of each version (a `git archive` of SWE-bench at
 tag v4.1.0 and at the 5.0.2 release commit 490635b), or from an installed
 `swebench`. Grading and the log parsers import nothing outside the standard
@@ -94,6 +96,36 @@ ROW_BASE = {
     "eval_type": "pass_and_fail",
 }
 
+def big_log(lines):
+    """A pytest -rA summary of `lines` tests, with one stray `ERROR:` line:
+    every 1000th test fails, every 250th (from the 8th) is skipped."""
+    out = ["+ : '" + START + "'\n", "+ pytest -rA t.py\n", "ERROR: could not import plugin\n"]
+    for i in range(lines):
+        if i % 1000 == 999:
+            out.append(f"FAILED t.py::c[{i}] - assert {i} == 0\n")
+        elif i % 250 == 7:
+            out.append(f"SKIPPED t.py::c[{i}]\n")
+        else:
+            out.append(f"PASSED t.py::c[{i}]\n")
+    out.append("+ : '" + END + "'\n")
+    return "".join(out)
+
+
+LARGE_CASE = {
+    "case": "large_log_4_3m_tests",
+    "lines": 4_300_000,
+    "description": "A 100 MB pytest log of 4.3 million tests, past the adapter's default 64 MiB "
+    "memory cap, graded by get_eval_report (4.1.0 grading.py:259-300; 5.0.2 grading.py:327-386): "
+    "a failed PASS_TO_PASS test (c[999]) and a missing one leave it unresolved; the skipped c[7] "
+    "is neither in 4.1.0 and maintained in 5.0.2 (test_maintained, 5.0.2 grading.py:93-99); the "
+    "stray `ERROR:` (parse_log_pytest) is neither in both.",
+    "row": {
+        "instance_id": "pallets__flask-90200",
+        "FAIL_TO_PASS": ["t.py::c[0]", "t.py::c[4299998]"],
+        "PASS_TO_PASS": ["t.py::c[1]", "t.py::c[999]", "t.py::c[7]", "could", "t.py::c[9999999]"],
+    },
+}
+
 GRADING_CASES = [
     {
         "case": "f2p_error_colon_is_neither",
@@ -155,26 +187,34 @@ def generate_parser_version(source, output):
         answers["parsers"][case["case"]] = run(lambda: {"status_map": parser(case["log"], None)})
     for case in GRADING_CASES:
         row = {**ROW_BASE, **case["row"]}
-        spec = types.SimpleNamespace(
-            instance_id=row["instance_id"],
-            repo=row["repo"],
-            version=row["version"],
-            log_parser=row["log_parser"],
-            eval_type=row["eval_type"],
-            FAIL_TO_PASS=row["FAIL_TO_PASS"],
-            PASS_TO_PASS=row["PASS_TO_PASS"],
-        )
-        prediction = {"instance_id": row["instance_id"], "model_name_or_path": "m", "model_patch": "diff"}
-        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as log_file:
-            log_file.write(case["log"])
-        status_map, found = grading.get_logs_eval(spec, log_file.name)
-        report = grading.get_eval_report(spec, prediction, log_file.name, include_tests_status=True)
-        answers["grading"][case["case"]] = {
-            "get_logs_eval": {"status_map": status_map, "found": found},
-            "report": report,
-            "resolved": report[row["instance_id"]]["resolved"],
-        }
+        answers["grading"][case["case"]] = grade_case(grading, row, case["log"])
+    large = grade_case(grading, {**ROW_BASE, **LARGE_CASE["row"]}, big_log(LARGE_CASE["lines"]))
+    large.pop("get_logs_eval")
+    answers["large"] = large
     json.dump(answers, open(output, "w"))
+
+
+def grade_case(grading, row, log):
+    spec = types.SimpleNamespace(
+        instance_id=row["instance_id"],
+        repo=row["repo"],
+        version=row["version"],
+        log_parser=row["log_parser"],
+        eval_type=row["eval_type"],
+        FAIL_TO_PASS=row["FAIL_TO_PASS"],
+        PASS_TO_PASS=row["PASS_TO_PASS"],
+    )
+    prediction = {"instance_id": row["instance_id"], "model_name_or_path": "m", "model_patch": "diff"}
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as log_file:
+        log_file.write(log)
+    status_map, found = grading.get_logs_eval(spec, log_file.name)
+    report = grading.get_eval_report(spec, prediction, log_file.name, include_tests_status=True)
+    Path(log_file.name).unlink()
+    return {
+        "get_logs_eval": {"status_map": status_map, "found": found},
+        "report": report,
+        "resolved": report[row["instance_id"]]["resolved"],
+    }
 
 
 def run(call):
@@ -232,6 +272,9 @@ def main():
     for case in PARSER_CASES:
         expected = {grader: answers[grader]["parsers"][case["case"]] for grader in GRADERS}
         write(out / f"parser_{case['case']}.json", {**case, "expected": expected})
+    large = {**LARGE_CASE, "row": {**ROW_BASE, **LARGE_CASE["row"]}}
+    large["expected"] = {grader: answers[grader]["large"] for grader in GRADERS}
+    write(out / f"{LARGE_CASE['case']}.json", large)
     for case in GRADING_CASES:
         row = {**ROW_BASE, **case["row"]}
         expected = {grader: answers[grader]["grading"][case["case"]] for grader in GRADERS}

@@ -32,7 +32,7 @@ fn interrupted_passes() -> &'static [Regex; 3] {
 /// `parse_log_django`. Both versions raise on a `FAIL:` or `ERROR:` line
 /// without a test name.
 pub(super) fn parse(log: &str) -> Result<StatusMap, ParserRaised> {
-    let mut map = StatusMap::default();
+    let mut map = StatusMap::for_log(log);
     let mut previous_test = None;
     for line in log.split('\n') {
         let mut line = pystr::strip(line);

@@ -6,7 +6,7 @@ use crate::status_map::{FAILED, StatusMap};
 /// `parse_log_marked`: every `N) description` line is a failed spec; passing
 /// specs are not listed, which is why marked is graded fail-only.
 pub(super) fn parse(log: &str) -> StatusMap {
-    let mut map = StatusMap::default();
+    let mut map = StatusMap::for_log(log);
     let failure = crate::lazy_regex!(&format!(r"^\d+\){}(.*)", pystr::SPACE_CLASS));
     for line in log.split('\n') {
         if let Some(captures) = failure.captures(line) {

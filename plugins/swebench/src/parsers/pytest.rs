@@ -34,7 +34,7 @@ fn parse_status_first(
     rewrite_line: fn(&str) -> Cow<'_, str>,
     test_name: fn(&str) -> Cow<'_, str>,
 ) -> StatusMap {
-    let mut map = StatusMap::default();
+    let mut map = StatusMap::for_log(log);
     for line in log.split('\n') {
         let line = rewrite_line(line);
         if !starts_with_status(&line) {

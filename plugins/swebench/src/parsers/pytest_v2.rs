@@ -14,7 +14,7 @@ use super::pytest::{is_skip_summary, starts_with_status};
 /// tokens back into the id, cuts a `FAILED` message at the first ` - `, and
 /// drops skip summaries.
 pub(super) fn parse(log: &str, grader: GraderVersion) -> StatusMap {
-    let mut map = StatusMap::default();
+    let mut map = StatusMap::for_log(log);
     let colour_code = crate::lazy_regex!(r"\[(\d+)m");
     for line in log.split('\n') {
         let line = without_controls(&colour_code.replace_all(line, ""));

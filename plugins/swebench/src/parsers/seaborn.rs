@@ -11,7 +11,7 @@ use super::{ParserRaised, second_token};
 /// and raises on a bare `FAILED` or `PASSED`; 5.0.2 skips lines with fewer
 /// than two tokens.
 pub(super) fn parse(log: &str, grader: GraderVersion) -> Result<StatusMap, ParserRaised> {
-    let mut map = StatusMap::default();
+    let mut map = StatusMap::for_log(log);
     for line in log.split('\n') {
         let tokens: Vec<&str> = pystr::split(line).collect();
         if grader == GraderVersion::V5_0_2 && tokens.len() < 2 {

@@ -8,7 +8,7 @@ use crate::status_map::{ERROR, FAILED, PASSED, StatusMap};
 /// override them. The header regex is loose: any line with a space before
 /// `something.py:` and a later space matches, noise included.
 pub(super) fn parse(log: &str) -> StatusMap {
-    let mut map = StatusMap::default();
+    let mut map = StatusMap::for_log(log);
     for header in crate::lazy_regex!(r"(_*) (.*)\.py:(.*) (_*)").captures_iter(log) {
         map.insert(&format!("{}.py:{}", &header[2], &header[3]), FAILED);
     }

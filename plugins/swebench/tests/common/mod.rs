@@ -3,6 +3,8 @@
 
 #![allow(dead_code, reason = "each test binary uses a different subset")]
 
+pub(crate) mod big_log;
+
 use std::path::{Path, PathBuf};
 
 use sandfleet_testkit::adapter::{CommandOutput, Script, Setting, TaskAdapter, TestTable};
