@@ -193,7 +193,7 @@ async fn template(backend: &K8sBackend, run: &RunId, warm: u32) -> TemplateRef {
 /// claim → ready → `true` → release, `total` times at concurrency 256.
 async fn claim_cycle(server: &Server, exec: ExecMode, name: &str, total: usize) {
     let backend = server.backend(exec);
-    let run = RunId::new(format!("bench-cycle-{name}")).unwrap();
+    let run = RunId::new(format!("bench-cycle-{}", name.replace(' ', "-"))).unwrap();
     let template = template(&backend, &run, CONCURRENCY as u32).await;
     let cpu = cpu_seconds();
     let started = Instant::now();
