@@ -27,7 +27,10 @@ pub(crate) fn prepull(config_path: &Path) -> anyhow::Result<ExitCode> {
 
 /// The images the backends are asked for: each task's, through
 /// `[run] image_rewrite`, once.
-pub(crate) fn images<'a>(config: &FleetConfig, tasks: impl Iterator<Item = &'a str>) -> Vec<String> {
+pub(crate) fn images<'a>(
+    config: &FleetConfig,
+    tasks: impl Iterator<Item = &'a str>,
+) -> Vec<String> {
     let images: BTreeSet<String> = tasks
         .map(|image| config.fleet.image_rewrite.apply(image))
         .collect();
@@ -36,7 +39,11 @@ pub(crate) fn images<'a>(config: &FleetConfig, tasks: impl Iterator<Item = &'a s
 
 /// Pulls `images` on every Kubernetes cluster of `config`, as `run` (whose
 /// reap removes a pull it was killed in the middle of).
-pub(crate) async fn pull(config: &FleetConfig, images: &[String], run: &RunId) -> anyhow::Result<()> {
+pub(crate) async fn pull(
+    config: &FleetConfig,
+    images: &[String],
+    run: &RunId,
+) -> anyhow::Result<()> {
     let clients = K8sClients::new();
     for cluster in &config.clusters {
         let BackendConfig::K8s { k8s } = &cluster.backend else {
