@@ -12,7 +12,12 @@
 //! - `reload cold`: a new version renamed into a watched plugin directory
 //!   whose cache has never seen it, until it serves (Winch), and until the
 //!   Cranelift build replaces it (`… optimized`);
-//! - `reload cached`: the same with the component already in the cache.
+//! - `reload cached`: the same with the component already in the cache;
+//! - `rust place/64 during a cold reload`: the Rust policy's calls (p50,
+//!   p99, max) on another thread while this language's component reloads
+//!   cold, from the rename until its optimized build serves, against the
+//!   same calls with nothing compiling — what a big component's compile
+//!   costs the plugins that keep serving.
 //!
 //! Run: `cargo bench -p sandfleet --bench plugin_languages`.
 
@@ -140,6 +145,42 @@ fn watched(
     (registry, dir, watcher)
 }
 
+/// Latencies of the small built-in policy's calls on another thread for as
+/// long as `during` runs (at least 2,000 calls): p50, p99 and max.
+fn calls_while(during: impl FnOnce()) -> [Duration; 3] {
+    let registry = Registry::new(PluginHost::new(HostConfig::default()).unwrap());
+    registry
+        .add_builtins(sandfleet_guests::BUILTINS.iter().map(|b| (b.name, b.wasm)))
+        .unwrap();
+    let policy = registry.placement("least-loaded").unwrap();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let mut latencies = std::thread::scope(|scope| {
+        let caller = scope.spawn(|| {
+            let (demand, clusters) = (claim(3), table());
+            let mut latencies = Vec::new();
+            while latencies.len() < 2_000 || !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let started = Instant::now();
+                black_box(policy.place_blocking(&demand, &clusters).unwrap());
+                latencies.push(started.elapsed());
+                // A caller that decides now and then, not a spinning one.
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            latencies
+        });
+        during();
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        caller.join().unwrap()
+    });
+    latencies.sort();
+    let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q) as usize];
+    [at(0.5), at(0.99), at(1.0)]
+}
+
+fn us(latencies: [Duration; 3]) -> String {
+    let [p50, p99, max] = latencies.map(|d| d.as_secs_f64() * 1e6);
+    format!("{p50:.1} / {p99:.1} / {max:.0} µs")
+}
+
 struct Row {
     lang: &'static str,
     size: usize,
@@ -150,6 +191,7 @@ struct Row {
     cold: Duration,
     cold_optimized: Duration,
     cached_reload: Duration,
+    calls_during_reload: [Duration; 3],
 }
 
 fn measure(lang: &'static str, bytes: &[u8], expected: Option<u32>) -> (Row, u32) {
@@ -226,6 +268,11 @@ fn measure(lang: &'static str, bytes: &[u8], expected: Option<u32>) -> (Row, u32
             })
             .collect(),
     );
+    let empty = tempfile::tempdir().unwrap();
+    let (registry, dir, _watcher) = watched(empty.path());
+    let calls_during_reload = calls_while(|| {
+        swap_in(&registry, dir.path(), bytes);
+    });
     let row = Row {
         lang,
         size: bytes.len(),
@@ -236,6 +283,7 @@ fn measure(lang: &'static str, bytes: &[u8], expected: Option<u32>) -> (Row, u32
         cold: median(cold),
         cold_optimized: median(cold_optimized),
         cached_reload,
+        calls_during_reload,
     };
     (row, answer)
 }
@@ -267,6 +315,7 @@ fn main() {
             std::fs::read(checked_component(&project, &outputs)).unwrap(),
         ));
     }
+    let idle = calls_while(|| std::thread::sleep(Duration::from_secs(1)));
     let mut rows = Vec::new();
     let mut expected = None;
     for (lang, bytes) in &components {
@@ -279,11 +328,15 @@ fn main() {
         "| language | component | place/64 (reused instance) | compile (Cranelift) | baseline (Winch) | cached load | reload cold: serving | reload cold: optimized | reload cached |"
     );
     println!("|---|---|---|---|---|---|---|---|---|");
-    for row in rows {
+    for row in &rows {
         println!(
-            "| {} | {:.1} MB | {:.2} µs | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {:.2} µs | {} | {} | {} | {} | {} | {} |",
             row.lang,
-            row.size as f64 / 1e6,
+            if row.size >= 1_000_000 {
+                format!("{:.1} MB", row.size as f64 / 1e6)
+            } else {
+                format!("{} KB", row.size / 1_000)
+            },
             row.place.as_secs_f64() * 1e6,
             ms(row.compile),
             ms(row.baseline),
@@ -291,6 +344,17 @@ fn main() {
             ms(row.cold),
             ms(row.cold_optimized),
             ms(row.cached_reload),
+        );
+    }
+    println!();
+    println!("| rust place/64 on another thread (p50 / p99 / max) | |");
+    println!("|---|---|");
+    println!("| nothing compiling | {} |", us(idle));
+    for row in &rows {
+        println!(
+            "| during a cold reload of the {} component | {} |",
+            row.lang,
+            us(row.calls_during_reload)
         );
     }
 }

@@ -380,7 +380,12 @@ mod tests {
     #[test]
     fn every_template_fills_every_placeholder() {
         for template in TEMPLATES {
-            for (path, text) in project_files(template, "my-policy") {
+            let written = project_files(template, "my-policy");
+            // The SDK's copy is written as it is (its sources use `{{`).
+            let filled = written
+                .iter()
+                .filter(|(path, _)| !path.starts_with("sandfleet-plugin-sdk/"));
+            for (path, text) in filled {
                 assert!(
                     !text.contains("{{"),
                     "{} {}: {path} keeps a placeholder",

@@ -29,7 +29,9 @@ fn baseline_commit(baseline: &[CommandOutput]) -> Result<&str, Failure> {
             head.exit_code,
             head.stderr.trim()
         ))),
-        None => Err(Failure::invalid_input("baseline: no output of git rev-parse HEAD")),
+        None => Err(Failure::invalid_input(
+            "baseline: no output of git rev-parse HEAD",
+        )),
     }
 }
 

@@ -6,7 +6,7 @@
 use sandfleet_plugin_sdk::Failure;
 use sandfleet_plugin_sdk::adapter::{
     AdapterInfo, Command, CommandOutput, EvaluationSite, File, GradeResult, GradeStatus, Graded,
-    Script, Setting, TaskAdapter, Task, TestTable, TimeoutRule,
+    Script, Setting, Task, TaskAdapter, TestTable, TimeoutRule,
 };
 use serde_json::{Value, json};
 
@@ -97,7 +97,11 @@ impl TaskAdapter for Adapter {
         })
     }
 
-    fn parse_log(_parser: String, _log: String, _settings: Vec<Setting>) -> Result<TestTable, Failure> {
+    fn parse_log(
+        _parser: String,
+        _log: String,
+        _settings: Vec<Setting>,
+    ) -> Result<TestTable, Failure> {
         Ok(empty_table())
     }
 
