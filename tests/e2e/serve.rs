@@ -66,8 +66,14 @@ struct Serving {
 
 impl Serving {
     fn start(fleet: &Path) -> Serving {
+        Self::start_with(fleet, &[])
+    }
+
+    fn start_with(fleet: &Path, envs: &[(String, String)]) -> Serving {
         let mut child = Command::new(env!("CARGO_BIN_EXE_sandfleet"))
             .args(["serve", fleet.to_str().unwrap(), "--listen", "127.0.0.1:0"])
+            .current_dir(repo())
+            .envs(envs.iter().map(|(n, v)| (n.as_str(), v.as_str())))
             .env("SANDFLEET_E2E_TOKEN", TOKEN)
             .env("SANDFLEET_LOG", "warn")
             .stdout(Stdio::piped())
@@ -302,6 +308,81 @@ fn the_python_client_drives_the_daemon() {
     assert_eq!(
         serving.call("GET", "/v1/leases", None, Some(TOKEN)).1["leases"],
         json!([])
+    );
+    signal(&serving.child, "-TERM");
+    assert!(wait(&mut serving.child).success());
+}
+
+#[test]
+fn the_daemon_serves_an_opensandbox_devcluster_too() {
+    let scratch = tempfile::tempdir().unwrap();
+    let mut server = Command::new(env!("CARGO_BIN_EXE_sandfleet"))
+        .args([
+            "devcluster",
+            "opensandbox",
+            "--images-from",
+            "examples/quickstart.toml",
+            "--faults",
+            "keepalive=5s,execd-late=500",
+        ])
+        .current_dir(repo())
+        .env("SANDFLEET_LOG", "warn")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Stopped however the test ends: it holds the test's stderr open.
+    struct Stopped(Child);
+    impl Drop for Stopped {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let stdout = server.stdout.take().unwrap();
+    let _server = Stopped(server);
+    let mut envs: Vec<(String, String)> = BufReader::new(stdout)
+        .lines()
+        .map(Result::unwrap)
+        .filter_map(|line| {
+            line.split_once('=')
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+        })
+        .take(2)
+        .collect();
+    // The daemon's state (run id, lease handles) goes to the scratch dir.
+    envs.push((
+        "XDG_STATE_HOME".into(),
+        scratch.path().display().to_string(),
+    ));
+    let fleet = repo().join("examples/quickstart-opensandbox.toml");
+    let mut serving = Serving::start_with(&fleet, &envs);
+    let row = json!({"id": "calc-sub", "image": "calc", "test": "python3 -m unittest -v tests.test_ops.TestSub", "env": {"PYTHONDONTWRITEBYTECODE": "1"}});
+    let (status, lease) = serving.post("/v1/leases", json!({ "task": row }));
+    assert_eq!(status, 201, "{lease}");
+    assert_eq!(lease["cluster"], "opensandbox");
+    let id = lease["id"].as_str().unwrap();
+    let (status, ran) = serving.post(
+        &format!("/v1/leases/{id}/exec"),
+        json!({"command": "echo out; echo err >&2; exit 5"}),
+    );
+    assert_eq!(status, 200, "{ran}");
+    assert_eq!(ran["exit_code"], 5, "{ran}");
+    assert!(
+        ran["stdout"].as_str().unwrap().starts_with("out\n"),
+        "{ran}"
+    );
+    let patch = "diff --git a/calc/ops.py b/calc/ops.py\n--- a/calc/ops.py\n+++ b/calc/ops.py\n@@ -7,7 +7,7 @@ def add(a, b):\n \n \n def sub(a, b):\n-    return b - a\n+    return a - b\n \n \n def div(a, b):\n";
+    let (status, graded) = serving.post(
+        &format!("/v1/leases/{id}/evaluate"),
+        json!({ "solution": patch }),
+    );
+    assert_eq!(status, 200, "{graded}");
+    assert_eq!(graded["status"], "ok", "{graded}");
+    assert_eq!(
+        serving
+            .call("DELETE", &format!("/v1/leases/{id}"), None, None)
+            .0,
+        204
     );
     signal(&serving.child, "-TERM");
     assert!(wait(&mut serving.child).success());
