@@ -26,6 +26,7 @@ use crate::config::{IsolationMode, LocalConfig};
 use crate::error::{IoContext, LocalError};
 use crate::inventory::Live;
 use crate::sandbox::{Isolation, Sandbox, Site};
+use crate::spawn::{SpawnRequest, Spawned};
 use crate::state::{self, StateDir};
 use crate::{ids, machine};
 
@@ -161,6 +162,28 @@ impl LocalBackend {
     /// The state directory (canonical).
     pub fn state_dir(&self) -> &Path {
         self.inner.site.state.root()
+    }
+
+    /// Starts `request` in a claimed sandbox and hands it back running, its
+    /// stdin open for writing and its output to read as it comes: the
+    /// streaming counterpart of [`Backend::exec`], entered and confined the
+    /// same way and watched against the same disk limit, keeping nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`sandfleet_core::ErrorKind::NotFound`] for a sandbox that is not
+    /// claimed here, [`sandfleet_core::ErrorKind::SandboxLost`] when it
+    /// has ended, [`sandfleet_core::ErrorKind::Invalid`] for an empty argv
+    /// or a bad environment name.
+    pub async fn spawn(
+        &self,
+        sandbox: &SandboxHandle,
+        request: &SpawnRequest,
+    ) -> Result<Spawned, BackendError> {
+        self.inner
+            .spawn(sandbox, request)
+            .await
+            .map_err(|e| self.error(e))
     }
 
     fn error(&self, error: LocalError) -> BackendError {

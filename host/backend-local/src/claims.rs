@@ -88,12 +88,7 @@ impl Inner {
     ) -> Result<ExecResult, LocalError> {
         let sandbox = self.claimed(handle)?;
         let program = request.argv.first().map_or("", String::as_str);
-        if !sandbox.is_alive() {
-            return Err(LocalError::SandboxLost(format!(
-                "sandbox {}: its init has exited",
-                sandbox.id()
-            )));
-        }
+        sandbox.check_alive()?;
         let prepared = sandbox.command(request)?;
         let disk = sandbox.disk_limit();
         let ran = exec::run(
@@ -106,23 +101,7 @@ impl Inner {
         )
         .await
         .context(|| format!("sandbox {}: running `{program}`", sandbox.id()))?;
-        // Entering a dead sandbox fails like a command would; tell the two
-        // apart so the engine sees an infrastructure error.
-        if !sandbox.is_alive() {
-            return Err(LocalError::SandboxLost(format!(
-                "sandbox {} ended while `{program}` ran",
-                sandbox.id()
-            )));
-        }
-        if let Some(used) = ran.disk_exceeded {
-            return Err(LocalError::Failed(format!(
-                "sandbox {}: `{program}` was stopped: the sandbox's writes ({} MiB) passed its disk \
-                 limit of {} MiB (the template's disk_mib)",
-                sandbox.id(),
-                used >> 20,
-                sandbox.template().resources.disk_mib
-            )));
-        }
+        sandbox.check_ran(program, ran.disk_exceeded)?;
         Ok(ran.result)
     }
 

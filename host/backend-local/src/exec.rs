@@ -19,7 +19,7 @@ use sandfleet_core::{
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe;
-use tokio::process::Command;
+use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
 use crate::blocking;
@@ -28,11 +28,11 @@ use crate::process::{group_gone_within, kill_group, kill_group_but_leader};
 /// How long to keep collecting output after the process group was killed
 /// at the timeout. Processes that left the group (`setsid`) can keep the
 /// pipes open; they are left to the sandbox's release.
-const KILL_GRACE: Duration = Duration::from_secs(2);
+pub(crate) const KILL_GRACE: Duration = Duration::from_secs(2);
 
 /// How often a running command's writes are measured against the disk
 /// limit.
-const DISK_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const DISK_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Who leads a command's process group, which decides how a timeout kills
 /// it.
@@ -70,7 +70,8 @@ impl DiskLimit {
             .sum()
     }
 
-    async fn exceeded(&self) -> Option<u64> {
+    /// Bytes the directories hold, when that is over the limit.
+    pub(crate) async fn exceeded(&self) -> Option<u64> {
         let limit = self.clone();
         let used = blocking(move || Ok(limit.used())).await.ok()?;
         (used > self.bytes).then_some(used)
@@ -90,11 +91,65 @@ pub(crate) struct Ran {
 /// Bytes read from a pipe at a time.
 const READ_CHUNK: usize = 64 * 1024;
 
+/// A command started with its output on pipes of its own.
+pub(crate) struct Launched {
+    /// The process.
+    pub(crate) child: Child,
+    /// Its process group, led by it.
+    pub(crate) group: Option<u32>,
+    /// Its stdout (and stderr, when merged).
+    pub(crate) stdout: io::PipeReader,
+    /// Its stderr; `None` when merged into stdout.
+    pub(crate) stderr: Option<io::PipeReader>,
+}
+
+/// Starts `command` (program and arguments set, nothing else) in a process
+/// group of its own, stdin piped (or `/dev/null`), stdout and stderr on new
+/// pipes; merged stderr is stdout's pipe written through two descriptors,
+/// so the kernel keeps the order in which the command wrote.
+pub(crate) fn launch(
+    mut command: Command,
+    stdin: bool,
+    merge_stderr: bool,
+) -> io::Result<Launched> {
+    let (stdout_reader, stdout_writer) = io::pipe()?;
+    let (stderr_reader, stderr_writer) = if merge_stderr {
+        (None, stdout_writer.try_clone()?)
+    } else {
+        let (reader, writer) = io::pipe()?;
+        (Some(reader), writer)
+    };
+    command
+        .stdin(if stdin { Stdio::piped() } else { Stdio::null() })
+        .stdout(stdout_writer)
+        .stderr(stderr_writer)
+        .process_group(0);
+    let child = command.spawn()?;
+    // The command object still holds the write ends; without dropping it the
+    // pipes would never report end-of-file.
+    drop(command);
+    Ok(Launched {
+        group: child.id(),
+        child,
+        stdout: stdout_reader,
+        stderr: stderr_reader,
+    })
+}
+
+/// Kills a launched command's process group as its leader allows.
+pub(crate) fn kill(group: Option<u32>, leader: Leader) {
+    match (group, leader) {
+        (Some(group), Leader::Command) => kill_group(group),
+        (Some(group), Leader::Helper) => kill_group_but_leader(group),
+        (None, _) => {}
+    }
+}
+
 /// Runs `command` (program and arguments set, nothing else) as `request`
 /// asks, after writing `stdin_prefix` to its stdin, sending output to `sink`
 /// as it comes.
 pub(crate) async fn run(
-    mut command: Command,
+    command: Command,
     stdin_prefix: Vec<u8>,
     leader: Leader,
     request: &ExecRequest,
@@ -102,31 +157,14 @@ pub(crate) async fn run(
     disk: Option<&DiskLimit>,
 ) -> io::Result<Ran> {
     let started = Instant::now();
-    let (stdout_reader, stdout_writer) = io::pipe()?;
-    // Merged output is one pipe written through two descriptors, so the
-    // kernel keeps the order in which the command wrote.
-    let (stderr_reader, stderr_writer) = if request.merge_stderr {
-        (None, stdout_writer.try_clone()?)
-    } else {
-        let (reader, writer) = io::pipe()?;
-        (Some(reader), writer)
-    };
     let mut input = stdin_prefix;
     input.extend_from_slice(request.stdin.as_deref().unwrap_or_default());
-    command
-        .stdin(if input.is_empty() {
-            Stdio::null()
-        } else {
-            Stdio::piped()
-        })
-        .stdout(stdout_writer)
-        .stderr(stderr_writer)
-        .process_group(0);
-    let mut child = command.spawn()?;
-    // The command object still holds the write ends; without dropping it the
-    // pipes would never report end-of-file.
-    drop(command);
-    let group = child.id();
+    let Launched {
+        mut child,
+        group,
+        stdout: stdout_reader,
+        stderr: stderr_reader,
+    } = launch(command, !input.is_empty(), request.merge_stderr)?;
 
     // Written from a task so that a command that reads slowly, or not at
     // all, cannot stall the output loop.
@@ -170,11 +208,7 @@ pub(crate) async fn run(
         };
         if stop {
             killed = true;
-            match (group, leader) {
-                (Some(group), Leader::Command) => kill_group(group),
-                (Some(group), Leader::Helper) => kill_group_but_leader(group),
-                (None, _) => {}
-            }
+            kill(group, leader);
             deadline = Instant::now() + KILL_GRACE;
         }
     }

@@ -18,7 +18,9 @@
 //! concern in `templates`, `warming`, `claims`, `files` and `checks`
 //! (preflight, capacity). The other modules: `config` (the cluster's TOML
 //! table), `exec` (one command with timeout, output caps, the disk limit and
-//! streaming), `machine` (the machine's size), `error`.
+//! streaming), `spawn` (a command handed back running, with live stdin and
+//! output pipes: [`LocalBackend::spawn`]), `machine` (the machine's size),
+//! `error`.
 //!
 //! Enforced: the template's memory and cpu (cgroups) and disk (a size check
 //! of the writable layer and `RLIMIT_FSIZE`), processes, tmpfs sizes. Not
@@ -40,6 +42,7 @@ mod namespace;
 mod pool;
 mod process;
 mod sandbox;
+mod spawn;
 mod state;
 mod templates;
 mod warming;
@@ -47,6 +50,7 @@ mod warming;
 pub use backend::LocalBackend;
 pub use config::{ImageSource, IsolationMode, LimitOverrides, LocalConfig, SandboxLimits};
 pub use error::LocalError;
+pub use spawn::{Exit, SpawnRequest, Spawned};
 pub use state::{list_run, reap_run};
 
 /// Runs blocking filesystem work (whole trees, `/proc` scans) off the async

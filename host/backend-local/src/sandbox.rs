@@ -338,6 +338,46 @@ impl Sandbox {
         }
     }
 
+    /// Fails when the sandbox can no longer run commands.
+    pub(crate) fn check_alive(&self) -> Result<(), LocalError> {
+        if self.is_alive() {
+            Ok(())
+        } else {
+            Err(LocalError::SandboxLost(format!(
+                "sandbox {}: its init has exited",
+                self.id
+            )))
+        }
+    }
+
+    /// What a command (`program`) that ended came to for the sandbox: its
+    /// end is the sandbox's when the init died meanwhile (entering a dead
+    /// sandbox fails like a command would; told apart so the engine sees an
+    /// infrastructure error), and it was stopped when its writes passed the
+    /// disk limit (`disk_exceeded`: bytes written).
+    pub(crate) fn check_ran(
+        &self,
+        program: &str,
+        disk_exceeded: Option<u64>,
+    ) -> Result<(), LocalError> {
+        if !self.is_alive() {
+            return Err(LocalError::SandboxLost(format!(
+                "sandbox {} ended while `{program}` ran",
+                self.id
+            )));
+        }
+        match disk_exceeded {
+            Some(used) => Err(LocalError::Failed(format!(
+                "sandbox {}: `{program}` was stopped: the sandbox's writes ({} MiB) passed its disk \
+                 limit of {} MiB (the template's disk_mib)",
+                self.id,
+                used >> 20,
+                self.template.resources.disk_mib
+            ))),
+            None => Ok(()),
+        }
+    }
+
     /// Whether `path` (in the sandbox's view) lies inside the sandbox. Always
     /// true for a namespaced sandbox; for a plain one, only the workdir and
     /// `/tmp` are (anything else is the host's).

@@ -5,24 +5,26 @@
 //! an empty frame on the lowest output channel once the stream is set up, v5's
 //! close-stdin signal (`255, 0`), then a normal close.
 //!
-//! Commands run in the pod's local sandbox. With `stdin`, the command reads a FIFO in
-//! the sandbox's `/tmp` that a holder keeps open (so it sees end-of-file only when the
-//! client closes stdin) and each stdin frame is written into it by a short command of
-//! its own, in order; the local backend's exec takes stdin as bytes given up front, so
-//! this is how a long-lived shell gets input as it arrives. With `tty`, the command runs
-//! under `script` on a pseudo-terminal (stdout and stderr are one stream, as on a tty).
+//! The command runs in the pod's local sandbox as a container runtime runs an exec'd
+//! process: alone, its stdin a pipe that each stdin frame is written into as it
+//! arrives (closed by the close signal or the client's going away), its stdout and
+//! stderr read as it writes them and sent on at once — nothing is kept, and a client
+//! that reads slowly holds the command back. With `tty`, the command runs under
+//! `script` on a pseudo-terminal (stdout and stderr are one stream, as on a tty).
 
+use std::os::unix::process::ExitStatusExt;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::extract::FromRequestParts;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
+use futures_util::stream::SplitStream;
 use futures_util::{SinkExt, StreamExt};
-use sandfleet_core::{ExecRequest, OutputChunk, OutputStream};
+use sandfleet_backend_local::{SpawnRequest, Spawned};
 use serde_json::{Value, json};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 use crate::api::Query;
@@ -32,10 +34,8 @@ use crate::status::{ApiError, ApiResult};
 
 /// The subprotocols served, preferred first.
 const PROTOCOLS: [&str; 2] = ["v5.channel.k8s.io", "v4.channel.k8s.io"];
-/// How long a command may run: effectively forever, but bounded.
-const COMMAND_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 3600);
-/// Bound on the short helper commands of a stdin session.
-const HELPER_TIMEOUT: Duration = Duration::from_secs(120);
+/// Bytes read from an output pipe at once.
+const READ_CHUNK: usize = 64 * 1024;
 
 const STDIN: u8 = 0;
 const STDOUT: u8 = 1;
@@ -142,8 +142,13 @@ pub(crate) async fn serve(
 ) -> ApiResult<Response> {
     let query = Query::parse(parts.uri.query());
     let opts = options(&query)?;
-    let runtime = state.runtime.clone();
-    let sandbox = sandbox_for(&state, &runtime, namespace, name, query.get("container"))?;
+    let sandbox = sandbox_for(
+        &state,
+        &state.runtime,
+        namespace,
+        name,
+        query.get("container"),
+    )?;
     let upgrade = WebSocketUpgrade::from_request_parts(&mut parts, &())
         .await
         .map_err(|_| ApiError::bad_request("Upgrade request required"))?;
@@ -164,7 +169,7 @@ pub(crate) async fn serve(
     let v5 = *chosen == PROTOCOLS[0];
     Ok(upgrade
         .protocols(PROTOCOLS)
-        .on_upgrade(move |socket| session(socket, runtime, sandbox, opts, v5))
+        .on_upgrade(move |socket| session(socket, state, sandbox, opts, v5))
         .into_response())
 }
 
@@ -196,40 +201,36 @@ fn failure_status(message: &str) -> Value {
     json!({"metadata": {}, "status": "Failure", "message": message, "reason": "InternalError", "code": 500})
 }
 
-/// The FIFO helpers of a stdin session, each `sh -c SCRIPT sh ID [ARGS]`.
-struct Fifo {
-    id: String,
-}
-
-impl Fifo {
-    const DIR: &'static str = r#"d="${TMPDIR:-/tmp}/.sandfleet-exec/$1""#;
-
-    fn argv(&self, script: &str, args: &[String]) -> Vec<String> {
-        let mut argv = vec![
-            "sh".into(),
-            "-c".into(),
-            format!("{}; {script}", Self::DIR),
-            "sh".into(),
-            self.id.clone(),
-        ];
-        argv.extend_from_slice(args);
-        argv
-    }
-
-    fn helper(&self, script: &str, stdin: Option<Vec<u8>>) -> ExecRequest {
-        ExecRequest {
-            argv: self.argv(script, &[]),
-            stdin,
-            timeout: HELPER_TIMEOUT,
-            max_output: Some(64 * 1024),
-            ..ExecRequest::default()
+/// Sends one output pipe's bytes on `channel` as they come (when the client asked
+/// for them), until the pipe ends.
+async fn relay(
+    mut pipe: impl AsyncRead + Unpin,
+    channel: u8,
+    wanted: bool,
+    out: mpsc::Sender<Message>,
+) {
+    let mut buffer = vec![0u8; READ_CHUNK];
+    loop {
+        match pipe.read(&mut buffer).await {
+            Ok(0) => return,
+            Ok(n) => {
+                // A client that went away stops the sending, not the reading: the
+                // command must not block on a full pipe.
+                if wanted {
+                    let _ = out.send(frame(channel, &buffer[..n])).await;
+                }
+            }
+            Err(error) => {
+                tracing::debug!(%error, channel, "reading an exec'd command's output");
+                return;
+            }
         }
     }
 }
 
 async fn session(
     socket: WebSocket,
-    runtime: Arc<Runtime>,
+    state: Arc<State>,
     sandbox: Arc<PodSandbox>,
     opts: Options,
     v5: bool,
@@ -264,138 +265,18 @@ async fn session(
             "/dev/null".into(),
         ];
     }
-    let fifo = Fifo {
-        id: uuid::Uuid::new_v4().simple().to_string(),
-    };
-    if opts.stdin {
-        let setup = fifo.helper(r#"mkdir -p "$d" && mkfifo "$d/in" "$d/hold""#, None);
-        match runtime.exec(&sandbox, setup, None).await {
-            Ok(r) if r.exit_code == 0 => {}
-            other => {
-                let why = match other {
-                    Ok(r) => String::from_utf8_lossy(&r.stderr).into_owned(),
-                    Err(e) => e.to_string(),
-                };
-                let _ = out
-                    .send(frame(
-                        ERROR,
-                        failure_status(&format!("setting up stdin: {why}"))
-                            .to_string()
-                            .as_bytes(),
-                    ))
-                    .await;
-                drop(out);
-                let _ = writer.await;
-                return;
-            }
-        }
-        let mut wrapped = vec![];
-        wrapped.append(&mut argv);
-        argv = fifo.argv(r#"shift; exec "$@" <"$d/in""#, &wrapped);
-    }
-    let holder = opts.stdin.then(|| {
-        let runtime = runtime.clone();
-        let sandbox = sandbox.clone();
-        let request = ExecRequest {
-            timeout: COMMAND_TIMEOUT,
-            ..fifo.helper(r#"exec 3<>"$d/in"; read _ <"$d/hold"; exit 0"#, None)
-        };
-        tokio::spawn(async move { runtime.exec(&sandbox, request, None).await })
-    });
-
-    let (sink, mut chunks) = mpsc::channel::<OutputChunk>(64);
-    let request = ExecRequest {
+    let request = SpawnRequest {
         argv,
-        timeout: COMMAND_TIMEOUT,
+        stdin: opts.stdin,
         merge_stderr: opts.tty,
-        ..ExecRequest::default()
+        ..SpawnRequest::default()
     };
-    let main = {
-        let runtime = runtime.clone();
-        let sandbox = sandbox.clone();
-        tokio::spawn(async move { runtime.exec(&sandbox, request, Some(&sink)).await })
-    };
-
-    // Stdin frames are fed in order by one task; closing stdin releases the holder.
-    let (stdin_tx, mut stdin_rx) = mpsc::unbounded_channel::<Option<Vec<u8>>>();
-    let feeder = opts.stdin.then(|| {
-        let runtime = runtime.clone();
-        let sandbox = sandbox.clone();
-        let id = fifo.id.clone();
-        tokio::spawn(async move {
-            let fifo = Fifo { id };
-            while let Some(Some(data)) = stdin_rx.recv().await {
-                let _ = runtime
-                    .exec(&sandbox, fifo.helper(r#"cat >"$d/in""#, Some(data)), None)
-                    .await;
-            }
-            let _ = runtime
-                .exec(&sandbox, fifo.helper(r#": >"$d/hold""#, None), None)
-                .await;
-        })
-    });
-
-    let mut main = main;
-    let mut client_open = true;
-    let mut stdin_open = opts.stdin;
-    let result = loop {
-        tokio::select! {
-            chunk = chunks.recv() => {
-                if let Some(chunk) = chunk {
-                    let channel = match chunk.stream { OutputStream::Stdout => STDOUT, OutputStream::Stderr => STDERR };
-                    let wanted = if channel == STDOUT { opts.stdout } else { opts.stderr };
-                    if wanted {
-                        let _ = out.send(frame(channel, &chunk.bytes)).await;
-                    }
-                }
-            }
-            message = receiver.next(), if client_open => {
-                match message {
-                    Some(Ok(Message::Binary(data))) => match (data.first(), data.get(1)) {
-                        (Some(&STDIN), _) if stdin_open => {
-                            let _ = stdin_tx.send(Some(data[1..].to_vec()));
-                        }
-                        (Some(&CLOSE_SIGNAL), Some(&STDIN)) if v5 && stdin_open => {
-                            stdin_open = false;
-                            let _ = stdin_tx.send(None);
-                        }
-                        // Resize (4) and anything else: ignored, as by a kubelet without a tty.
-                        _ => {}
-                    },
-                    Some(Ok(Message::Close(_))) | None | Some(Err(_)) => {
-                        client_open = false;
-                        if stdin_open {
-                            stdin_open = false;
-                            let _ = stdin_tx.send(None);
-                        }
-                    }
-                    Some(Ok(_)) => {}
-                }
-            }
-            done = &mut main => break done,
+    let status = match state.runtime.spawn(&sandbox, request).await {
+        Ok(spawned) => {
+            state.executions.started(&opts.command, opts.stdin);
+            run(spawned, &opts, v5, &mut receiver, &out).await
         }
-    };
-    // Output still queued after the command ended.
-    while let Ok(chunk) = chunks.try_recv() {
-        let channel = match chunk.stream {
-            OutputStream::Stdout => STDOUT,
-            OutputStream::Stderr => STDERR,
-        };
-        if (channel == STDOUT && opts.stdout) || (channel == STDERR && opts.stderr) {
-            let _ = out.send(frame(channel, &chunk.bytes)).await;
-        }
-    }
-    if stdin_open {
-        let _ = stdin_tx.send(None);
-    }
-    drop(stdin_tx);
-    let status = match result {
-        Ok(Ok(r)) => exit_status(
-            &opts.command,
-            if r.exit_code < 0 { 137 } else { r.exit_code },
-        ),
-        Ok(Err(e)) => failure_status(&e.to_string()),
-        Err(e) => failure_status(&format!("the command's task failed: {e}")),
+        Err(error) => failure_status(&error.to_string()),
     };
     let _ = out.send(frame(ERROR, status.to_string().as_bytes())).await;
     let _ = out
@@ -406,13 +287,76 @@ async fn session(
         .await;
     drop(out);
     let _ = writer.await;
-    if let Some(feeder) = feeder {
-        let _ = feeder.await;
+}
+
+/// Relays a running command until it has exited and its output has ended; returns
+/// the status the error channel carries.
+async fn run(
+    spawned: Spawned,
+    opts: &Options,
+    v5: bool,
+    receiver: &mut SplitStream<WebSocket>,
+    out: &mpsc::Sender<Message>,
+) -> Value {
+    let Spawned {
+        mut stdin,
+        stdout,
+        stderr,
+        mut exit,
+    } = spawned;
+    let mut relays = vec![tokio::spawn(relay(
+        stdout,
+        STDOUT,
+        opts.stdout,
+        out.clone(),
+    ))];
+    if let Some(stderr) = stderr {
+        relays.push(tokio::spawn(relay(
+            stderr,
+            STDERR,
+            opts.stderr,
+            out.clone(),
+        )));
     }
-    if let Some(holder) = holder {
-        let _ = holder.await;
-        let _ = runtime
-            .exec(&sandbox, fifo.helper(r#"rm -rf -- "$d""#, None), None)
-            .await;
+    let mut client_open = true;
+    let exited = loop {
+        tokio::select! {
+            message = receiver.next(), if client_open => match message {
+                Some(Ok(Message::Binary(data))) => match (data.first(), data.get(1)) {
+                    (Some(&STDIN), _) => {
+                        if let Some(pipe) = &mut stdin
+                            && pipe.write_all(&data[1..]).await.is_err()
+                        {
+                            // The command closed its stdin, or exited.
+                            stdin = None;
+                        }
+                    }
+                    (Some(&CLOSE_SIGNAL), Some(&STDIN)) if v5 => stdin = None,
+                    // Resize (4) and anything else: ignored, as by a kubelet without a tty.
+                    _ => {}
+                },
+                Some(Ok(Message::Close(_)) | Err(_)) | None => {
+                    client_open = false;
+                    stdin = None;
+                }
+                Some(Ok(_)) => {}
+            },
+            exited = exit.wait() => break exited,
+        }
+    };
+    drop(stdin);
+    // What the command wrote before it exited, to its end.
+    for relay in relays {
+        let _ = relay.await;
+    }
+    match exited {
+        Ok(status) => exit_status(
+            &opts.command,
+            status
+                .code()
+                .or_else(|| status.signal().map(|signal| 128 + signal))
+                .unwrap_or(-1),
+        ),
+        Err(error) => failure_status(&error.to_string()),
     }
 }

@@ -20,6 +20,7 @@ mod authz;
 mod client;
 mod controllers;
 mod exec;
+mod executions;
 mod faults;
 mod fields;
 mod gc;
@@ -49,6 +50,7 @@ use tokio::task::JoinHandle;
 
 pub use authz::{DenyRule, USER};
 pub use controllers::Tuning;
+pub use executions::{Executions, MARKER_ENV};
 pub use kubeconfig::{CONTEXT, Kubeconfig};
 pub use kubelet::runtime::{ImageMap, PodRuntime};
 pub use seed::NodeShape;
@@ -208,6 +210,7 @@ impl Emulator {
             authz: authz::Authorizer::new(config.deny.clone()),
             runtime: Arc::new(runtime),
             connections: std::sync::atomic::AtomicUsize::new(0),
+            executions: executions::Counters::default(),
         });
         seed::seed(&state.store, &config.nodes);
         if config.with_agent_sandbox {
@@ -250,6 +253,11 @@ impl Emulator {
         self.state
             .connections
             .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// What pods/exec has started so far.
+    pub fn executions(&self) -> Executions {
+        self.state.executions.snapshot()
     }
 
     /// Pods running as local sandboxes now.

@@ -5,6 +5,7 @@ use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use crate::authz::Authorizer;
+use crate::executions::Counters;
 use crate::faults::Faults;
 use crate::kubelet::runtime::Runtime;
 use crate::registry::Registry;
@@ -30,4 +31,6 @@ pub(crate) struct State {
     pub(crate) runtime: Arc<Runtime>,
     /// Client connections open now.
     pub(crate) connections: AtomicUsize,
+    /// What pods/exec has started.
+    pub(crate) executions: Counters,
 }

@@ -1,7 +1,8 @@
 //! kube-rs (the Kubernetes driver's client library) against the emulator: watch
 //! correctness under faults with its runtime watcher, which resumes from the last event
 //! or bookmark when a watch ends and relists on 410 Gone; and a long-lived exec session
-//! fed on stdin over its websocket exec.
+//! fed on stdin over its websocket exec, alone in its pod, its output streamed through
+//! and not kept.
 
 use std::time::{Duration, Instant};
 
@@ -136,7 +137,8 @@ async fn a_watcher_relisting_on_410_sees_no_update_twice_or_out_of_order() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_long_lived_shell_over_kube_exec_runs_many_commands_fed_on_stdin() {
+async fn a_long_lived_shell_over_kube_exec_runs_many_commands_fed_on_stdin_alone_in_its_pod_keeping_no_output()
+ {
     use k8s_openapi::api::core::v1::Pod;
     use kube::api::AttachParams;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -205,6 +207,41 @@ async fn a_long_lived_shell_over_kube_exec_runs_many_commands_fed_on_stdin() {
         assert_eq!(got, format!("line-{}\n", i * 2));
         all.push_str(&got);
     }
+    // The pod runs its init and the shell, nothing else: no helper feeds stdin.
+    stdin
+        .write_all(b"for d in /proc/[0-9]*; do printf '%s ' \"$(tr '\\0' ' ' < $d/cmdline)\"; done; echo\n")
+        .await
+        .unwrap();
+    let listed = read_line(&mut stdout).await;
+    let commands: Vec<&str> = listed.trim().split("  ").collect();
+    assert_eq!(commands.len(), 2, "{listed}");
+    assert!(
+        commands[0].starts_with("sandfleet-sandbox:") && commands[1] == "sh",
+        "{listed}"
+    );
+    // Output streams through without being kept: 128 MiB read by the client
+    // leave the process (emulator and client) no bigger by that much.
+    const STREAMED: u64 = 128 << 20;
+    let before = rss_mib();
+    stdin
+        .write_all(format!("head -c {STREAMED} /dev/zero; echo\n").as_bytes())
+        .await
+        .unwrap();
+    let mut received = 0u64;
+    let mut buf = vec![0u8; 1 << 16];
+    while received <= STREAMED {
+        let n = tokio::time::timeout(Duration::from_secs(60), stdout.read(&mut buf))
+            .await
+            .expect("output within 60 s")
+            .unwrap();
+        assert!(n > 0, "the stream ended after {received} bytes");
+        received += n as u64;
+    }
+    let grown = rss_mib().saturating_sub(before);
+    assert!(
+        grown < 48,
+        "the process grew by {grown} MiB while streaming"
+    );
     stdin.write_all(b"exit 4\n").await.unwrap();
     drop(stdin);
     let status = tokio::time::timeout(Duration::from_secs(10), status)
@@ -222,6 +259,35 @@ async fn a_long_lived_shell_over_kube_exec_runs_many_commands_fed_on_stdin() {
     session.join().await.unwrap();
     assert_eq!(all.lines().count(), 20);
     emulator.shutdown().await;
+}
+
+/// The next line of a session's output (lines arrive whole: the shell writes each in
+/// one call).
+async fn read_line(stdout: &mut (impl tokio::io::AsyncRead + Unpin)) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut line = Vec::new();
+    while line.last() != Some(&b'\n') {
+        let mut buf = vec![0u8; 4096];
+        let n = tokio::time::timeout(Duration::from_secs(10), stdout.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(n > 0, "the session ended");
+        line.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8(line).unwrap()
+}
+
+/// This process's resident memory, in MiB.
+fn rss_mib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|kib| kib.parse().ok())
+        .unwrap();
+    kib >> 10
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

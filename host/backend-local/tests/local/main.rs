@@ -8,3 +8,4 @@ mod isolation;
 mod lifecycle;
 mod plain;
 mod reap;
+mod spawn;

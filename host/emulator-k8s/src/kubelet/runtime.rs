@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use sandfleet_backend_local::{IsolationMode, LocalBackend, LocalConfig};
+use sandfleet_backend_local::{IsolationMode, LocalBackend, LocalConfig, SpawnRequest, Spawned};
 use sandfleet_core::{
     Backend, ExecRequest, ExecResult, Labels, OutputSink, RunId, SandboxHandle, TemplateRef,
     TemplateSpec,
@@ -38,6 +38,13 @@ pub(crate) struct PodSandbox {
     pub(crate) env: Vec<(String, String)>,
     /// The first container's `workingDir`.
     pub(crate) workdir: Option<String>,
+}
+
+impl PodSandbox {
+    /// The container's environment followed by `own` (later values win).
+    fn env_with(&self, own: Vec<(String, String)>) -> Vec<(String, String)> {
+        self.env.iter().cloned().chain(own).collect()
+    }
 }
 
 /// Why an image cannot be run.
@@ -279,21 +286,31 @@ impl Runtime {
             .len()
     }
 
-    /// Run a command in a pod's sandbox.
+    /// Run a command in a pod's sandbox to its end (the container's main process).
     pub(crate) async fn exec(
         &self,
         sandbox: &PodSandbox,
         mut request: ExecRequest,
         sink: Option<&OutputSink>,
     ) -> anyhow::Result<ExecResult> {
-        let mut env = sandbox.env.clone();
-        env.append(&mut request.env);
-        request.env = env;
-        if request.workdir.is_none() {
-            request.workdir = sandbox.workdir.clone();
-        }
+        request.env = sandbox.env_with(request.env);
+        request.workdir = request.workdir.or_else(|| sandbox.workdir.clone());
         self.backend()?
             .exec(&sandbox.handle, &request, sink)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))
+    }
+
+    /// Start a command in a pod's sandbox with live pipes (an exec'd process).
+    pub(crate) async fn spawn(
+        &self,
+        sandbox: &PodSandbox,
+        mut request: SpawnRequest,
+    ) -> anyhow::Result<Spawned> {
+        request.env = sandbox.env_with(request.env);
+        request.workdir = request.workdir.or_else(|| sandbox.workdir.clone());
+        self.backend()?
+            .spawn(&sandbox.handle, &request)
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))
     }
