@@ -16,7 +16,7 @@ use std::process::Output;
 
 use sandfleet_test_support::quickstart::{expected_statuses, statuses};
 
-use crate::plugin_projects::{Builder, checked_component, step, text};
+use crate::plugin_projects::{Builder, checked_component, readme_steps, step, text};
 use crate::{repo, run_id, sandfleet, stderr, stdout};
 
 fn builder() -> Builder {
@@ -103,6 +103,30 @@ struct Built {
     outputs: Vec<(String, Output)>,
 }
 
+/// The steps `docs/writing-plugins.md` gives for `heading`'s language:
+/// `plugin new` and `cd`, then exactly the project README's steps.
+fn assert_docs_match_readme(heading: &str, lang: &str, project: &Path) {
+    let docs = std::fs::read_to_string(repo().join("docs/writing-plugins.md")).unwrap();
+    let section = docs
+        .split(&format!("\n## {heading}\n"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("the docs have no {heading} section"));
+    let steps: Vec<&str> = section
+        .split("```sh\n")
+        .map(|block| block.split("```").next().unwrap())
+        .find(|block| block.starts_with("sandfleet plugin new"))
+        .unwrap_or_else(|| panic!("the docs' {heading} section starts no project"))
+        .lines()
+        .collect();
+    let new = format!("sandfleet plugin new placement-policy my-policy --lang {lang}");
+    assert_eq!(steps[..2], [new.as_str(), "cd my-policy"], "{heading}");
+    assert_eq!(
+        steps[2..],
+        readme_steps(project),
+        "{heading}: the docs and the README differ"
+    );
+}
+
 /// `plugin new placement-policy my-policy --lang <lang>` in a directory
 /// outside the repository, built, checked and tested by its README, then
 /// the quickstart's placement policy; `None` when the test must skip.
@@ -110,6 +134,12 @@ fn new_project_serves_the_quickstart(builder: &Builder, lang: &str) -> Option<Bu
     let home = tempfile::tempdir().unwrap();
     assert!(!home.path().starts_with(repo()));
     let project = builder.new_project("placement-policy", "my-policy", lang, home.path());
+    let heading = match lang {
+        "rust" => "Rust",
+        "python" => "Python",
+        _ => "JavaScript",
+    };
+    assert_docs_match_readme(heading, lang, &project);
     let (tools, outputs) = builder.build_by_readme(&project)?;
     let tested = stdout(step(&outputs, "sandfleet plugin test").1);
     assert!(tested.contains("2 cases: 2 passed, 0 failed"), "{tested}");
