@@ -32,7 +32,10 @@ pub(crate) fn app(state: AppState) -> Router {
         .route("/v1/leases/{id}/evaluate", post(routes::evaluate))
         .route("/v1/leases/{id}/recycle", post(routes::recycle))
         .route("/v1/leases/{id}/renew", post(routes::renew))
-        .route("/v1/pools", post(routes::warm).get(routes::pools))
+        .route(
+            "/v1/pools",
+            post(routes::warm).get(routes::pools).delete(routes::unwarm),
+        )
         .route("/v1/runs", post(runs::start).get(runs::list))
         .route("/v1/runs/{id}", get(runs::get).delete(runs::cancel))
         .route("/v1/runs/{id}/results", get(runs::results))

@@ -78,6 +78,7 @@ impl Daemon {
         std::fs::create_dir_all(&state_dir).with_context(|| {
             format!("{}: cannot create the state directory", state_dir.display())
         })?;
+        let lock = lock_state_dir(&state_dir)?;
 
         let loading = config.clone();
         let (plugins, clusters, connections) = tokio::task::spawn_blocking(move || {
@@ -153,7 +154,7 @@ impl Daemon {
         let sweep_every =
             (idle_timeout / 4).clamp(Duration::from_millis(50), Duration::from_secs(5));
         tokio::spawn(crate::routes::expire_idle(state.clone(), sweep_every));
-        let serving = tokio::spawn(serve(state, listener, grace, watcher));
+        let serving = tokio::spawn(serve(state, listener, grace, watcher, lock));
         Ok(Daemon {
             addr,
             run_id,
@@ -192,6 +193,7 @@ async fn serve(
     listener: tokio::net::TcpListener,
     grace: Duration,
     watcher: Option<sandfleet_plugin::PluginWatcher>,
+    lock: std::fs::File,
 ) -> anyhow::Result<()> {
     let stop = state.stopping.clone();
     let app = crate::app::app(state.clone());
@@ -205,7 +207,45 @@ async fn serve(
         () = grace_over => tracing::warn!("the grace period ended with requests still running"),
     }
     drop(watcher);
-    release_everything(&state).await
+    let released = release_everything(&state).await;
+    // Only now may another daemon take the state directory over.
+    drop(lock);
+    released
+}
+
+/// The lock file a daemon holds (`flock`, exclusive) on its state
+/// directory for as long as it runs.
+const LOCK_FILE: &str = "daemon.lock";
+
+/// Takes the state directory for this daemon. A second daemon on the same
+/// directory would take the first one's leases for a dead daemon's and
+/// release them, so it is refused instead. The kernel drops the lock when
+/// its holder dies, however it dies, so a restart after `kill -9` gets it.
+fn lock_state_dir(state_dir: &Path) -> anyhow::Result<std::fs::File> {
+    let path = state_dir.join(LOCK_FILE);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("{}: cannot open the daemon's lock", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let holder = std::fs::read_to_string(state_dir.join(DAEMON_FILE))
+                .ok()
+                .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+                .and_then(|daemon| daemon["pid"].as_u64())
+                .map_or(String::new(), |pid| format!(" (pid {pid})"));
+            bail!(
+                "{}: another `sandfleet serve`{holder} is using this state directory; give each daemon its own [api] state_dir",
+                state_dir.display()
+            )
+        }
+        Err(std::fs::TryLockError::Error(error)) => {
+            Err(error).with_context(|| format!("{}: cannot lock", path.display()))
+        }
+    }
 }
 
 /// Releases every lease and batch run, then everything the run id owns.

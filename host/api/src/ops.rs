@@ -128,7 +128,7 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
         crate::routes::acquire, crate::routes::acquire_batch, crate::routes::list, crate::routes::get,
         crate::routes::delete, crate::routes::renew, crate::routes::exec, crate::routes::put_file,
         crate::routes::get_file, crate::routes::evaluate, crate::routes::recycle,
-        crate::routes::warm, crate::routes::pools,
+        crate::routes::warm, crate::routes::pools, crate::routes::unwarm,
         crate::runs::start, crate::runs::list, crate::runs::get, crate::runs::results, crate::runs::cancel,
         plugins, healthz, readyz, metrics, openapi,
     ),

@@ -516,6 +516,32 @@ pub(crate) async fn pools(State(state): State<AppState>) -> axum::Json<PoolsResp
     })
 }
 
+/// `DELETE /v1/pools?image=NAME`: which pool.
+#[derive(Debug, serde::Deserialize, utoipa::IntoParams)]
+pub(crate) struct PoolQuery {
+    /// The image whose warm pool goes.
+    image: Option<String>,
+}
+
+#[utoipa::path(delete, path = "/v1/pools", params(PoolQuery),
+    responses((status = 204), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub(crate) async fn unwarm(
+    State(state): State<AppState>,
+    axum::extract::Query(query): axum::extract::Query<PoolQuery>,
+) -> Result<StatusCode, AppError> {
+    let image = query
+        .image
+        .filter(|image| !image.is_empty())
+        .ok_or_else(|| AppError::invalid("missing query parameter `image` (the pool's image)"))?;
+    if state.session.unwarm(&image).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(AppError::not_found(format!(
+            "no warm pool for image `{image}`"
+        )))
+    }
+}
+
 /// Releases every lease idle past its time; runs until the daemon stops.
 pub(crate) async fn expire_idle(state: AppState, every: Duration) {
     loop {

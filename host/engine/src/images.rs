@@ -50,6 +50,15 @@ impl ImageTable {
         next
     }
 
+    /// The index of `name`, when it is in the table.
+    pub(crate) fn lookup(&self, name: &str) -> Option<usize> {
+        self.index
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            .copied()
+    }
+
     /// The images in index order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = &String> {
         let len = self.index.lock().unwrap_or_else(|e| e.into_inner()).len();

@@ -49,8 +49,8 @@ pub use phases::{Phase, PhaseStats};
 pub use progress::{LogProgress, Progress};
 pub use reap::reap;
 pub use report::{
-    ClusterInfo, Environment, InfraFailureCounts, Machine, RecycleCounts, ReleaseCounts,
-    RunReport, TaskCounts, WarmCounts,
+    ClusterInfo, Environment, InfraFailureCounts, Machine, RecycleCounts, ReleaseCounts, RunReport,
+    TaskCounts, WarmCounts,
 };
 pub use results::{
     GradeRecord, InfraFailureRecord, RESULTS_FILE, ResultsStore, TaskRecord, TaskStatus,

@@ -316,11 +316,10 @@ impl Session {
     ///
     /// [`SessionError::Invalid`] naming the image.
     pub fn check_image(&self, image: &str) -> Result<(), SessionError> {
-        checks::images_made(
-            self.clusters(),
-            [(image.to_string(), "this request".to_string())],
-        )
-        .map_err(|_| {
+        // What a cluster is asked for is the image after `[run]
+        // image_rewrite`, as in a run.
+        let asked = self.settings.image_rewrite.apply(image);
+        checks::images_made(self.clusters(), [(asked, "this request".to_string())]).map_err(|_| {
             SessionError::Invalid(format!(
                 "image `{image}`: no cluster can make it (clusters: {})",
                 self.clusters()
@@ -816,6 +815,30 @@ impl Session {
             }
             planned => planned,
         }
+    }
+
+    /// Removes the warm pool of `image` and its unclaimed sandboxes (leases
+    /// already claimed from it are untouched). Returns whether there was one.
+    ///
+    /// # Errors
+    ///
+    /// When the backend could not remove the pool.
+    pub async fn unwarm(&self, image: &str) -> Result<bool, SessionError> {
+        let fleet = &self.runner.fleet;
+        let Some(index) = fleet.images.lookup(image) else {
+            return Ok(false);
+        };
+        let fill = self
+            .pools
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&index);
+        let Some(fill) = fill else {
+            return Ok(false);
+        };
+        fill.filling.abort();
+        fleet.unwarm(&[index]).await?;
+        Ok(true)
     }
 
     /// Every warm pool the session asked for, with its ready count.

@@ -265,7 +265,9 @@ pub fn check_images(
 ) -> anyhow::Result<()> {
     sandfleet_engine::check_images(
         clusters,
-        tasks.iter().map(|t| (t.image.clone(), t.id.clone())),
+        tasks
+            .iter()
+            .map(|t| (config.fleet.image_rewrite.apply(&t.image), t.id.clone())),
     )
     .map_err(|error| {
         let local: Vec<String> = config

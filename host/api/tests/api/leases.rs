@@ -194,3 +194,25 @@ async fn a_batch_is_all_or_nothing() {
     assert_eq!(served.sandboxes(), 2);
     served.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_image_behind_image_rewrite_is_served_from_its_mirror() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = crate::fleet_file(dir.path(), "", "");
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        "name = \"apitest\"",
+        "name = \"apitest\"\nimage_rewrite = { \"registry.example/swe/\" = \"\" }",
+    );
+    std::fs::write(&config, text).unwrap();
+    let served = Served::start_in(dir, config).await;
+    // The local cluster makes `calc`; the client asks for the original name.
+    let lease = served.acquire(image("registry.example/swe/calc")).await;
+    assert_eq!(lease.image, "registry.example/swe/calc");
+    let ran = served.exec(&lease.id, json!({"argv": ["ls"]})).await;
+    assert!(ran["stdout"].as_str().unwrap().contains("calc"), "{ran}");
+    let (status, body) = served
+        .post("/v1/leases", image("registry.example/other/calc"))
+        .await;
+    assert_eq!(status, 422, "{body}");
+    served.stop().await;
+}

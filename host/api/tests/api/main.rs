@@ -136,6 +136,12 @@ impl Served {
         (status, response.json().await.unwrap_or(Value::Null))
     }
 
+    /// The status of `DELETE path`.
+    pub(crate) async fn delete(&self, path: &str) -> u16 {
+        let response = self.http.delete(self.url(path)).send().await.unwrap();
+        response.status().as_u16()
+    }
+
     /// The `/metrics` text.
     pub(crate) async fn metrics(&self) -> String {
         let response = self.http.get(self.url("/metrics")).send().await.unwrap();

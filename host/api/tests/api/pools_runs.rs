@@ -34,7 +34,63 @@ async fn pools_fill_and_serve_claims() {
     );
     let (status, body) = served.post("/v1/pools", json!({})).await;
     assert_eq!(status, 422, "{body}");
+
+    // A pool can go while the daemon runs; the lease taken from it stays.
+    let sandboxes_before = served.sandboxes();
+    assert_eq!(served.delete("/v1/pools?image=textkit").await, 204);
+    eventually("the textkit pool's sandboxes to go", || async {
+        served.sandboxes() < sandboxes_before
+    })
+    .await;
+    let (_, pools) = served.get("/v1/pools").await;
+    let images: Vec<&str> = pools["pools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["image"].as_str().unwrap())
+        .collect();
+    assert_eq!(images, ["calc"], "{pools}");
+    assert_eq!(served.delete("/v1/pools?image=textkit").await, 404);
+    assert_eq!(served.delete("/v1/pools").await, 422);
+    assert_eq!(
+        served.exec(&lease.id, json!({"argv": ["true"]})).await["exit_code"],
+        0
+    );
     served.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_second_daemon_on_the_same_state_directory_is_refused() {
+    let mut served = Served::start("", "").await;
+    let lease = served.acquire(image("calc")).await;
+    let second = sandfleet_api::Daemon::start(sandfleet_api::Options {
+        config: served.dir.path().join("fleet.toml"),
+        listen: Some("127.0.0.1:0".parse().unwrap()),
+    })
+    .await;
+    let error = format!("{:#}", second.err().expect("the second daemon started"));
+    assert!(
+        error.contains("another `sandfleet serve`")
+            && error.contains(&format!("(pid {})", std::process::id())),
+        "{error}"
+    );
+    // The first daemon's lease survived the attempt.
+    assert_eq!(
+        served.exec(&lease.id, json!({"argv": ["true"]})).await["exit_code"],
+        0
+    );
+    // Stopped, it lets the next daemon in.
+    let first = served.daemon.take().unwrap();
+    first.stop();
+    first.wait().await.unwrap();
+    let again = sandfleet_api::Daemon::start(sandfleet_api::Options {
+        config: served.dir.path().join("fleet.toml"),
+        listen: Some("127.0.0.1:0".parse().unwrap()),
+    })
+    .await
+    .unwrap();
+    again.stop();
+    again.wait().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
