@@ -444,11 +444,14 @@ fn write_grade(out: &mut impl Write, head: &Value, tests: &TestTable) -> std::io
     for (index, test) in tests.iter().enumerate() {
         out.write_all(if index == 0 { b"\n    " } else { b",\n    " })?;
         let status = test.status.name();
-        let mut record = json!({"name": test.name, "status": status});
+        out.write_all(b"{\"name\":")?;
+        serde_json::to_writer(&mut *out, test.name)?;
+        write!(out, ",\"status\":\"{status}\"")?;
         if !test.value.eq_ignore_ascii_case(status) {
-            record["value"] = json!(test.value);
+            out.write_all(b",\"value\":")?;
+            serde_json::to_writer(&mut *out, test.value)?;
         }
-        serde_json::to_writer(&mut *out, &record)?;
+        out.write_all(b"}")?;
     }
     out.write_all(if tests.is_empty() {
         b"]\n}"

@@ -27,6 +27,9 @@ pub(crate) trait World: Sized + Send + Sync + 'static {
     ) -> wasmtime::Result<Self::Instance>;
 }
 
+/// wasmtime's default bound on the bytes a guest hands the host in one call.
+const HOSTCALL_FUEL: usize = 128 << 20;
+
 /// Idle instances kept per plugin version; more concurrent callers than this
 /// instantiate fresh ones (~15 µs) and drop them afterwards.
 const MAX_IDLE: usize = 16;
@@ -155,6 +158,11 @@ impl<W: World> Loaded<W> {
         let limiter = &mut live.store.data_mut().limiter;
         limiter.cap_hit = false;
         limiter.memory_cap = limits.memory_cap;
+        // What a guest hands back cannot exceed what its memory holds; the
+        // store's own bound (128 MiB) would refuse the answer of a call whose
+        // cap grew with its input.
+        live.store
+            .set_hostcall_fuel(HOSTCALL_FUEL.max(limits.memory_cap as usize));
         match call(&live.instance, &mut live.store) {
             Ok(result) => {
                 let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
