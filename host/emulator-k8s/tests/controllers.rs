@@ -248,6 +248,75 @@ async fn a_template_gets_its_ref_hash_label_and_a_secure_network_policy() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_template_with_no_egress_rules_gets_a_policy_denying_all_egress() {
+    let (emulator, api, _dir) = cluster(fast()).await;
+    let router = json!([{"from": [{"podSelector": {"matchLabels": {"app": "sandbox-router"}}}]}]);
+    let mut closed = template("closed", "python:3.12", None);
+    closed["spec"]["networkPolicy"] = json!({"ingress": router, "egress": []});
+    api.create(&format!("{EXT}/sandboxtemplates"), closed).await;
+    let path =
+        "/apis/networking.k8s.io/v1/namespaces/default/networkpolicies/closed-network-policy";
+    let policy = api.wait(path, LIMIT, |o| o.is_some()).await.unwrap();
+    assert_eq!(
+        policy["spec"],
+        json!({
+            "podSelector": {"matchLabels": {"agents.x-k8s.io/sandbox-template-ref-hash": name_hash("closed")}},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": router,
+        })
+    );
+    // Its sandboxes keep the pod's DNS settings: the secure DNS default is for
+    // templates without a policy of their own.
+    api.create(
+        &format!("{EXT}/sandboxwarmpools"),
+        pool("closed", "closed", 1),
+    )
+    .await;
+    let members = api
+        .wait(SB, LIMIT, |o| {
+            o.is_some_and(|list| list["items"].as_array().is_some_and(|i| !i.is_empty()))
+        })
+        .await
+        .unwrap();
+    let pod_spec = &members["items"][0]["spec"]["podTemplate"]["spec"];
+    assert!(pod_spec.get("dnsPolicy").is_none(), "{pod_spec}");
+    // Without its own policy again, the template gets the default one back.
+    api.merge(
+        &format!("{EXT}/sandboxtemplates/closed"),
+        json!({"spec": {"networkPolicy": null}}),
+    )
+    .await;
+    let reopened = api
+        .wait(path, LIMIT, |o| {
+            o.is_some_and(|p| p["spec"]["egress"].is_array())
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        reopened["spec"]["egress"][0]["to"][0]["ipBlock"]["cidr"],
+        "0.0.0.0/0"
+    );
+    // And closed again: the default's egress rules do not linger.
+    api.merge(
+        &format!("{EXT}/sandboxtemplates/closed"),
+        json!({"spec": {"networkPolicy": {"ingress": router}}}),
+    )
+    .await;
+    let closed = api
+        .wait(path, LIMIT, |o| {
+            o.is_some_and(|p| {
+                p["spec"]["ingress"][0]["from"][0]
+                    .get("namespaceSelector")
+                    .is_none()
+            })
+        })
+        .await
+        .unwrap();
+    assert!(closed["spec"].get("egress").is_none(), "{closed}");
+    emulator.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_warm_pool_fills_to_replicas_and_adoption_keeps_the_pools_generated_name() {
     let (emulator, api, _dir) = cluster(fast()).await;
     setup_pool(&api, "python:3.12", 3).await;

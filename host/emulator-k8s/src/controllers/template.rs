@@ -10,6 +10,9 @@ use super::Requeue;
 use super::names::{self, TEMPLATE_REF_HASH};
 use crate::client::{self, Client, NETWORK_POLICIES, TEMPLATES};
 
+/// When to try again after the template's policy could not be written.
+const POLICY_RETRY: std::time::Duration = std::time::Duration::from_millis(200);
+
 fn default_policy(template: &str) -> Value {
     json!({
         "podSelector": {"matchLabels": {TEMPLATE_REF_HASH: names::name_hash(template)}},
@@ -25,18 +28,25 @@ fn default_policy(template: &str) -> Value {
     })
 }
 
+/// The template's policy: its own `networkPolicy` rules when it has some — for
+/// ingress and egress both, so a direction without rules (an empty or missing list,
+/// omitted as upstream's `omitempty` omits it) denies all traffic that way — else the
+/// default.
 fn desired_policy(template: &Value, name: &str) -> Value {
     let custom = &template["spec"]["networkPolicy"];
-    if custom.is_object() {
-        let mut spec = custom.clone();
-        spec["podSelector"] = json!({"matchLabels": {TEMPLATE_REF_HASH: names::name_hash(name)}});
-        if spec.get("policyTypes").is_none() {
-            spec["policyTypes"] = json!(["Ingress", "Egress"]);
-        }
-        spec
-    } else {
-        default_policy(name)
+    if !custom.is_object() {
+        return default_policy(name);
     }
+    let mut spec = json!({
+        "podSelector": {"matchLabels": {TEMPLATE_REF_HASH: names::name_hash(name)}},
+        "policyTypes": ["Ingress", "Egress"],
+    });
+    for direction in ["ingress", "egress"] {
+        if let Some(rules) = custom[direction].as_array().filter(|r| !r.is_empty()) {
+            spec[direction] = json!(rules);
+        }
+    }
+    spec
 }
 
 fn managed(template: &Value) -> bool {
@@ -72,14 +82,15 @@ pub(super) fn reconcile(c: &Client<'_>, ns: &str, name: &str) -> Requeue {
     let spec = desired_policy(&template, name);
     match existing {
         Some(p) if p["spec"] == spec => {}
-        Some(_) => {
-            let _ = c.merge_patch(
-                NETWORK_POLICIES,
-                ns,
-                &policy_name,
-                &json!({"spec": spec}),
-                false,
-            );
+        Some(p) => {
+            // Replaced whole, as upstream's Update does: a merge would keep the rules
+            // of a direction the new spec leaves out, which must deny instead.
+            let mut replaced = (*p).clone();
+            replaced["spec"] = spec;
+            if let Err(error) = c.update(NETWORK_POLICIES, replaced) {
+                tracing::debug!(%error, "updating a template's network policy");
+                return Some(POLICY_RETRY);
+            }
         }
         None => {
             let policy = json!({
