@@ -367,8 +367,9 @@ fn the_daemon_serves_an_opensandbox_devcluster_too() {
     );
     assert_eq!(status, 200, "{ran}");
     assert_eq!(ran["exit_code"], 5, "{ran}");
-    assert!(
-        ran["stdout"].as_str().unwrap().starts_with("out\n"),
+    assert_eq!(
+        (&ran["stdout"], &ran["stderr"]),
+        (&json!("out\n"), &json!("err\n")),
         "{ran}"
     );
     let patch = "diff --git a/calc/ops.py b/calc/ops.py\n--- a/calc/ops.py\n+++ b/calc/ops.py\n@@ -7,7 +7,7 @@ def add(a, b):\n \n \n def sub(a, b):\n-    return b - a\n+    return a - b\n \n \n def div(a, b):\n";

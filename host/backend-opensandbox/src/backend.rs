@@ -8,14 +8,15 @@ use async_trait::async_trait;
 use reqwest::Method;
 use sandfleet_core::{
     Backend, BackendError, Capabilities, Capacity, ErrorKind, ExecGuarantees, ExecRequest,
-    ExecResult, Images, LABEL_RUN_ID, Labels, OutputSink, Owned, PoolSizing, PoolStatus, Preflight,
-    Reaped, RunId, SandboxHandle, TemplateRef, TemplateSpec, validate_labels,
+    ExecResult, Images, LABEL_RUN_ID, Labels, OutputChunk, OutputSink, OutputStream, Owned,
+    PoolSizing, PoolStatus, Preflight, Reaped, RunId, SandboxHandle, TemplateRef, TemplateSpec,
+    validate_labels,
 };
 use sandfleet_transport::{Call, CallKind, Clients, HttpFailure, Transport};
 
 use crate::background::Poller;
 use crate::config::{EndpointMode, OpenSandboxConfig, Resolved};
-use crate::exec::{Cut, read_to_terminal};
+use crate::exec::{Cut, DEFAULT_MAX_OUTPUT, Kept, read_to_terminal};
 use crate::wire::{
     Command, CreateSandbox, Endpoint, Extensions, HandleData, Image, Resources, Sandbox,
     SandboxPage,
@@ -30,6 +31,13 @@ const LABEL_CLAIM: &str = "sandfleet.io/claim";
 
 /// The environment variable naming each command sent.
 const COMMAND_MARKER: &str = "SANDFLEET_COMMAND_ID";
+
+/// Where a background command's stderr waits to be read back: every
+/// image has a /tmp.
+const BACKGROUND_STDERR_DIR: &str = "/tmp";
+
+/// How long reading a background command's stderr back may take.
+const TAKE_FILE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Pause between readiness probes.
 const PROBE_PAUSE: Duration = Duration::from_millis(100);
@@ -296,6 +304,55 @@ impl OpenSandboxBackend {
             })?;
         }
         Ok(call)
+    }
+
+    /// Prints and removes `file` in the sandbox with one short foreground
+    /// command (removing a file that is gone is no change, so this is safe
+    /// to have run twice), and returns what it held.
+    async fn take_file_output(
+        &self,
+        execd: &HandleData,
+        sandbox: &SandboxHandle,
+        file: &str,
+    ) -> Result<Vec<u8>, BackendError> {
+        let body = Command {
+            command: format!(
+                "cat -- {file} && rm -f -- {file}",
+                file = shell_words::quote(file)
+            ),
+            cwd: None,
+            timeout: Some(TAKE_FILE_TIMEOUT.as_millis() as u64),
+            envs: BTreeMap::new(),
+            background: false,
+        };
+        let call = self
+            .execd(
+                execd,
+                Method::POST,
+                "/command",
+                CallKind::Command {
+                    timeout: Some(TAKE_FILE_TIMEOUT),
+                },
+                format!("read back {file} in sandbox {}", sandbox.id),
+            )?
+            .json(serde_json::to_value(&body).expect("the body serializes"));
+        let started = Instant::now();
+        let response = self.transport.send(&self.name, &call).await?;
+        match read_to_terminal(response, started, TAKE_FILE_TIMEOUT, None, false, None).await {
+            Ok(ended) if ended.result.exit_code == 0 => Ok(ended.result.stdout),
+            Ok(ended) => Err(self.error(
+                ErrorKind::Failed,
+                format!(
+                    "reading {file} exited {}: {}",
+                    ended.result.exit_code,
+                    String::from_utf8_lossy(&ended.result.stderr).trim()
+                ),
+            )),
+            Err(Cut::Lost(why, _) | Cut::Garbled(why)) => Err(self.error(
+                ErrorKind::Transport { sent: true },
+                format!("reading {file}: {why}"),
+            )),
+        }
     }
 
     fn handle_data_of(&self, sandbox: &SandboxHandle) -> Result<HandleData, BackendError> {
@@ -582,19 +639,30 @@ impl Backend for OpenSandboxBackend {
         if request.argv.is_empty() {
             return Err(self.error(ErrorKind::Invalid, "a command needs a program"));
         }
-        let command = shell_words::join(&request.argv);
         // Names this logical command, so a server (or the emulator's
         // counters) can tell a command run twice from two commands.
         let marker = format!("{:016x}", crate::random());
+        // Long commands (evaluations) are polled instead of streamed.
+        let background =
+            !request.timeout.is_zero() && request.timeout >= self.config.background_after;
+        // A background command's logs come with both streams in one; its
+        // stderr goes to a file of its own instead, read back at the end.
+        let stderr_file = (background && !request.merge_stderr)
+            .then(|| format!("{BACKGROUND_STDERR_DIR}/.sandfleet-stderr-{marker}"));
+        let command = match &stderr_file {
+            Some(file) => format!(
+                "exec 2>{}; {}",
+                shell_words::quote(file),
+                shell_words::join(&request.argv)
+            ),
+            None => shell_words::join(&request.argv),
+        };
         let mut envs: BTreeMap<&str, &str> = request
             .env
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
         envs.insert(COMMAND_MARKER, &marker);
-        // Long commands (evaluations) are polled instead of streamed.
-        let background =
-            !request.timeout.is_zero() && request.timeout >= self.config.background_after;
         let body = Command {
             command,
             cwd: request.workdir.as_deref(),
@@ -655,9 +723,39 @@ impl Backend for OpenSandboxBackend {
                 self.execd(&execd, method, &path, CallKind::Lifecycle, what)
             },
         };
-        poller
+        let mut result = poller
             .follow(&id, started, request.timeout, request.max_output, output)
-            .await
+            .await?;
+        if let Some(file) = stderr_file {
+            let limit = request.max_output.unwrap_or(DEFAULT_MAX_OUTPUT);
+            let read = self.take_file_output(&execd, sandbox, &file).await;
+            let mut kept = Kept::default();
+            match read {
+                Ok(bytes) => kept.push(&bytes, limit),
+                Err(error) => {
+                    tracing::warn!(sandbox = %sandbox.id, %error, "cannot read back a background command's stderr");
+                    kept.push(
+                        format!(
+                            "(sandfleet: this command's stderr could not be read back: {error})\n"
+                        )
+                        .as_bytes(),
+                        limit,
+                    );
+                }
+            }
+            (result.stderr, result.stderr_dropped) = kept.finish(OutputStream::Stderr, limit);
+            if let Some(sink) = output
+                && !result.stderr.is_empty()
+            {
+                let _ = sink
+                    .send(OutputChunk {
+                        stream: OutputStream::Stderr,
+                        bytes: result.stderr.clone(),
+                    })
+                    .await;
+            }
+        }
+        Ok(result)
     }
 
     async fn put_file(

@@ -12,7 +12,7 @@
 //! limits = { cpu = "4", memory = "8Gi" }  # requests come from [fleet]
 //! pool = "swe-pool"                     # extensions.poolRef
 //! pool_fallback = true                  # create directly when the pool is full
-//! background_after = "5m"               # longer commands are polled, not streamed
+//! background_after = "15m"              # commands allowed longer are polled, not streamed
 //! ```
 
 use std::time::Duration;
@@ -73,6 +73,9 @@ pub struct OpenSandboxConfig {
     pub execd_port: u16,
     /// Commands whose timeout is at least this run in background mode and
     /// are polled, so a cut stream cannot lose a long evaluation's result.
+    /// Polling costs a command up to a poll interval (0.2–2 s) at its end,
+    /// so the default sits above the 10-minute timeout runs and the daemon
+    /// give commands that set none: those stream.
     #[serde(deserialize_with = "duration")]
     pub background_after: Duration,
     /// Sandboxes this cluster may hold, when known (capacity).
@@ -95,7 +98,7 @@ impl Default for OpenSandboxConfig {
             pool_fallback: true,
             entrypoint: vec!["tail".into(), "-f".into(), "/dev/null".into()],
             execd_port: 44772,
-            background_after: Duration::from_secs(300),
+            background_after: Duration::from_secs(15 * 60),
             max_sandboxes: None,
             transport: TransportConfig::default(),
         }

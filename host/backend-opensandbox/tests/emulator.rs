@@ -386,3 +386,69 @@ async fn a_create_that_fails_on_the_server_is_not_repeated_and_leaves_nothing() 
     assert_eq!(emulator.live_sandboxes(), 0);
     emulator.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn long_commands_are_polled_and_keep_their_streams_apart_through_a_cut_stream() {
+    // The stream announcing a background command is cut right after its
+    // first terminal event: the command is still followed by polling.
+    let emulator = emulator_on(Runtime::Namespaces, "cut-tail").await;
+    let backend = backend_with(
+        &emulator,
+        OpenSandboxConfig {
+            background_after: Duration::from_secs(20),
+            ..OpenSandboxConfig::default()
+        },
+    );
+    let run = RunId::generate("os-background");
+    let sandbox = claim(&backend, &run).await;
+    let long = |merge_stderr: bool| ExecRequest {
+        argv: vec![
+            "sh".into(),
+            "-c".into(),
+            "echo out; echo err >&2; sleep 0.3; echo late; exit 4".into(),
+        ],
+        timeout: Duration::from_secs(30),
+        merge_stderr,
+        ..ExecRequest::default()
+    };
+
+    let before = emulator.executions().commands;
+    let (sink, mut chunks) = tokio::sync::mpsc::channel(64);
+    let ran = backend
+        .exec(&sandbox, &long(false), Some(&sink))
+        .await
+        .unwrap();
+    drop(sink);
+    assert_eq!(ran.exit_code, 4);
+    assert_eq!(String::from_utf8_lossy(&ran.stdout), "out\nlate\n");
+    assert_eq!(String::from_utf8_lossy(&ran.stderr), "err\n");
+    // Polled, then its stderr read back: two commands on the server.
+    assert_eq!(emulator.executions().commands - before, 2);
+    let mut streamed = Vec::new();
+    while let Some(chunk) = chunks.recv().await {
+        if chunk.stream == sandfleet_core::OutputStream::Stderr {
+            streamed.extend(chunk.bytes);
+        }
+    }
+    assert_eq!(streamed, b"err\n");
+    // Nothing of it is left where a reset check would see it. (A short
+    // command, streamed: a polled one would list its own stderr file.)
+    let listing = ExecRequest {
+        timeout: Duration::from_secs(5),
+        ..shell("ls -a /tmp")
+    };
+    let tmp = backend.exec(&sandbox, &listing, None).await.unwrap();
+    assert!(
+        !String::from_utf8_lossy(&tmp.stdout).contains(".sandfleet-stderr"),
+        "{}",
+        String::from_utf8_lossy(&tmp.stdout)
+    );
+
+    // Asked merged, both streams come in the one log.
+    let merged = backend.exec(&sandbox, &long(true), None).await.unwrap();
+    assert_eq!(String::from_utf8_lossy(&merged.stdout), "out\nerr\nlate\n");
+    assert!(merged.stderr.is_empty());
+    assert!(emulator.executions().repeated_markers().is_empty());
+    backend.release(&sandbox).await.unwrap();
+    emulator.shutdown().await;
+}
