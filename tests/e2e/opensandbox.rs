@@ -5,9 +5,9 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-use sandfleet_test_support::quickstart::{expected_statuses, statuses};
 use crate::signals::{signal, wait};
 use crate::{repo, results, run_id, stderr};
+use sandfleet_test_support::quickstart::{expected_statuses, statuses};
 
 #[test]
 fn the_quickstart_on_the_faulty_emulator_gives_the_local_runs_statuses() {
