@@ -39,8 +39,9 @@ pub(crate) enum Failure {
     NotStarted(kube::Error),
     /// The connection ended before the command's end: it may have run.
     Lost(String),
-    /// The session's shell ended, of itself, before it read the command:
-    /// it never ran.
+    /// The command never reached the session's shell: its websocket had
+    /// ended before the first byte of it was taken, or the shell ended, of
+    /// itself, before it read it. It never ran.
     Unread,
 }
 
@@ -133,10 +134,22 @@ impl Session {
     ) -> Result<ExecResult, Failure> {
         let marker = marker();
         let started = Instant::now();
-        self.stdin
-            .write_all(script(request, &marker, false).as_bytes())
-            .await
-            .map_err(|e| Failure::Lost(format!("writing to the exec session: {e}")))?;
+        let text = script(request, &marker, false);
+        let mut taken = 0;
+        while taken < text.len() {
+            match self.stdin.write(&text.as_bytes()[taken..]).await {
+                Ok(n) if n > 0 => taken += n,
+                // The websocket's end takes nothing more; none of the
+                // command's bytes were taken, so none were sent.
+                _ if taken == 0 => return Err(Failure::Unread),
+                Ok(_) => {
+                    return Err(Failure::Lost(
+                        "the exec session took part of the command".into(),
+                    ));
+                }
+                Err(e) => return Err(Failure::Lost(format!("writing to the exec session: {e}"))),
+            }
+        }
         self.stdin
             .flush()
             .await

@@ -9,14 +9,15 @@ use k8s_openapi::api::core::v1::{
     Affinity, Container, EnvVar, LocalObjectReference, PodAffinity, PodAffinityTerm, PodSpec,
     PodTemplateSpec, ResourceRequirements, WeightedPodAffinityTerm,
 };
+use k8s_openapi::api::networking::v1::{NetworkPolicyIngressRule, NetworkPolicyPeer};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use sandfleet_core::{LABEL_RUN_ID, Labels, TemplateSpec};
 
 use crate::config::K8sConfig;
 use crate::resources::{
-    Lifecycle, NameRef, SandboxClaim, SandboxClaimSpec, SandboxTemplate, SandboxTemplateSpec,
-    SandboxWarmPool, SandboxWarmPoolSpec,
+    Lifecycle, NameRef, SandboxClaim, SandboxClaimSpec, SandboxNetworkPolicy, SandboxTemplate,
+    SandboxTemplateSpec, SandboxWarmPool, SandboxWarmPoolSpec,
 };
 
 /// The container every sandbox pod runs commands in.
@@ -44,11 +45,36 @@ pub(crate) fn template(
         SandboxTemplateSpec {
             pod_template: pod,
             service: config.service.then_some(true),
+            network_policy: (!spec.network).then(offline),
         },
     );
     template.metadata.namespace = Some(namespace.to_string());
     template.metadata.labels = Some(labels);
     Ok(template)
+}
+
+/// The rules of sandboxes that must not reach the network: no egress at
+/// all; in, as by default, only the sandbox router (namespace
+/// `agent-sandbox-system`, label `app=sandbox-router`).
+fn offline() -> SandboxNetworkPolicy {
+    let selector = |key: &str, value: &str| LabelSelector {
+        match_labels: Some(BTreeMap::from([(key.to_string(), value.to_string())])),
+        ..LabelSelector::default()
+    };
+    SandboxNetworkPolicy {
+        ingress: vec![NetworkPolicyIngressRule {
+            from: Some(vec![NetworkPolicyPeer {
+                namespace_selector: Some(selector(
+                    "kubernetes.io/metadata.name",
+                    "agent-sandbox-system",
+                )),
+                pod_selector: Some(selector("app", "sandbox-router")),
+                ..NetworkPolicyPeer::default()
+            }]),
+            ..NetworkPolicyIngressRule::default()
+        }],
+        egress: Vec::new(),
+    }
 }
 
 fn pod_template(
@@ -274,6 +300,20 @@ mod tests {
         // Nothing the driver does not own is sent (server-side apply would
         // take ownership of it).
         assert!(value["spec"].get("service").is_none(), "{value}");
+        // No network: nothing out, in from the router only.
+        assert_eq!(
+            value["spec"]["networkPolicy"],
+            serde_json::json!({"ingress": [{"from": [{
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "agent-sandbox-system"}},
+                "podSelector": {"matchLabels": {"app": "sandbox-router"}},
+            }]}]})
+        );
+        let online = TemplateSpec {
+            network: true,
+            ..spec()
+        };
+        let value = serde_json::to_value(super::template(&online, &config, "ns").unwrap()).unwrap();
+        assert!(value["spec"].get("networkPolicy").is_none(), "{value}");
         let bad = K8sConfig {
             pod_spec: BTreeMap::from([("nodeSelector".into(), "nope".into())]),
             ..K8sConfig::default()

@@ -4,6 +4,7 @@
 //! written here).
 
 use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::api::networking::v1::{NetworkPolicyEgressRule, NetworkPolicyIngressRule};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
 use serde::{Deserialize, Serialize};
@@ -85,6 +86,24 @@ pub struct SandboxTemplateSpec {
     /// Whether sandboxes get a headless service.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service: Option<bool>,
+    /// The traffic its sandboxes may have; `None`: the controller's default
+    /// (in from the sandbox router only, out to public addresses).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_policy: Option<SandboxNetworkPolicy>,
+}
+
+/// A template's own network rules, which the controller writes into the
+/// template's NetworkPolicy for both directions: traffic one way is allowed
+/// only when a rule that way matches it, so a direction without rules
+/// allows none.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+pub struct SandboxNetworkPolicy {
+    /// What may reach the sandboxes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ingress: Vec<NetworkPolicyIngressRule>,
+    /// What the sandboxes may reach.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub egress: Vec<NetworkPolicyEgressRule>,
 }
 
 /// A pool of warm sandboxes of one template.

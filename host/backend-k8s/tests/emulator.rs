@@ -10,16 +10,17 @@ use std::time::{Duration, Instant};
 
 use sandfleet_backend_k8s::{ExecMode, K8sBackend, K8sClients, K8sConfig};
 use sandfleet_core::{
-    Backend, ErrorKind, ExecRequest, LABEL_TASK, RunId, TemplateRef, TemplateSpec, template_name,
+    Backend, BackendError, ErrorKind, ExecRequest, ExecResult, LABEL_TASK, RunId, SandboxHandle,
+    TemplateRef, TemplateSpec, template_name,
 };
-use sandfleet_emulator_k8s::{CONTEXT, Config, DenyRule, Emulator, ImageMap, Tuning};
+use sandfleet_emulator_k8s::{CONTEXT, Config, DenyRule, Emulator, ImageMap, MARKER_ENV, Tuning};
 
 /// The image every test sandbox is made of.
 const IMAGE: &str = "calc";
 
 struct Cluster {
-    // Serving until the test ends.
-    _emulator: Emulator,
+    /// Serving until the test ends.
+    emulator: Emulator,
     dir: tempfile::TempDir,
 }
 
@@ -47,10 +48,7 @@ impl Cluster {
         emulator
             .write_kubeconfig(&dir.path().join("kubeconfig"))
             .unwrap();
-        Cluster {
-            _emulator: emulator,
-            dir,
-        }
+        Cluster { emulator, dir }
     }
 
     async fn agent_sandbox() -> Self {
@@ -75,6 +73,15 @@ impl Cluster {
 
     fn backend(&self, config: K8sConfig) -> K8sBackend {
         K8sBackend::new("dev", config, &K8sClients::new()).unwrap()
+    }
+
+    /// A kube client of the test's own, to look at what the driver made.
+    async fn client(&self) -> kube::Client {
+        let kubeconfig = kube::config::Kubeconfig::read_from(self.kubeconfig()).unwrap();
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .unwrap();
+        kube::Client::try_from(config).unwrap()
     }
 }
 
@@ -416,15 +423,7 @@ async fn a_prepull_puts_the_images_on_every_matching_node_and_leaves_no_daemon_s
         .await
         .unwrap();
     assert_eq!(nodes, 3);
-    let client = kube::Client::try_from(
-        kube::Config::from_custom_kubeconfig(
-            kube::config::Kubeconfig::read_from(cluster.kubeconfig()).unwrap(),
-            &kube::config::KubeConfigOptions::default(),
-        )
-        .await
-        .unwrap(),
-    )
-    .unwrap();
+    let client = cluster.client().await;
     let listed = kube::Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
         .list(&Default::default())
         .await
@@ -473,6 +472,245 @@ async fn a_scrub_stops_what_a_task_left_running_and_spares_the_entrypoint() {
     assert!(
         !after.contains("sleep") && after.contains("tail"),
         "{after}"
+    );
+    backend.reap(&run).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_template_without_network_gets_a_policy_that_denies_all_egress() {
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    let cluster = Cluster::agent_sandbox().await;
+    let backend = cluster.backend(cluster.config());
+    let run = RunId::new("run-net").unwrap();
+    let offline = backend.ensure_template(&spec(&run)).await.unwrap();
+    let online = backend
+        .ensure_template(&TemplateSpec {
+            name: template_name(&run, "calc-online"),
+            network: true,
+            ..spec(&run)
+        })
+        .await
+        .unwrap();
+    let policies = kube::Api::<NetworkPolicy>::namespaced(cluster.client().await, "default");
+    let policy_of = |template: &TemplateRef| {
+        let (policies, name) = (
+            policies.clone(),
+            format!("{}-network-policy", template.name),
+        );
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                if let Some(policy) = policies.get_opt(&name).await.unwrap() {
+                    break policy.spec.unwrap();
+                }
+                assert!(Instant::now() < deadline, "no {name}");
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+        }
+    };
+    let closed = policy_of(&offline).await;
+    assert_eq!(
+        closed.policy_types.as_deref(),
+        Some(&["Ingress".to_string(), "Egress".to_string()][..])
+    );
+    assert!(closed.egress.unwrap_or_default().is_empty());
+    let from = &closed.ingress.unwrap()[0].from.clone().unwrap()[0];
+    assert_eq!(
+        from.pod_selector
+            .as_ref()
+            .unwrap()
+            .match_labels
+            .as_ref()
+            .unwrap()["app"],
+        "sandbox-router"
+    );
+    // A template that may use the network keeps the controller's default:
+    // out to public addresses.
+    let open = policy_of(&online).await;
+    let to = open.egress.unwrap()[0].to.clone().unwrap();
+    assert_eq!(to[0].ip_block.as_ref().unwrap().cidr, "0.0.0.0/0");
+    backend.reap(&run).await.unwrap();
+}
+
+/// The production faults of issue 13's acceptance run.
+const PRODUCTION_FAULTS: &str = "conflict=0.2,watch-drop=3,gone-burst,flaky=0.02,throttle=50";
+
+/// `op`'s value, made again while it fails in a way that making an
+/// idempotent request again can help (as the engine's retry budget does).
+async fn idempotent<T, F: Future<Output = Result<T, BackendError>>>(op: impl Fn() -> F) -> T {
+    for _ in 0..20 {
+        match op().await {
+            Err(error) if error.kind().is_retryable() => continue,
+            other => return other.unwrap(),
+        }
+    }
+    panic!("still failing after 20 attempts")
+}
+
+/// A command that appends its marker (`MARKER_ENV`, set to `id`) to
+/// `/tmp/ran`, then runs `then`.
+fn appending(id: &str, then: &str) -> ExecRequest {
+    ExecRequest {
+        env: vec![(MARKER_ENV.to_string(), id.to_string())],
+        ..sh(&format!("echo \"${MARKER_ENV}\" >> /tmp/ran; {then}"))
+    }
+}
+
+/// How often each marker appears in the sandbox's `/tmp/ran`.
+async fn ran(
+    backend: &K8sBackend,
+    handle: &SandboxHandle,
+) -> std::collections::BTreeMap<String, usize> {
+    let text = idempotent(|| backend.get_file(handle, "/tmp/ran")).await;
+    let mut counts = std::collections::BTreeMap::new();
+    for id in String::from_utf8(text).unwrap().lines() {
+        *counts.entry(id.to_string()).or_default() += 1;
+    }
+    counts
+}
+
+/// Runs 30 commands one after another in `handle`, every tenth ending the
+/// shell that runs it (so its connection is lost after it ran), and checks
+/// against the sandbox's record that each ran exactly once when it
+/// succeeded or may have been sent, and never when it was not sent.
+async fn every_command_runs_once(backend: &K8sBackend, handle: &SandboxHandle, prefix: &str) {
+    let mut outcomes: Vec<(String, bool, Result<ExecResult, BackendError>)> = Vec::new();
+    for i in 0..30 {
+        let id = format!("{prefix}-{i}");
+        let killer = i % 10 == 9;
+        let then = if killer { "kill -KILL $PPID" } else { "true" };
+        let outcome = backend.exec(handle, &appending(&id, then), None).await;
+        outcomes.push((id, killer, outcome));
+    }
+    let counts = ran(backend, handle).await;
+    for (id, killer, outcome) in &outcomes {
+        let times = counts.get(id).copied().unwrap_or(0);
+        match outcome {
+            Ok(result) => {
+                assert!(!killer && result.exit_code == 0, "{id}: {result:?}");
+                assert_eq!(times, 1, "{id} succeeded and ran {times} times");
+            }
+            Err(error) if error.kind() == (ErrorKind::Transport { sent: true }) => {
+                assert!(killer, "{id}: {error}");
+                assert_eq!(
+                    times, 1,
+                    "{id} was lost after it ran, and ran {times} times"
+                );
+            }
+            Err(error) => {
+                assert!(error.kind().is_retryable() && !killer, "{id}: {error}");
+                assert_eq!(
+                    times, 0,
+                    "{id} was not sent ({error}) and ran {times} times"
+                );
+            }
+        }
+    }
+    // The connections of the commands that ended their shells were lost.
+    assert_eq!(
+        outcomes
+            .iter()
+            .filter(|(_, _, o)| o
+                .as_ref()
+                .is_err_and(|e| e.kind() == (ErrorKind::Transport { sent: true })))
+            .count(),
+        3,
+        "{outcomes:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_the_production_faults_no_command_runs_twice_over_sessions_or_one_shot_execs() {
+    let cluster = Cluster::start(Config {
+        with_agent_sandbox: true,
+        faults: PRODUCTION_FAULTS.into(),
+        ..Config::default()
+    })
+    .await;
+    let sessions = cluster.backend(cluster.config());
+    let one_shot = cluster.backend(K8sConfig {
+        exec: ExecMode::Oneshot,
+        ..cluster.config()
+    });
+    let run = RunId::new("run-once").unwrap();
+    let (spec, labels) = (spec(&run), run.labels());
+    let template = idempotent(|| sessions.ensure_template(&spec)).await;
+    idempotent(|| sessions.warm(&template, 2, &labels)).await;
+    idempotent(|| sessions.wait_pool_ready(&template, 2, soon())).await;
+    let in_session = idempotent(|| sessions.claim(&template, &labels, soon())).await;
+    let alone = idempotent(|| one_shot.claim(&template, &labels, soon())).await;
+    tokio::join!(
+        every_command_runs_once(&sessions, &in_session, "session"),
+        every_command_runs_once(&one_shot, &alone, "oneshot"),
+    );
+    // No command went over two websockets of its own.
+    let executions = cluster.emulator.executions();
+    let repeated: Vec<_> = executions
+        .by_marker
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .collect();
+    assert!(repeated.is_empty(), "{repeated:?}");
+    assert!(executions.by_marker.len() >= 30, "{executions:?}");
+    idempotent(|| sessions.reap(&run)).await;
+}
+
+/// A session shell that runs the first command it reads and then ends
+/// cleanly without reading another, as a shell with an idle timeout does.
+const ONE_COMMAND_SHELL: &str = "#!/bin/sh\nIFS= read -r command && eval \"$command\"\nexit 0\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_shell_that_ends_cleanly_before_reading_a_command_hands_it_to_a_websocket_of_its_own()
+ {
+    let cluster = Cluster::agent_sandbox().await;
+    let shell = "/workspace/one-command-shell";
+    let backend = cluster.backend(K8sConfig {
+        shell: shell.into(),
+        ..cluster.config()
+    });
+    let run = RunId::new("run-handover").unwrap();
+    let template = warm_template(&backend, &run, 1).await;
+    let handle = backend
+        .claim(&template, &run.labels(), soon())
+        .await
+        .unwrap();
+    backend
+        .put_file(&handle, shell, ONE_COMMAND_SHELL.as_bytes(), 0o755)
+        .await
+        .unwrap();
+    let sessions_before = cluster.emulator.executions().with_stdin;
+    let mut outcomes = Vec::new();
+    for id in ["first", "handed-over", "next"] {
+        let outcome = backend
+            .exec(&handle, &appending(id, "echo ran"), None)
+            .await
+            .unwrap();
+        outcomes.push((
+            outcome.exit_code,
+            String::from_utf8(outcome.stdout).unwrap(),
+        ));
+    }
+    assert_eq!(outcomes, vec![(0, "ran\n".to_string()); 3]);
+    let counts = ran(&backend, &handle).await;
+    assert_eq!(
+        counts,
+        [("first", 1), ("handed-over", 1), ("next", 1)]
+            .map(|(id, n)| (id.to_string(), n))
+            .into()
+    );
+    // The first and the last went over sessions of their own (the shell
+    // ends after one command), the one between over a websocket of its
+    // own, once.
+    let executions = cluster.emulator.executions();
+    assert_eq!(executions.with_stdin - sessions_before, 2, "{executions:?}");
+    assert_eq!(
+        executions.by_marker.get("handed-over"),
+        Some(&1),
+        "{executions:?}"
+    );
+    assert!(
+        !executions.by_marker.contains_key("first") && !executions.by_marker.contains_key("next"),
+        "{executions:?}"
     );
     backend.reap(&run).await.unwrap();
 }
