@@ -8,9 +8,10 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::Context as _;
-use sandfleet_backend_k8s::{K8sBackend, K8sClients};
+use sandfleet_backend_k8s::K8sBackend;
 use sandfleet_core::RunId;
-use sandfleet_fleet::{BackendConfig, FleetConfig, setup};
+use sandfleet_fleet::setup::{self, Connections};
+use sandfleet_fleet::{BackendConfig, FleetConfig};
 
 pub(crate) fn prepull(config_path: &Path) -> anyhow::Result<ExitCode> {
     let config = FleetConfig::load(config_path)?;
@@ -18,10 +19,11 @@ pub(crate) fn prepull(config_path: &Path) -> anyhow::Result<ExitCode> {
     let tasks = setup::tasks(&config, &plugins.adapter)?;
     let images = images(&config, tasks.iter().map(|t| t.image.as_str()));
     let run_id = RunId::generate(&format!("{}-prepull", config.run.name));
+    let connections = Connections::new(config.fleet.create_rate)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(pull(&config, &images, &run_id))?;
+    runtime.block_on(pull(&config, &images, &run_id, &connections))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -38,18 +40,19 @@ pub(crate) fn images<'a>(
 }
 
 /// Pulls `images` on every Kubernetes cluster of `config`, as `run` (whose
-/// reap removes a pull it was killed in the middle of).
+/// reap removes a pull it was killed in the middle of), over the clients of
+/// `connections` (a run's own, when it pulls before it starts).
 pub(crate) async fn pull(
     config: &FleetConfig,
     images: &[String],
     run: &RunId,
+    connections: &Connections,
 ) -> anyhow::Result<()> {
-    let clients = K8sClients::new();
     for cluster in &config.clusters {
         let BackendConfig::K8s { k8s } = &cluster.backend else {
             continue;
         };
-        let backend = K8sBackend::new(&cluster.name, k8s.clone(), &clients)
+        let backend = K8sBackend::new(&cluster.name, k8s.clone(), connections.kube())
             .with_context(|| format!("{}: cluster `{}`", config.path.display(), cluster.name))?;
         let started = Instant::now();
         let nodes = backend

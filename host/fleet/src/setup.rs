@@ -317,6 +317,11 @@ impl Connections {
     pub fn http(&self) -> &Clients {
         &self.http
     }
+
+    /// The Kubernetes clients.
+    pub fn kube(&self) -> &K8sClients {
+        &self.kube
+    }
 }
 
 /// The configured clusters' drivers, creating at most `[fleet]
@@ -346,7 +351,7 @@ pub fn clusters_with(
                         })?,
                 ),
                 BackendConfig::K8s { k8s } => Arc::new(
-                    K8sBackend::new(&cluster.name, k8s.clone(), &connections.kube).with_context(
+                    K8sBackend::new(&cluster.name, k8s.clone(), connections.kube()).with_context(
                         || format!("{}: cluster `{}`", config.path.display(), cluster.name),
                     )?,
                 ),
