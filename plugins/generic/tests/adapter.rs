@@ -61,11 +61,11 @@ fn grading_follows_the_exit_code_apply_and_timeout() {
         )
         .unwrap();
     assert_eq!(passed.status, GradeStatus::Passed);
-    assert_eq!(passed.reward, 1.0);
+    assert_eq!(passed.reward, Some(1.0));
     let tests: Vec<(&str, TestStatus)> = passed
         .tests
         .iter()
-        .map(|t| (t.name.as_str(), t.status))
+        .map(|t| (t.name, t.status))
         .collect();
     assert_eq!(
         tests,
@@ -82,7 +82,7 @@ fn grading_follows_the_exit_code_apply_and_timeout() {
             &[fixtures::output(0, ""), fixtures::output(1, log)],
         )
         .unwrap();
-    assert_eq!((failed.status, failed.reward), (GradeStatus::Failed, 0.0));
+    assert_eq!((failed.status, failed.reward), (GradeStatus::Failed, Some(0.0)));
     assert_eq!(failed.detail, "the test command exited 1, expected 0");
 
     let mut rejected = fixtures::output(1, "");
@@ -169,7 +169,10 @@ fn parse_log_and_summarize() {
         .parse_log_blocking("tap", "ok 1 - a\nnot ok 2 - b\n", &[])
         .unwrap();
     assert_eq!(tests.len(), 2);
-    assert_eq!(tests[1].status, TestStatus::Failed);
+    assert_eq!(
+        tests.iter().nth(1).map(|t| t.status),
+        Some(TestStatus::Failed)
+    );
     let error = adapter
         .parse_log_blocking("junit", "", &[])
         .unwrap_err()
@@ -183,6 +186,7 @@ fn parse_log_and_summarize() {
         task_id: id.into(),
         status,
         solution,
+        infra: None,
     };
     let summary = adapter
         .summarize_blocking(
