@@ -208,7 +208,8 @@ fn grade_reports_a_bad_instance_and_grades_the_rest() {
     assert!(!output.status.success());
     let errors = stderr(&output);
     assert!(
-        errors.contains("instances.jsonl:1: instance `nobody__nothing-1`: cannot read"),
+        errors.contains("instances.jsonl:1: ")
+            && errors.contains("nobody__nothing-1/test_output.txt: cannot read"),
         "{errors}"
     );
     assert!(

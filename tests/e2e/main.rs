@@ -15,7 +15,7 @@ mod serve;
 mod signals;
 mod telemetry;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 
 pub(crate) use sandfleet_test_support::quickstart::{repo, results};

@@ -439,7 +439,14 @@ fn write_status_map(out: &mut impl Write, tests: &TestTable) -> std::io::Result<
 /// written test by test.
 fn write_grade(out: &mut impl Write, head: &Value, tests: &TestTable) -> std::io::Result<()> {
     let head = serde_json::to_string_pretty(head)?;
-    out.write_all(head.trim_end_matches(['\n', '}']).as_bytes())?;
+    // Only the object's own closing brace: a last field that is an object
+    // (`infra_failure`) ends in one too.
+    let fields = head.strip_suffix("\n}").ok_or_else(|| {
+        std::io::Error::other(format!(
+            "grade.json's head is not an object with fields: {head}"
+        ))
+    })?;
+    out.write_all(fields.as_bytes())?;
     out.write_all(b",\n  \"tests\": [")?;
     for (index, test) in tests.iter().enumerate() {
         out.write_all(if index == 0 { b"\n    " } else { b",\n    " })?;
