@@ -7,8 +7,8 @@ use anyhow::Context as _;
 use sandfleet_core::RunId;
 use sandfleet_engine::{CancellationToken, RunError, RunSpec};
 
-use sandfleet_fleet::FleetConfig;
 use crate::progress_ui;
+use sandfleet_fleet::FleetConfig;
 use sandfleet_fleet::setup;
 
 /// Exit code when a signal stopped the run.

@@ -489,7 +489,8 @@ backend = "local"
         let text = MINIMAL.replace("backend = \"local\"", "backend = \"cloud\"");
         let error = parse(&text).unwrap_err();
         assert!(
-            error.contains("unknown variant `cloud`, expected one of `local`, `opensandbox`, `k8s`"),
+            error
+                .contains("unknown variant `cloud`, expected one of `local`, `opensandbox`, `k8s`"),
             "{error}"
         );
     }
@@ -521,7 +522,10 @@ backend = "local"
             panic!("{:?}", config.clusters[0].backend);
         };
         assert_eq!(k8s.kubeconfig.as_deref(), Some(Path::new("/cfg/kc.yaml")));
-        assert_eq!((k8s.namespace.as_str(), config.clusters[0].backend.kind()), ("sb", "k8s"));
+        assert_eq!(
+            (k8s.namespace.as_str(), config.clusters[0].backend.kind()),
+            ("sb", "k8s")
+        );
         let error = parse(&format!("{text}\nnode_selectr = {{}}\n")).unwrap_err();
         assert!(error.starts_with("/cfg/fleet.toml:"), "{error}");
         assert!(error.contains("unknown field `node_selectr`"), "{error}");

@@ -62,11 +62,7 @@ fn grading_follows_the_exit_code_apply_and_timeout() {
         .unwrap();
     assert_eq!(passed.status, GradeStatus::Passed);
     assert_eq!(passed.reward, Some(1.0));
-    let tests: Vec<(&str, TestStatus)> = passed
-        .tests
-        .iter()
-        .map(|t| (t.name, t.status))
-        .collect();
+    let tests: Vec<(&str, TestStatus)> = passed.tests.iter().map(|t| (t.name, t.status)).collect();
     assert_eq!(
         tests,
         vec![
@@ -82,7 +78,10 @@ fn grading_follows_the_exit_code_apply_and_timeout() {
             &[fixtures::output(0, ""), fixtures::output(1, log)],
         )
         .unwrap();
-    assert_eq!((failed.status, failed.reward), (GradeStatus::Failed, Some(0.0)));
+    assert_eq!(
+        (failed.status, failed.reward),
+        (GradeStatus::Failed, Some(0.0))
+    );
     assert_eq!(failed.detail, "the test command exited 1, expected 0");
 
     let mut rejected = fixtures::output(1, "");
