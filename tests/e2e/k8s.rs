@@ -152,7 +152,8 @@ fn the_quickstart_on_devcluster_k8s_gives_the_local_runs_statuses_with_every_str
             .trim()
             .is_empty()
     );
-    let variants: [(&str, &[(&str, &str)]); 5] = [
+    let recycle = ("max_concurrent = 4", "max_concurrent = 4\nrecycle = true");
+    let variants: [(&str, &[(&str, &str)]); 6] = [
         ("none", &[("strategy = \"sliding\"", "strategy = \"none\"")]),
         (
             "naive",
@@ -163,12 +164,13 @@ fn the_quickstart_on_devcluster_k8s_gives_the_local_runs_statuses_with_every_str
             "pipelined",
             &[("strategy = \"sliding\"", "strategy = \"pipelined\"")],
         ),
+        // The reset check's commands over the persistent session (the
+        // default), whose shell is the only process an exec adds to a pod.
+        ("recycle", &[recycle]),
         (
-            // One websocket per command: the devcluster's stdin plumbing runs
-            // inside the pod, where git-restore's process check sees it.
-            "recycle",
+            "recycle-oneshot",
             &[
-                ("max_concurrent = 4", "max_concurrent = 4\nrecycle = true"),
+                recycle,
                 ("lease = \"10m\"", "lease = \"10m\"\nexec = \"oneshot\""),
             ],
         ),
@@ -186,10 +188,14 @@ fn the_quickstart_on_devcluster_k8s_gives_the_local_runs_statuses_with_every_str
             stderr(&output)
         );
         assert_eq!(report(&out)["releases"]["failed"], 0, "{name}");
-        if name == "recycle" {
-            // Fewer claims than tasks: sandboxes served several.
-            let claims = report(&out)["claims"].as_u64().unwrap();
-            assert!(claims < 13, "{}", report(&out));
+        if name.starts_with("recycle") {
+            // Fewer claims than tasks: sandboxes served several, every reset
+            // clean (nothing but the session's shell ran in a pod beside
+            // the task's own processes).
+            let report = report(&out);
+            let claims = report["claims"].as_u64().unwrap();
+            assert!(claims < 13, "{name}: {report}");
+            assert_eq!(report["recycle"]["quarantined"], 0, "{name}: {report}");
         }
         assert!(
             cluster
