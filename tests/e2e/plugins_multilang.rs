@@ -41,9 +41,16 @@ fn checked_as_placement(outputs: &[(String, Output)]) {
     );
 }
 
-/// Runs the quickstart with `component` as its placement policy `name`;
-/// asserts the run's statuses and that the report names that component.
-fn serves_the_quickstart(builder: &Builder, component: &Path, name: &str) {
+/// A run of the quickstart with `component` as its placement policy `name`:
+/// the output, the run id, the output directory and what holds them.
+struct QuickstartRun {
+    output: Output,
+    id: String,
+    out: PathBuf,
+    _scratch: tempfile::TempDir,
+}
+
+fn run_quickstart_with(builder: &Builder, component: &Path, name: &str) -> QuickstartRun {
     let scratch = tempfile::tempdir().unwrap();
     let plugins = scratch.path().join("plugins");
     std::fs::create_dir(&plugins).unwrap();
@@ -72,16 +79,30 @@ fn serves_the_quickstart(builder: &Builder, component: &Path, name: &str) {
     let (fleet_arg, out_arg) = (fleet_path.to_str().unwrap(), out.to_str().unwrap());
     let args = ["run", fleet_arg, "--out", out_arg, "--run-id", &id];
     let output = builder.sandfleet(&args, scratch.path());
-    assert!(output.status.success(), "{}", text(&output));
+    QuickstartRun {
+        output,
+        id,
+        out,
+        _scratch: scratch,
+    }
+}
+
+/// Runs the quickstart with `component` as its placement policy `name`;
+/// asserts the run's statuses and that the report names that component.
+fn serves_the_quickstart(builder: &Builder, component: &Path, name: &str) {
+    // Bound whole: the run's directory lives as long as `run`.
+    let run = run_quickstart_with(builder, component, name);
+    let (output, id, out) = (&run.output, &run.id, &run.out);
+    assert!(output.status.success(), "{}", text(output));
     assert!(
-        stdout(&output).contains(&format!("run {id}: 8 ok, 5 failed, 0 infra_error")),
+        stdout(output).contains(&format!("run {id}: 8 ok, 5 failed, 0 infra_error")),
         "{}",
-        stdout(&output)
+        stdout(output)
     );
-    assert_eq!(statuses(&out), expected_statuses());
+    assert_eq!(statuses(out), expected_statuses());
     let check = builder.sandfleet(
         &["plugin", "check", "--json", component.to_str().unwrap()],
-        scratch.path(),
+        component.parent().unwrap(),
     );
     let checked: serde_json::Value = serde_json::from_slice(&check.stdout).unwrap();
     let sha256 = checked["sha256"].as_str().unwrap();
@@ -209,6 +230,17 @@ fn a_new_python_policy_builds_outside_the_repository_and_serves_the_quickstart()
         "{}",
         stderr(&failed)
     );
+    // A run it places for stops with that trap in one line, after tearing
+    // down what it made.
+    let wasm = built.project.join("my-policy.wasm");
+    let run = run_quickstart_with(&builder, &wasm, "my-policy");
+    assert_eq!(run.output.status.code(), Some(1), "{}", text(&run.output));
+    let error = stderr(&run.output);
+    assert!(
+        error.contains("error: plugin `my-policy` (sha256:") && error.contains("place: trapped"),
+        "{error}"
+    );
+    assert!(error.contains("tearing down"), "{error}");
 }
 
 #[test]
