@@ -15,7 +15,7 @@ use crate::task::{TaskRunner, WorkItem};
 use crate::{logs, text};
 
 /// Commands without a timeout of their own get this one.
-const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(600);
+pub(crate) const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// The outputs of a sequence of commands.
 pub(crate) struct Ran {

@@ -31,6 +31,7 @@ mod reap;
 mod recycle;
 mod release;
 mod report;
+pub mod reset;
 mod results;
 mod retry;
 mod run;

@@ -106,9 +106,8 @@ impl TaskRunner {
         task: &Task,
     ) -> Result<Vec<CommandOutput>, String> {
         let commands = check.baseline(task).await.map_err(|e| e.to_string())?;
-        self.run_commands(claimed, &commands, &task.workdir, &[], None)
+        self.run_reset_phase(claimed, &commands, &task.workdir)
             .await
-            .map(|ran| ran.outputs)
     }
 
     /// Scrubs the held sandbox (the backend stops whatever the last task
@@ -127,9 +126,8 @@ impl TaskRunner {
             .await
             .map_err(|e| format!("reset: {e}"))?;
         let outputs = self
-            .run_commands(&held.claimed, &commands, &task.workdir, &[], None)
-            .await?
-            .outputs;
+            .run_reset_phase(&held.claimed, &commands, &task.workdir)
+            .await?;
         match check.verify(task, &baseline, &outputs).await {
             Ok(Verdict::Clean) => Ok(()),
             Ok(Verdict::Dirty(reason)) => Err(format!("dirty after reset: {reason}")),

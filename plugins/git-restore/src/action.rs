@@ -164,20 +164,26 @@ shift 2
 declare -A baseline current
 for entry; do baseline[${entry#* }]=${entry%% *}; done
 while read -r sha ref; do current[$ref]=$sha; done < <(git for-each-ref --format='%(objectname) %(refname)')
-{
-  for ref in "${!current[@]}"; do
-    [ -n "${baseline[$ref]+set}" ] || printf 'delete %s\n' "$ref"
-  done
-  for ref in "${!baseline[@]}"; do
-    [ "${current[$ref]-}" = "${baseline[$ref]}" ] || printf 'update %s %s\n' "$ref" "${baseline[$ref]}"
-  done
-} | git update-ref --stdin || exit 1
+updates=()
+for ref in "${!current[@]}"; do
+  [ -n "${baseline[$ref]+set}" ] || updates+=("delete $ref")
+done
+for ref in "${!baseline[@]}"; do
+  [ "${current[$ref]-}" = "${baseline[$ref]}" ] || updates+=("update $ref ${baseline[$ref]}")
+done
+if [ "${#updates[@]}" -gt 0 ]; then
+  printf '%s\n' "${updates[@]}" | git update-ref --stdin || exit 1
+fi
 git_dir=$(git rev-parse --git-dir) || exit 1
+states=()
 for state in rebase-merge rebase-apply sequencer MERGE_HEAD MERGE_MSG MERGE_MODE AUTO_MERGE \
              CHERRY_PICK_HEAD REVERT_HEAD BISECT_LOG BISECT_START BISECT_TERMS BISECT_NAMES \
              BISECT_EXPECTED_REV BISECT_ANCESTORS_OK; do
-  rm -rf "${git_dir:?}/$state" || exit 1
+  [ -e "${git_dir:?}/$state" ] || [ -L "$git_dir/$state" ] && states+=("$git_dir/$state")
 done
+if [ "${#states[@]}" -gt 0 ]; then
+  rm -rf -- "${states[@]}" || exit 1
+fi
 if [ -n "$branch" ]; then
   git symbolic-ref HEAD "$branch" || exit 1
 else
@@ -207,8 +213,16 @@ if [ -d "$logs" ]; then
     name=${log#"$logs"/}
     if [ -z "${keep[$name]+set}" ]; then
       rm -f "$log" || exit 1
-    elif [ "$(wc -l < "$log")" -gt "${keep[$name]}" ]; then
-      head -n "${keep[$name]}" "$log" > "$log.git-restore" && mv "$log.git-restore" "$log" || exit 1
+      continue
+    fi
+    # Counted as the probe counts: a builtin, no process per reflog.
+    mapfile -t lines < "$log" || exit 1
+    if [ "${#lines[@]}" -gt "${keep[$name]}" ]; then
+      if [ "${keep[$name]}" -eq 0 ]; then
+        : > "$log.git-restore"
+      else
+        printf '%s\n' "${lines[@]:0:${keep[$name]}}" > "$log.git-restore"
+      fi && mv "$log.git-restore" "$log" || exit 1
     fi
   done < <(find "$logs" -type f -print0)
 fi

@@ -5,7 +5,7 @@
 
 use crate::Command;
 use crate::options::Options;
-use crate::shell::{AT_REPOSITORY_TOP, LIST_PROCESSES, bash};
+use crate::shell::{AT_REPOSITORY_TOP, DIGESTS, LIST_PROCESSES, bash};
 
 /// The probes, in the order their commands run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,8 +87,8 @@ impl Probe {
                 vec![],
                 120,
             ),
-            Probe::GitConfig => (in_repository(GIT_CONFIG), vec![], 30),
-            Probe::Environment => (ENVIRONMENT.to_owned(), vec![], 30),
+            Probe::GitConfig => (in_repository(&format!("{DIGESTS}{GIT_CONFIG}")), vec![], 30),
+            Probe::Environment => (format!("{DIGESTS}{ENVIRONMENT}"), vec![], 30),
             Probe::UntrackedContents => (in_repository(UNTRACKED_CONTENTS), vec![], 600),
             Probe::Processes => (format!("{LIST_PROCESSES}{PRINT_PROCESSES}"), vec![], 30),
             Probe::TmpEntries => (TMP_ENTRIES.to_owned(), vec![options.tmp_dir.clone()], 60),
@@ -109,12 +109,15 @@ const HEAD: &str = r#"git rev-parse --verify -q HEAD || { echo "HEAD names no co
 git symbolic-ref -q HEAD || echo "(detached)"
 "#;
 
+/// Lines are counted by `mapfile`, a builtin, as the restore step counts
+/// them: no process per reflog.
 const REFLOGS: &str = r#"logs=$(git rev-parse --git-path logs) || exit 1
 [ -d "$logs" ] || exit 0
 cd "$logs" || exit 1
-find . -type f -print0 | while IFS= read -r -d '' log; do
-  printf '%s %s\n' "$(wc -l < "$log")" "${log#./}"
-done
+while IFS= read -r -d '' log; do
+  mapfile -t lines < "$log" || exit 1
+  printf '%s %s\n' "${#lines[@]}" "${log#./}"
+done < <(find . -type f -print0)
 "#;
 
 /// Untracked directories collapse to one entry, ignored ones too
@@ -124,20 +127,22 @@ const STATUS: &str =
 
 const GIT_CONFIG: &str = r#"git config --list --show-origin -z || exit 1
 hooks=$(git rev-parse --git-path hooks) || exit 1
-for hook in "$hooks"/*; do
-  if [ -f "$hook" ]; then
-    printf 'hook:%s\0%s\0' "${hook##*/}" "$(sha256sum < "$hook" | cut -c1-64)"
-  fi
+[ -d "$hooks" ] || exit 0
+cd "$hooks" || exit 1
+files=()
+for hook in *; do
+  [ -f "$hook" ] && files+=("$hook")
 done
+digests "hook:" "${files[@]}"
 "#;
 
 /// The exec environment, and the files a login or interactive shell reads
 /// (an agent's shell is usually one of those).
-const ENVIRONMENT: &str = r#"for file in /etc/environment /etc/profile /etc/bash.bashrc "$HOME/.bashrc" "$HOME/.profile" "$HOME/.bash_profile" /etc/profile.d/*; do
-  if [ -f "$file" ]; then
-    printf 'file:%s\0%s\0' "$file" "$(sha256sum < "$file" | cut -c1-64)"
-  fi
+const ENVIRONMENT: &str = r#"files=()
+for file in /etc/environment /etc/profile /etc/bash.bashrc "$HOME/.bashrc" "$HOME/.profile" "$HOME/.bash_profile" /etc/profile.d/*; do
+  [ -f "$file" ] && files+=("$file")
 done
+digests "file:" "${files[@]}"
 env -0 | while IFS= read -r -d '' pair; do
   printf 'var:%s\0%s\0' "${pair%%=*}" "${pair#*=}"
 done

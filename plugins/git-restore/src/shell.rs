@@ -55,3 +55,28 @@ pub(crate) const LIST_PROCESSES: &str = r#"list_processes() {
   done
 }
 "#;
+
+/// `digests PREFIX FILE...` prints `PREFIX<file>\0<sha256>\0` per file, in
+/// order, from one `sha256sum -z` for all of them (names unescaped, records
+/// NUL-ended); where that does not give one record per file (no `-z`, an
+/// unreadable file), one `sha256sum` per file, an unreadable one with an
+/// empty digest.
+pub(crate) const DIGESTS: &str = r#"digests() {
+  local prefix=$1 record sum records=()
+  shift
+  [ "$#" -eq 0 ] && return 0
+  while IFS= read -r -d '' record; do
+    records+=("$record")
+  done < <(sha256sum -z -- "$@" 2>/dev/null)
+  if [ "${#records[@]}" -eq "$#" ]; then
+    for record in "${records[@]}"; do
+      printf '%s%s\0%s\0' "$prefix" "${record:66}" "${record:0:64}"
+    done
+  else
+    for record; do
+      sum=$(sha256sum < "$record" 2>/dev/null)
+      printf '%s%s\0%s\0' "$prefix" "$record" "${sum:0:64}"
+    done
+  fi
+}
+"#;

@@ -456,3 +456,32 @@ git reflog expire --expire=now --all && git gc -q --prune=now
     );
     assert!(reason.contains("stderr:"), "{reason}");
 }
+
+#[test]
+fn a_changed_added_or_removed_hook_is_named_and_untouched_ones_are_not() {
+    let fixture = Fixture::new("hooks");
+    fixture.in_repo(
+        "cd .git/hooks && rm -f ./*.sample && printf '#!/bin/sh\\n' > pre-commit && \
+         printf '#!/bin/sh\\n' > 'post checkout' && printf 'x\\n' > -dash && \
+         printf 'keep\\n' > post-merge",
+    );
+    let baseline = fixture.baseline();
+    let pristine = fixture.verify(&baseline, &fixture.reset(&baseline));
+    assert!(matches!(pristine, Verdict::Clean), "{pristine:?}");
+    fixture.in_repo(
+        "cd .git/hooks && echo 'curl evil' >> -dash && rm 'post checkout' && \
+         printf '#!/bin/sh\\n' > pre-push",
+    );
+    let outputs = fixture.reset(&baseline);
+    let reason = dirty_reason(fixture.verify(&baseline, &outputs));
+    for hook in ["-dash", "post checkout", "pre-push"] {
+        assert!(
+            reason.contains(&format!("git hook `{hook}` changed")),
+            "{hook}: {reason}"
+        );
+    }
+    assert!(
+        !reason.contains("pre-commit") && !reason.contains("post-merge"),
+        "{reason}"
+    );
+}

@@ -9,6 +9,7 @@ mod grading;
 mod hostile;
 mod recording;
 mod recycle;
+mod reset;
 mod resume;
 mod strategies;
 mod timeouts;

@@ -1,5 +1,5 @@
 //! A backend that passes every call to the local backend and records the
-//! warm pool and claim calls, in order.
+//! warm pool and claim calls, in order, and every exec's argv.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -20,6 +20,8 @@ pub(crate) enum Event {
 pub(crate) struct Recording {
     pub(crate) inner: Arc<dyn Backend>,
     pub(crate) events: Mutex<Vec<Event>>,
+    /// The argv of every exec, in order.
+    pub(crate) execs: Mutex<Vec<Vec<String>>>,
     /// Extra warm sandboxes started with every claim: a backend that
     /// over-creates, for the breaker.
     pub(crate) leak_per_claim: u32,
@@ -30,6 +32,7 @@ impl Recording {
         Recording {
             inner,
             events: Mutex::new(Vec::new()),
+            execs: Mutex::new(Vec::new()),
             leak_per_claim: 0,
         }
     }
@@ -108,6 +111,7 @@ impl Backend for Recording {
         request: &ExecRequest,
         output: Option<&OutputSink>,
     ) -> Result<ExecResult, BackendError> {
+        self.execs.lock().unwrap().push(request.argv.clone());
         self.inner.exec(sandbox, request, output).await
     }
     async fn put_file(

@@ -1,0 +1,311 @@
+//! Recycling against fresh claims on the local backend, side by side in one
+//! run: N no-op tasks on a git image at concurrency C, once claiming a fresh
+//! sandbox per task and once recycling through git-restore (wall, reset
+//! p50, CPU per task); then the cost of one reset on an idle sandbox,
+//! its steps one exec each against one joined exec (wall and CPU per reset),
+//! with the scrub and a bare `true` exec for scale.
+//!
+//! Run: `cargo bench -p sandfleet-engine --bench recycle` (defaults: 600
+//! tasks at concurrency 32, 30 resets; `-- --tasks N --concurrency C
+//! --resets R` to change them). CPU is this process's and its reaped
+//! children's (the sandboxes' commands included), from `/proc/self/stat`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sandfleet_backend_local::{ImageSource, LimitOverrides, LocalBackend, LocalConfig};
+use sandfleet_core::{Backend, ExecRequest, RunId, SandboxHandle, TemplateSpec};
+use sandfleet_engine::reset::{ExecContext, Joined};
+use sandfleet_engine::{CancellationToken, Cluster, FleetSettings, LogProgress, RunSpec, WorkItem};
+use sandfleet_plugin::adapter::{Command, CommandOutput, Task};
+use sandfleet_plugin::reset::Verdict;
+use sandfleet_plugin::{HostConfig, PluginHost, Registry};
+
+fn main() {
+    let arg = |name: &str, default: usize| {
+        std::env::args()
+            .skip_while(|arg| arg != name)
+            .nth(1)
+            .map_or(default, |n| n.parse().expect(name))
+    };
+    let (tasks, concurrency, resets) = (
+        arg("--tasks", 600),
+        arg("--concurrency", 32),
+        arg("--resets", 30),
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let registry = Registry::new(PluginHost::new(HostConfig::default()).unwrap());
+    registry
+        .add_builtins(sandfleet_guests::BUILTINS.iter().map(|b| (b.name, b.wasm)))
+        .unwrap();
+    let fresh = runtime.block_on(engine_run(&registry, tasks, concurrency, false));
+    let recycled = runtime.block_on(engine_run(&registry, tasks, concurrency, true));
+    println!(
+        "engine/recycle: {tasks} no-op tasks at concurrency {concurrency}: recycling {:.1} s is \
+         {:.2}x fresh claims {:.1} s",
+        recycled.as_secs_f64(),
+        recycled.as_secs_f64() / fresh.as_secs_f64(),
+        fresh.as_secs_f64()
+    );
+    runtime.block_on(one_reset(&registry, resets));
+}
+
+fn backend(dir: &std::path::Path, max_sandboxes: u32) -> Arc<LocalBackend> {
+    let image = dir.join("image");
+    std::fs::create_dir_all(image.join("src")).unwrap();
+    std::fs::write(image.join("README"), "bench\n").unwrap();
+    for n in 0..50 {
+        std::fs::write(image.join(format!("src/m{n}.py")), format!("x = {n}\n")).unwrap();
+    }
+    let config = LocalConfig {
+        state_dir: Some(dir.join("state")),
+        max_sandboxes: Some(max_sandboxes),
+        images: [(
+            "bench".to_string(),
+            ImageSource {
+                path: image,
+                git: true,
+                limits: LimitOverrides::default(),
+            },
+        )]
+        .into(),
+        ..LocalConfig::default()
+    };
+    Arc::new(LocalBackend::new("local", config).unwrap())
+}
+
+/// Runs the no-op tasks and prints one line; returns the wall time.
+async fn engine_run(
+    registry: &Registry,
+    tasks: usize,
+    concurrency: usize,
+    recycle: bool,
+) -> Duration {
+    let dir = tempfile::tempdir().unwrap();
+    let adapter = registry.adapter("generic").unwrap();
+    let items: Vec<WorkItem> = (0..tasks)
+        .map(|i| {
+            let row =
+                serde_json::json!({"id": format!("noop-{i}"), "image": "bench", "test": "true"});
+            WorkItem {
+                task: adapter.load_blocking(&row.to_string(), &[]).unwrap(),
+                solution: None,
+                epoch: 0,
+            }
+        })
+        .collect();
+    let concurrency = u32::try_from(concurrency).unwrap();
+    let spec = RunSpec {
+        run_id: RunId::generate("bench-recycle"),
+        settings: FleetSettings {
+            max_concurrent: concurrency,
+            recycle,
+            ..FleetSettings::default()
+        },
+        clusters: vec![Cluster {
+            name: "local".into(),
+            kind: "local".into(),
+            weight: 1,
+            backend: backend(dir.path(), 2 * concurrency + 40),
+        }],
+        adapter,
+        placement: registry.placement("least-loaded").unwrap(),
+        sizing: registry.sizing("proportional").unwrap(),
+        reset: Some(registry.reset_check("git-restore").unwrap()),
+        out_dir: dir.path().join("out"),
+        cancel: CancellationToken::new(),
+        progress: Arc::new(LogProgress),
+    };
+    let cpu = cpu_seconds();
+    let started = Instant::now();
+    let report = sandfleet_engine::run(spec, items).await.unwrap();
+    let wall = started.elapsed();
+    let cpu = cpu_seconds() - cpu;
+    assert_eq!(report.tasks.ok, tasks, "{}", report.render());
+    let reset = report.phases.get("reset");
+    println!(
+        "engine/recycle ({}): wall {:.1} s, {:.1} tasks/s, CPU {:.1} ms per task, {} claims, {} \
+         reuses, {} quarantined; reset phase (baselines included) p50 {:.0} ms, p95 {:.0} ms over \
+         {}",
+        if recycle { "recycling" } else { "fresh claims" },
+        wall.as_secs_f64(),
+        tasks as f64 / wall.as_secs_f64(),
+        cpu * 1e3 / tasks as f64,
+        report.claims,
+        report.recycle.reused,
+        report.recycle.quarantined,
+        reset.map_or(0.0, |r| r.p50_s * 1e3),
+        reset.map_or(0.0, |r| r.p95_s * 1e3),
+        reset.map_or(0, |r| r.count),
+    );
+    wall
+}
+
+/// One sandbox, reset `count` times each way, one at a time.
+async fn one_reset(registry: &Registry, count: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = backend(dir.path(), 4);
+    let run_id = RunId::generate("bench-reset");
+    let template = backend
+        .ensure_template(&TemplateSpec {
+            name: "bench".into(),
+            image: "bench".into(),
+            cpu_milli: 1000,
+            memory_mib: 512,
+            disk_mib: 512,
+            network: false,
+            env: Default::default(),
+            labels: run_id.labels(),
+        })
+        .await
+        .unwrap();
+    let sandbox = backend
+        .claim(
+            &template,
+            &run_id.labels(),
+            Instant::now() + Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
+    let check = registry.reset_check("git-restore").unwrap();
+    let task = Task {
+        id: "bench".into(),
+        image: "bench".into(),
+        workdir: "/workspace".into(),
+        data: String::new(),
+    };
+    let baseline = run(
+        &*backend,
+        &sandbox,
+        &check.baseline(&task).await.unwrap(),
+        true,
+    )
+    .await;
+    let reset = check.reset(&task, &baseline).await.unwrap();
+    let timed = |label: &str, samples: &mut Vec<f64>, cpu: f64| {
+        samples.sort_by(f64::total_cmp);
+        println!(
+            "backend-local/{label}: p50 {:.1} ms, max {:.1} ms, CPU {:.1} ms each ({} runs)",
+            samples[samples.len() / 2] * 1e3,
+            samples[samples.len() - 1] * 1e3,
+            cpu * 1e3 / samples.len() as f64,
+            samples.len()
+        );
+    };
+    let mut bare = Vec::new();
+    let cpu = cpu_seconds();
+    for _ in 0..count {
+        let started = Instant::now();
+        backend
+            .exec(&sandbox, &request(vec!["true".into()]), None)
+            .await
+            .unwrap();
+        bare.push(started.elapsed().as_secs_f64());
+    }
+    timed("exec `true`", &mut bare, cpu_seconds() - cpu);
+    let mut scrubs = Vec::new();
+    let cpu = cpu_seconds();
+    for _ in 0..count {
+        let started = Instant::now();
+        backend.scrub(&sandbox).await.unwrap();
+        scrubs.push(started.elapsed().as_secs_f64());
+    }
+    timed("scrub", &mut scrubs, cpu_seconds() - cpu);
+    for joined in [false, true] {
+        let mut walls = Vec::new();
+        let cpu = cpu_seconds();
+        for _ in 0..count {
+            let started = Instant::now();
+            let outputs = run(&*backend, &sandbox, &reset, joined).await;
+            walls.push(started.elapsed().as_secs_f64());
+            let verdict = check.verify(&task, &baseline, &outputs).await.unwrap();
+            assert!(matches!(verdict, Verdict::Clean), "{verdict:?}");
+        }
+        let label = if joined {
+            "git-restore reset, one joined exec".to_owned()
+        } else {
+            format!("git-restore reset, {} execs", reset.len())
+        };
+        timed(&label, &mut walls, cpu_seconds() - cpu);
+    }
+    // Where a reset's time goes: each step alone.
+    for command in &reset {
+        let mut walls = Vec::new();
+        let cpu = cpu_seconds();
+        for _ in 0..count.min(10) {
+            let started = Instant::now();
+            run(&*backend, &sandbox, std::slice::from_ref(command), false).await;
+            walls.push(started.elapsed().as_secs_f64());
+        }
+        timed(
+            &format!("reset step {}", command.argv[3]),
+            &mut walls,
+            cpu_seconds() - cpu,
+        );
+    }
+    backend.reap(&run_id).await.unwrap();
+}
+
+/// Runs `commands` in one joined exec or one exec each.
+async fn run(
+    backend: &dyn Backend,
+    sandbox: &SandboxHandle,
+    commands: &[Command],
+    joined: bool,
+) -> Vec<CommandOutput> {
+    if joined {
+        let joined = Joined::new(commands).unwrap();
+        let context = ExecContext {
+            workdir: "/workspace",
+            env: &[],
+            max_output: 16 << 20,
+        };
+        let result = backend
+            .exec(sandbox, &joined.request(&context), None)
+            .await
+            .unwrap();
+        return joined.split(&result).unwrap();
+    }
+    let mut outputs = Vec::new();
+    for command in commands {
+        let mut request = request(command.argv.clone());
+        request.timeout = Duration::from_millis(command.timeout_ms);
+        let result = backend.exec(sandbox, &request, None).await.unwrap();
+        outputs.push(CommandOutput {
+            exit_code: result.exit_code,
+            stdout: String::from_utf8_lossy(&result.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&result.stderr).into_owned(),
+            timed_out: result.timed_out,
+            duration_ms: 0,
+        });
+    }
+    outputs
+}
+
+fn request(argv: Vec<String>) -> ExecRequest {
+    ExecRequest {
+        argv,
+        workdir: Some("/workspace".into()),
+        env: Vec::new(),
+        timeout: Duration::from_secs(60),
+        merge_stderr: false,
+        stdin: None,
+        max_output: Some(16 << 20),
+    }
+}
+
+/// CPU seconds of this process and its reaped children so far.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+    // utime, stime, cutime, cstime: fields 14 to 17 of proc(5), in ticks
+    // of 100 Hz.
+    fields[11..15]
+        .iter()
+        .map(|ticks| ticks.parse::<f64>().unwrap())
+        .sum::<f64>()
+        / 100.0
+}
