@@ -15,22 +15,16 @@
 //! patch that does not apply is an error (the task could not be evaluated);
 //! a test that overruns its timeout fails.
 
-#![allow(missing_docs, reason = "bindings generated from wit/")]
-#![allow(unsafe_code, reason = "wit-bindgen generates the canonical ABI glue")]
-
-wit_bindgen::generate!({
-    world: "task-adapter",
-    path: "../../wit/since_v0.1.0",
-});
-
 mod row;
 mod tests_parse;
 
-use exports::sandfleet::plugin::adapter::{
+// Contract 0.1.0's adapter: the component keeps loading in hosts that serve
+// only 0.1.0.
+use sandfleet_plugin_sdk::types::{Command, CommandOutput, Failure, Setting, Task};
+use sandfleet_plugin_sdk::v0_1_0::adapter::exports::sandfleet::plugin::adapter::{
     AdapterInfo, File, GradeResult, GradeStatus, Graded, Guest, Script, SettingInfo, SolutionState,
     TestResult, TimeoutRule,
 };
-use sandfleet::plugin::types::{Command, CommandOutput, Failure, FailureKind, Setting, Task};
 
 pub use row::Row;
 
@@ -125,7 +119,7 @@ impl Guest for Generic {
         // test) from a run without, or for a saved log.
         let applied = outputs.len() == 2 && solution.as_deref().is_some_and(|s| !s.is_empty());
         if outputs.is_empty() || outputs.len() > 1 + usize::from(applied) {
-            return Err(invalid(format!(
+            return Err(Failure::invalid_input(format!(
                 "expected the test command's output, after the solution's `git apply` output when there is a solution; got {} outputs",
                 outputs.len()
             )));
@@ -183,7 +177,7 @@ impl Guest for Generic {
         _settings: Vec<Setting>,
     ) -> Result<Vec<TestResult>, Failure> {
         tests_parse::parse_named(&parser, &log).ok_or_else(|| {
-            invalid(format!(
+            Failure::invalid_input(format!(
                 "unknown parser `{parser}` (parsers: {})",
                 tests_parse::PARSERS.join(", ")
             ))
@@ -229,12 +223,4 @@ fn first_line(text: &str) -> Option<&str> {
     text.lines().map(str::trim).find(|line| !line.is_empty())
 }
 
-pub(crate) fn invalid(message: String) -> Failure {
-    Failure {
-        kind: FailureKind::InvalidInput,
-        message,
-    }
-}
-
-#[cfg(target_arch = "wasm32")]
-export!(Generic);
+sandfleet_plugin_sdk::task_adapter!(Generic, v0_1_0);

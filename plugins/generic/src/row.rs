@@ -5,19 +5,29 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
-use crate::sandfleet::plugin::types::{Failure, Setting, Task};
-use crate::{DEFAULT_TIMEOUT_S, DEFAULT_WORKDIR, invalid};
+use sandfleet_plugin_sdk::types::{Failure, Setting, Task};
+
+use crate::{DEFAULT_TIMEOUT_S, DEFAULT_WORKDIR};
 
 /// A row after validation and defaults.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Row {
+    /// The task's id (`id`).
     pub id: String,
+    /// The image its sandbox runs (`image`).
     pub image: String,
+    /// The shell command whose exit code grades the task (`test`).
     pub test: String,
+    /// Shell commands run before the agent starts (`setup`).
     pub setup: Vec<String>,
+    /// The exit code of a passing test command (`expected_exit`, default 0).
     pub expected_exit: i32,
+    /// The timeout of each setup command and of the test command, in
+    /// seconds (`timeout_s`, else the `timeout-s` setting).
     pub timeout_s: u64,
+    /// Where the commands run (`workdir`, else the `workdir` setting).
     pub workdir: String,
+    /// Environment variables for every command (`env`).
     pub env: BTreeMap<String, String>,
 }
 
@@ -38,14 +48,14 @@ impl Defaults {
                 "workdir" => defaults.workdir = setting.value.clone(),
                 "timeout-s" => {
                     defaults.timeout_s = setting.value.parse().map_err(|_| {
-                        invalid(format!(
+                        Failure::invalid_input(format!(
                             "setting `timeout-s` must be a whole number of seconds, not `{}`",
                             setting.value
                         ))
                     })?
                 }
                 other => {
-                    return Err(invalid(format!(
+                    return Err(Failure::invalid_input(format!(
                         "unknown setting `{other}` (settings: workdir, timeout-s)"
                     )));
                 }
@@ -58,10 +68,10 @@ impl Defaults {
 impl Row {
     /// Parses one JSONL row.
     pub(crate) fn parse(text: &str, defaults: &Defaults) -> Result<Row, Failure> {
-        let value: Value =
-            serde_json::from_str(text).map_err(|e| invalid(format!("not valid JSON: {e}")))?;
+        let value: Value = serde_json::from_str(text)
+            .map_err(|e| Failure::invalid_input(format!("not valid JSON: {e}")))?;
         let Value::Object(fields) = value else {
-            return Err(invalid("a row must be a JSON object".to_string()));
+            return Err(Failure::invalid_input("a row must be a JSON object"));
         };
         let id = required_string(&fields, "id", None)?;
         let known = [
@@ -75,7 +85,7 @@ impl Row {
             "env",
         ];
         if let Some(unknown) = fields.keys().find(|k| !known.contains(&k.as_str())) {
-            return Err(invalid(format!(
+            return Err(Failure::invalid_input(format!(
                 "row `{id}`: unknown field `{unknown}` (fields: {})",
                 known.join(", ")
             )));
@@ -128,7 +138,7 @@ impl Row {
     /// The row kept in a task by `load`.
     pub(crate) fn from_task(task: &Task) -> Result<Row, Failure> {
         serde_json::from_str(&task.data).map_err(|e| {
-            invalid(format!(
+            Failure::invalid_input(format!(
                 "task `{}` was not loaded by this adapter: {e}",
                 task.id
             ))
@@ -150,7 +160,7 @@ fn required_string(
 
 fn field_error(id: Option<&str>, field: &str, problem: &str) -> Failure {
     match id {
-        Some(id) => invalid(format!("row `{id}`: field `{field}` {problem}")),
-        None => invalid(format!("field `{field}` {problem}")),
+        Some(id) => Failure::invalid_input(format!("row `{id}`: field `{field}` {problem}")),
+        None => Failure::invalid_input(format!("field `{field}` {problem}")),
     }
 }

@@ -1,7 +1,9 @@
 //! Per-test results from common test-runner output: Python's `unittest -v`
 //! and TAP (`ok 1 - name` / `not ok 2 - name`).
 
-use crate::exports::sandfleet::plugin::adapter::{TestResult, TestStatus};
+use sandfleet_plugin_sdk::v0_1_0::adapter::exports::sandfleet::plugin::adapter::{
+    TestResult, TestStatus,
+};
 
 /// Parser names `parse-log` accepts.
 pub(crate) const PARSERS: [&str; 2] = ["unittest", "tap"];

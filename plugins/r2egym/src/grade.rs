@@ -8,7 +8,7 @@ use crate::row::TaskData;
 use crate::script::{self, Step};
 use crate::settings::Grading;
 use crate::test_run::TestRun;
-use crate::{CommandOutput, Failure, GradeResult, GradeStatus, Task, internal, invalid_input};
+use crate::{CommandOutput, Failure, GradeResult, GradeStatus, Task};
 
 /// Grades the outputs of the evaluate commands `prepare` built for the same
 /// `task` and `solution`.
@@ -26,7 +26,7 @@ pub(crate) fn grade(
     };
     if outputs.len() != steps.len() {
         let names = steps.iter().map(|step| step.name()).collect::<Vec<_>>();
-        return Err(invalid_input(format!(
+        return Err(Failure::invalid_input(format!(
             "expected {} outputs, one per evaluate command ({}), got {}",
             steps.len(),
             names.join(", "),
@@ -59,7 +59,7 @@ pub(crate) fn grade(
         .iter()
         .position(|step| *step == Step::RunTests)
         .map(|index| &outputs[index])
-        .ok_or_else(|| internal("the evaluate steps have no test run"))?;
+        .ok_or_else(|| Failure::internal("the evaluate steps have no test run"))?;
     let run = TestRun::from_output(run_output);
     if run.not_started {
         let detail = format!("the tests did not run: {}", run.output);

@@ -1,6 +1,7 @@
 //! The component's exports: each function forwards to the module that owns it.
 
-use crate::exports::sandfleet::plugin::adapter::Guest;
+use sandfleet_plugin_sdk::adapter::TaskAdapter;
+
 use crate::settings::Settings;
 use crate::{
     AdapterInfo, CommandOutput, Failure, GradeResult, Graded, NAME, Script, Setting, Task,
@@ -9,7 +10,7 @@ use crate::{
 
 struct R2eGym;
 
-impl Guest for R2eGym {
+impl TaskAdapter for R2eGym {
     fn describe() -> AdapterInfo {
         AdapterInfo {
             name: NAME.to_owned(),
@@ -52,7 +53,4 @@ impl Guest for R2eGym {
     }
 }
 
-// Exported only in the component: natively several plugins may share one
-// binary and their export symbols would collide.
-#[cfg(target_arch = "wasm32")]
-crate::export!(R2eGym with_types_in crate);
+sandfleet_plugin_sdk::task_adapter!(R2eGym);

@@ -15,14 +15,6 @@
 //! component, and that component is what the tests call (through
 //! `sandfleet-testkit`).
 
-#![allow(unsafe_code, reason = "wit-bindgen generates the canonical ABI glue")]
-#![allow(missing_docs, reason = "bindings generated from wit/")]
-
-wit_bindgen::generate!({
-    world: "task-adapter",
-    path: "../../wit/since_v0.2.0",
-});
-
 mod ansi;
 mod grade;
 mod guest;
@@ -36,11 +28,10 @@ mod settings;
 mod summary;
 mod test_run;
 
-use exports::sandfleet::plugin::adapter::{
-    AdapterInfo, EvaluationSite, File, GradeResult, GradeStatus, Graded, Script, SettingInfo,
-    SolutionState, TestStatus, TestTable, TimeoutRule,
+use sandfleet_plugin_sdk::adapter::{
+    AdapterInfo, Command, CommandOutput, EvaluationSite, Failure, File, GradeResult, GradeStatus,
+    Graded, Script, Setting, SettingInfo, SolutionState, Task, TestStatus, TestTable, TimeoutRule,
 };
-use sandfleet::plugin::types::{Command, CommandOutput, Failure, FailureKind, Setting, Task};
 
 /// An insertion-ordered map, as Python's dicts are. Hashing is deterministic
 /// (fixed SipHash keys) rather than seeded from WASI randomness: plugins are
@@ -50,19 +41,3 @@ pub(crate) type OrderedMap<K, V> =
 
 /// The adapter's name, as `describe` reports it.
 pub(crate) const NAME: &str = "r2egym";
-
-/// A failure of kind `internal`: the plugin itself is broken.
-fn internal(message: impl Into<String>) -> Failure {
-    Failure {
-        kind: FailureKind::Internal,
-        message: message.into(),
-    }
-}
-
-/// A failure of kind `invalid-input`: the caller should fix its input.
-fn invalid_input(message: impl Into<String>) -> Failure {
-    Failure {
-        kind: FailureKind::InvalidInput,
-        message: message.into(),
-    }
-}

@@ -17,7 +17,7 @@
 
 use serde::Serialize;
 
-use crate::{Failure, OrderedMap, TestStatus, TestTable, invalid_input, python};
+use crate::{Failure, OrderedMap, TestStatus, TestTable, python};
 
 /// The statuses the parser can produce, named as R2E-Gym spells them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -66,7 +66,7 @@ pub(crate) fn parse_named(parser: &str, log: &str) -> Result<TestTable, Failure>
     if PARSER_NAMES.contains(&parser) {
         Ok(test_table(&parse_log_pytest(log)))
     } else {
-        Err(invalid_input(format!(
+        Err(Failure::invalid_input(format!(
             "unknown parser `{parser}`; r2egym has {}",
             PARSER_NAMES.map(|name| format!("`{name}`")).join(", ")
         )))

@@ -17,7 +17,7 @@ use serde_json::{Map, Value};
 use crate::reward::ExpectedField;
 use crate::script::{HIDDEN_FROM_REPO, REPO_PATH};
 use crate::settings::{Grading, Settings};
-use crate::{Failure, Setting, Task, internal, invalid_input};
+use crate::{Failure, Setting, Task};
 
 /// What the adapter keeps in `task.data` (JSON).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -44,7 +44,7 @@ impl TaskData {
     /// Reads the data `load` stored in `task`.
     pub(crate) fn of(task: &Task) -> Result<TaskData, Failure> {
         serde_json::from_str(&task.data).map_err(|error| {
-            invalid_input(format!(
+            Failure::invalid_input(format!(
                 "task `{}` has no r2egym data (was it loaded by another adapter?): {error}",
                 task.id
             ))
@@ -55,8 +55,9 @@ impl TaskData {
 /// Reads one dataset row (a JSON object) into a task.
 pub(crate) fn load(row: &str, settings: &[Setting]) -> Result<Task, Failure> {
     let settings = Settings::parse(settings)?;
-    let row: Map<String, Value> = serde_json::from_str(row)
-        .map_err(|error| invalid_input(format!("the row is not a JSON object: {error}")))?;
+    let row: Map<String, Value> = serde_json::from_str(row).map_err(|error| {
+        Failure::invalid_input(format!("the row is not a JSON object: {error}"))
+    })?;
     let fields = Fields(&row);
 
     let id = fields.first_string(&["instance_id", "commit_hash"])?;
@@ -69,7 +70,7 @@ pub(crate) fn load(row: &str, settings: &[Setting]) -> Result<Task, Failure> {
     // shape matters here, so the (often large) values are skipped, not built.
     let parsed_commit = fields.first_string(&["parsed_commit_content"])?;
     serde_json::from_str::<BTreeMap<String, IgnoredAny>>(&parsed_commit).map_err(|error| {
-        invalid_input(format!(
+        Failure::invalid_input(format!(
             "`parsed_commit_content` is not a JSON object: {error}"
         ))
     })?;
@@ -97,7 +98,7 @@ pub(crate) fn load(row: &str, settings: &[Setting]) -> Result<Task, Failure> {
         image,
         workdir: REPO_PATH.to_owned(),
         data: serde_json::to_string(&data)
-            .map_err(|error| internal(format!("cannot encode the task data: {error}")))?,
+            .map_err(|error| Failure::internal(format!("cannot encode the task data: {error}")))?,
     })
 }
 
@@ -106,7 +107,7 @@ pub(crate) fn load(row: &str, settings: &[Setting]) -> Result<Task, Failure> {
 fn reject_other_harnesses(image: &str) -> Result<(), Failure> {
     for harness in ["swebench", "swesmith"] {
         if image.contains(harness) {
-            return Err(invalid_input(format!(
+            return Err(Failure::invalid_input(format!(
                 "`docker_image` `{image}` is a {harness} image, which R2E-Gym grades with the \
                  {harness} harness; use that adapter"
             )));
@@ -128,7 +129,7 @@ impl Fields<'_> {
                     .iter()
                     .map(|name| format!("`{name}`"))
                     .collect::<Vec<_>>();
-                invalid_input(format!("the row has no {}", listed.join(" or ")))
+                Failure::invalid_input(format!("the row has no {}", listed.join(" or ")))
             })?;
         Ok(match value {
             Value::String(text) => text.clone(),
@@ -151,12 +152,12 @@ impl Fields<'_> {
                 .map(|name| format!("`{name}`"))
                 .collect::<Vec<_>>()
                 .join(" or ");
-            return Err(invalid_input(format!("the row has no {listed}")));
+            return Err(Failure::invalid_input(format!("the row has no {listed}")));
         };
         match value {
             Value::String(text) if !text.is_empty() => Ok(text.clone()),
-            Value::String(_) => Err(invalid_input(format!("`{name}` is empty"))),
-            other => Err(invalid_input(format!(
+            Value::String(_) => Err(Failure::invalid_input(format!("`{name}` is empty"))),
+            other => Err(Failure::invalid_input(format!(
                 "`{name}` must be a string, not {}",
                 json_kind(other)
             ))),
@@ -308,7 +309,10 @@ mod tests {
                 row[field] = value;
             }
             let failure = load_value(&row).unwrap_err();
-            assert_eq!(failure.kind, crate::FailureKind::InvalidInput);
+            assert_eq!(
+                failure.kind,
+                sandfleet_plugin_sdk::FailureKind::InvalidInput
+            );
             assert!(
                 failure.message.contains(named),
                 "{field}: {}",

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Failure, Setting, SettingInfo, invalid_input};
+use crate::{Failure, Setting, SettingInfo};
 
 /// Where the evaluate commands run; see [`crate::script`] for the commands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -34,7 +34,7 @@ impl Grading {
             .find(|(name, _)| *name == value)
             .map(|(_, mode)| *mode)
             .ok_or_else(|| {
-                invalid_input(format!(
+                Failure::invalid_input(format!(
                     "setting `{GRADING}` is `{value}`; expected `in-place` or `fresh`"
                 ))
             })
@@ -57,7 +57,7 @@ impl Settings {
             match setting.key.as_str() {
                 GRADING => parsed.grading = Grading::parse(&setting.value)?,
                 other => {
-                    return Err(invalid_input(format!(
+                    return Err(Failure::invalid_input(format!(
                         "unknown setting `{other}`; r2egym accepts `{GRADING}`"
                     )));
                 }

@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use crate::{Failure, GradeStatus, Graded, SolutionState, internal};
+use crate::{Failure, GradeStatus, Graded, SolutionState};
 
 #[derive(Serialize, Default)]
 struct Summary<'a> {
@@ -54,7 +54,7 @@ pub(crate) fn summarize(results: &[Graded]) -> Result<String, Failure> {
         summary.pass_rate = summary.passed_instances as f64 / results.len() as f64;
     }
     serde_json::to_string_pretty(&summary)
-        .map_err(|error| internal(format!("cannot encode the summary: {error}")))
+        .map_err(|error| Failure::internal(format!("cannot encode the summary: {error}")))
 }
 
 #[cfg(test)]

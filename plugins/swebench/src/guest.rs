@@ -1,19 +1,18 @@
 //! The component's exports: WIT types in, native calls, WIT types out.
 
-use crate::exports::sandfleet::plugin::adapter::{
-    AdapterInfo, EvaluationSite, File, GradeResult, GradeStatus, Graded, Guest, InfraFailure,
-    Script, SettingInfo, SolutionState, TestStatus, TestTable, TimeoutRule,
+use sandfleet_plugin_sdk::adapter::{
+    AdapterInfo, Command, CommandOutput, EvaluationSite, Failure, File, GradeResult, GradeStatus,
+    Graded, InfraFailure, Script, Setting, SettingInfo, SolutionState, Task, TaskAdapter,
+    TestStatus, TestTable, TimeoutRule,
 };
-use crate::sandfleet::plugin::types::{
-    Command, CommandOutput, Failure, FailureKind, Setting, Task,
-};
+
 use crate::settings::Evaluation;
 use crate::status_map::StatusMap;
 use crate::{error, grade, infra, script, status_map, summary, task};
 
 struct SwebenchAdapter;
 
-impl Guest for SwebenchAdapter {
+impl TaskAdapter for SwebenchAdapter {
     fn describe() -> AdapterInfo {
         let info = crate::describe();
         AdapterInfo {
@@ -190,13 +189,7 @@ fn infra_failure(infra: infra::InfraFailure) -> InfraFailure {
 }
 
 fn failure(error: error::InvalidInput) -> Failure {
-    Failure {
-        kind: FailureKind::InvalidInput,
-        message: error.0,
-    }
+    Failure::invalid_input(error.0)
 }
 
-// Exported only in the component: natively the rlib links into tests, where
-// the export symbols are not wanted.
-#[cfg(target_arch = "wasm32")]
-crate::export!(SwebenchAdapter with_types_in crate);
+sandfleet_plugin_sdk::task_adapter!(SwebenchAdapter);

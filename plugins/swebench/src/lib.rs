@@ -21,14 +21,6 @@
 //!   timeout, parser exception). Where the harness writes no report (timeout,
 //!   parser exception) the report is `null`.
 
-#![allow(missing_docs, reason = "bindings generated from wit/")]
-#![allow(unsafe_code, reason = "wit-bindgen generates the canonical ABI glue")]
-
-wit_bindgen::generate!({
-    world: "task-adapter",
-    path: "../../wit/since_v0.2.0",
-});
-
 /// A `regex::Regex` compiled once, on first use, from a pattern known to be valid.
 macro_rules! lazy_regex {
     ($pattern:expr) => {{
