@@ -9,12 +9,12 @@ use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use tracing::Instrument;
 
 use crate::error::AppError;
 use crate::state::AppState;
-use crate::{ops, routes, runs};
+use crate::{ops, routes, runs, shared};
 
 /// The daemon's router over `state`.
 pub(crate) fn app(state: AppState) -> Router {
@@ -36,6 +36,11 @@ pub(crate) fn app(state: AppState) -> Router {
             "/v1/pools",
             post(routes::warm).get(routes::pools).delete(routes::unwarm),
         )
+        .route("/v1/shared", get(shared::routes::list))
+        .route("/v1/shared/{pool}", get(shared::routes::view))
+        .route("/v1/shared/{pool}/sessions", post(shared::routes::open))
+        .route("/v1/sessions/{id}", delete(shared::routes::close))
+        .route("/v1/sessions/{id}/exec", post(shared::routes::exec))
         .route("/v1/runs", post(runs::start).get(runs::list))
         .route("/v1/runs/{id}", get(runs::get).delete(runs::cancel))
         .route("/v1/runs/{id}/results", get(runs::results))

@@ -3,9 +3,10 @@
 //! Start: load the fleet file, refuse a non-loopback address without a
 //! token, load plugins (and watch their directory), build the clusters,
 //! preflight them, release whatever a previous instance with the same state
-//! directory left, then listen. Stop: stop accepting, let running requests
-//! finish for the grace period, release every lease and pool, cancel batch
-//! runs, and reap whatever the run id still owns.
+//! directory left, then listen, and fill the shared pools in the background.
+//! Stop: stop accepting, let running requests finish for the grace period,
+//! release every lease and pool, cancel batch runs, release the shared
+//! pools' sandboxes, and reap whatever the run id still owns.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -22,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use crate::leases::{LeaseTable, persisted};
 use crate::metrics::Metrics;
 use crate::runs::{Runs, runs_dir};
+use crate::shared::SharedPools;
 use crate::state::{AppState, Inner, fall_back};
 
 /// How to start the daemon.
@@ -117,6 +119,11 @@ impl Daemon {
             })),
         })
         .await?;
+        for pool in &config.shared_pools {
+            session.check_image(&pool.image).with_context(|| {
+                format!("{}: shared pool `{}`", config.path.display(), pool.name)
+            })?;
+        }
         clean_up_previous(&session, &state_dir).await;
         std::fs::write(
             state_dir.join(DAEMON_FILE),
@@ -139,6 +146,7 @@ impl Daemon {
             adapter_settings,
             metrics: Metrics::new(),
             runs: Runs::default(),
+            shared: SharedPools::new(&config.shared_pools),
             connections,
             config,
             token,
@@ -154,6 +162,8 @@ impl Daemon {
         let sweep_every =
             (idle_timeout / 4).clamp(Duration::from_millis(50), Duration::from_secs(5));
         tokio::spawn(crate::routes::expire_idle(state.clone(), sweep_every));
+        // Filled in the background: the daemon serves while they fill.
+        crate::shared::start(&state);
         let serving = tokio::spawn(serve(state, listener, grace, watcher, lock));
         Ok(Daemon {
             addr,
@@ -261,6 +271,7 @@ async fn release_everything(state: &AppState) -> anyhow::Result<()> {
         }
     }
     state.runs.cancel_all().await;
+    crate::shared::release_all(state).await;
     let reaped = state.session.close().await;
     for slot in &slots {
         let _ = std::fs::remove_file(

@@ -5,7 +5,11 @@
 //! execution; a retried request with the same key gets its result, or
 //! attaches to it while it runs (a stream replays what it printed so far),
 //! instead of running the command again.
+//!
+//! A command runs on a [`Target`]: a lease, or a shared-pool session
+//! pinned to one of the pool's sandboxes; both are served by [`serve`].
 
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -15,16 +19,77 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use bytes::Bytes;
 use sandfleet_core::{ExecRequest, ExecResult, OutputChunk, OutputStream};
-use tokio::sync::{mpsc, watch};
+use sandfleet_engine::Lease;
+use tokio::sync::{RwLock as AsyncRwLock, mpsc, watch};
 
+use crate::activity::InUse;
 use crate::error::AppError;
-use crate::leases::LeaseSlot;
 use crate::metrics::ExecOutcome;
 use crate::model::{ExecRequestBody, ExecResponse};
 use crate::state::AppState;
 
 /// Commands without a timeout of their own get this one.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Idempotency keys remembered per target; the oldest finished are dropped.
+const KEYS_PER_TARGET: usize = 256;
+
+/// What commands run on.
+pub(crate) trait Target: Send + Sync + 'static {
+    /// How errors and spans name it: "lease `l-…`", "session `s-…`".
+    fn name(&self) -> String;
+    /// The sandbox's lease, `None` once released.
+    fn lease(&self) -> &AsyncRwLock<Option<Lease>>;
+    /// Its executions by idempotency key.
+    fn executions(&self) -> &Executions;
+    /// Holds its idle clock while a command runs.
+    fn in_use(&self) -> InUse;
+    /// What a failed command answers; a session whose sandbox is gone says
+    /// so in its own terms.
+    fn failed(&self, error: AppError) -> AppError {
+        error
+    }
+}
+
+/// Executions by idempotency key, oldest first.
+#[derive(Default)]
+pub(crate) struct Executions(Mutex<Keyed>);
+
+#[derive(Default)]
+struct Keyed {
+    by_key: HashMap<String, Arc<Execution>>,
+    order: VecDeque<String>,
+}
+
+impl Executions {
+    /// The execution under `key`, or `start()`'s, remembered under it;
+    /// true when it was started now.
+    fn get_or_start(
+        &self,
+        key: &str,
+        start: impl FnOnce() -> Arc<Execution>,
+    ) -> (Arc<Execution>, bool) {
+        let mut keyed = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(known) = keyed.by_key.get(key) {
+            return (known.clone(), false);
+        }
+        let started = start();
+        keyed.by_key.insert(key.to_string(), started.clone());
+        keyed.order.push_back(key.to_string());
+        while keyed.order.len() > KEYS_PER_TARGET {
+            let Some(oldest) = keyed.order.front().cloned() else {
+                break;
+            };
+            // A running execution stays: its retry must attach to it.
+            if !keyed.by_key.get(&oldest).is_none_or(|e| e.finished()) {
+                break;
+            }
+            keyed.order.pop_front();
+            keyed.by_key.remove(&oldest);
+        }
+        (started, true)
+    }
+}
 
 /// Chunks in flight between a command and its execution record.
 const SINK_CHUNKS: usize = 64;
@@ -161,11 +226,59 @@ pub(crate) fn request(body: ExecRequestBody, max_output: u64) -> Result<ExecRequ
     })
 }
 
-/// Runs `request` on the lease (or finds the execution `key` names) and
-/// answers as `framing` says.
-pub(crate) async fn run(
+/// `?encoding=base64`.
+#[derive(Debug, Default, serde::Deserialize)]
+pub(crate) struct EncodingQuery {
+    encoding: Option<String>,
+}
+
+fn wants_base64(query: &EncodingQuery) -> Result<bool, AppError> {
+    match query.encoding.as_deref() {
+        None | Some("utf-8") | Some("utf8") => Ok(false),
+        Some("base64") => Ok(true),
+        Some(other) => Err(AppError::invalid(format!(
+            "encoding: `{other}` is not `utf-8` or `base64`"
+        ))),
+    }
+}
+
+/// An exec request on `target`, from its parts as the handler got them.
+pub(crate) async fn serve<T: Target>(
     state: &AppState,
-    slot: &Arc<LeaseSlot>,
+    target: &Arc<T>,
+    query: &EncodingQuery,
+    headers: &HeaderMap,
+    body: ExecRequestBody,
+) -> Result<Response, AppError> {
+    let _in_use = target.in_use();
+    let base64 = wants_base64(query)?;
+    let request = request(body, state.config.fleet.max_output)?;
+    let key = headers
+        .get("idempotency-key")
+        .map(|v| {
+            v.to_str()
+                .map_err(|_| AppError::invalid("Idempotency-Key: must be visible ASCII"))
+        })
+        .transpose()?;
+    if key.is_some_and(|k| k.is_empty() || k.len() > 256) {
+        return Err(AppError::invalid("Idempotency-Key: 1 to 256 characters"));
+    }
+    run(
+        state,
+        target,
+        request,
+        key,
+        Framing::from_headers(headers),
+        base64,
+    )
+    .await
+}
+
+/// Runs `request` on `target` (or finds the execution `key` names) and
+/// answers as `framing` says.
+async fn run<T: Target>(
+    state: &AppState,
+    target: &Arc<T>,
     request: ExecRequest,
     key: Option<&str>,
     framing: Framing,
@@ -174,15 +287,16 @@ pub(crate) async fn run(
     let record = framing != Framing::Buffered;
     let start = || {
         let execution = Execution::new(request.clone(), record);
-        spawn(state.clone(), slot.clone(), execution.clone());
+        spawn(state.clone(), target.clone(), execution.clone());
         execution
     };
     let execution = match key {
         Some(key) => {
-            let (execution, started) = slot.execution(key, start);
+            let (execution, started) = target.executions().get_or_start(key, start);
             if !started && execution.request != request {
                 return Err(AppError::conflict(format!(
-                    "Idempotency-Key `{key}` was used for another request on this lease"
+                    "Idempotency-Key `{key}` was used for another request on {}",
+                    target.name()
                 )));
             }
             if !started {
@@ -201,20 +315,20 @@ pub(crate) async fn run(
     }
 }
 
-fn spawn(state: AppState, slot: Arc<LeaseSlot>, execution: Arc<Execution>) {
-    let in_use = slot.in_use();
-    let span = tracing::info_span!("exec", lease = %slot.id);
+fn spawn<T: Target>(state: AppState, target: Arc<T>, execution: Arc<Execution>) {
+    let in_use = target.in_use();
+    let span = tracing::info_span!("exec", on = %target.name());
     tokio::spawn(tracing::Instrument::instrument(
         async move {
             let _in_use = in_use;
             let finisher = Finisher(execution.clone());
             let started = Instant::now();
-            let guard = slot.lease.read().await;
+            let guard = target.lease().read().await;
             let Some(lease) = guard.as_ref() else {
-                execution.finish(Err(AppError::not_found(format!(
-                    "lease `{}` was released",
-                    slot.id
-                ))));
+                execution.finish(Err(target.failed(AppError::not_found(format!(
+                    "{} was released",
+                    target.name()
+                )))));
                 return;
             };
             let (sink, mut chunks) = mpsc::channel::<OutputChunk>(SINK_CHUNKS);
@@ -247,7 +361,7 @@ fn spawn(state: AppState, slot: Arc<LeaseSlot>, execution: Arc<Execution>) {
                 Err(_) => ExecOutcome::Error,
             };
             state.metrics.exec(outcome, started.elapsed());
-            execution.finish(result.map_err(AppError::from));
+            execution.finish(result.map_err(|error| target.failed(AppError::from(error))));
             drop(finisher);
         },
         span,

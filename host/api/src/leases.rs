@@ -5,21 +5,19 @@
 //! evaluation and recycling take it alone, and a release waits for what
 //! holds it (in the background: `DELETE` answers at once).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use sandfleet_engine::{Lease, Session};
 use tokio::sync::RwLock as AsyncRwLock;
 
+use crate::activity::{Activity, InUse};
 use crate::error::AppError;
-use crate::exec::Execution;
+use crate::exec::{Executions, Target};
 use crate::model::LeaseView;
-
-/// Idempotency keys remembered per lease; the oldest finished are dropped.
-const KEYS_PER_LEASE: usize = 256;
 
 /// One lease and what the daemon knows about it.
 pub(crate) struct LeaseSlot {
@@ -30,58 +28,31 @@ pub(crate) struct LeaseSlot {
     pub(crate) run_id: Option<String>,
     pub(crate) labels: BTreeMap<String, String>,
     ttl: Mutex<Duration>,
-    last_used: Mutex<(Instant, SystemTime)>,
-    in_flight: AtomicUsize,
-    /// Executions by idempotency key, oldest first.
-    executions: Mutex<Keyed>,
-}
-
-#[derive(Default)]
-struct Keyed {
-    by_key: HashMap<String, Arc<Execution>>,
-    order: VecDeque<String>,
-}
-
-/// Marks a lease in use from creation to drop; the idle clock restarts
-/// when the last use ends.
-pub(crate) struct InUse(Arc<LeaseSlot>);
-
-impl Drop for InUse {
-    fn drop(&mut self) {
-        self.0.touch();
-        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
-    }
+    activity: Arc<Activity>,
+    executions: Executions,
 }
 
 impl LeaseSlot {
-    fn touch(&self) {
-        *self.last_used.lock().unwrap_or_else(|e| e.into_inner()) =
-            (Instant::now(), SystemTime::now());
-    }
-
     /// Marks the lease in use until the guard drops.
-    pub(crate) fn in_use(self: &Arc<Self>) -> InUse {
-        self.in_flight.fetch_add(1, Ordering::AcqRel);
-        self.touch();
-        InUse(self.clone())
+    pub(crate) fn in_use(&self) -> InUse {
+        self.activity.begin()
     }
 
     pub(crate) fn set_ttl(&self, ttl: Duration) {
         *self.ttl.lock().unwrap_or_else(|e| e.into_inner()) = ttl;
-        self.touch();
+        self.activity.touch();
     }
 
     fn idle_past_ttl(&self, now: Instant) -> bool {
         let ttl = *self.ttl.lock().unwrap_or_else(|e| e.into_inner());
-        let (last, _) = *self.last_used.lock().unwrap_or_else(|e| e.into_inner());
-        self.in_flight.load(Ordering::Acquire) == 0 && now.duration_since(last) >= ttl
+        self.activity.idle_past(ttl, now)
     }
 
     /// The view clients get, from the lease as it is now.
     pub(crate) fn view(&self, lease: &Lease) -> LeaseView {
         let handle = lease.handle();
         let ttl = *self.ttl.lock().unwrap_or_else(|e| e.into_inner());
-        let (_, last) = *self.last_used.lock().unwrap_or_else(|e| e.into_inner());
+        let last = self.activity.last_used();
         LeaseView {
             id: self.id.clone(),
             cluster: handle.cluster.clone(),
@@ -96,32 +67,23 @@ impl LeaseSlot {
             reuses: lease.reuses(),
         }
     }
+}
 
-    /// The execution under `key`, or `start()`'s, remembered under it.
-    pub(crate) fn execution(
-        &self,
-        key: &str,
-        start: impl FnOnce() -> Arc<Execution>,
-    ) -> (Arc<Execution>, bool) {
-        let mut keyed = self.executions.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(known) = keyed.by_key.get(key) {
-            return (known.clone(), false);
-        }
-        let started = start();
-        keyed.by_key.insert(key.to_string(), started.clone());
-        keyed.order.push_back(key.to_string());
-        while keyed.order.len() > KEYS_PER_LEASE {
-            let Some(oldest) = keyed.order.front().cloned() else {
-                break;
-            };
-            // A running execution stays: its retry must attach to it.
-            if !keyed.by_key.get(&oldest).is_none_or(|e| e.finished()) {
-                break;
-            }
-            keyed.order.pop_front();
-            keyed.by_key.remove(&oldest);
-        }
-        (started, true)
+impl Target for LeaseSlot {
+    fn name(&self) -> String {
+        format!("lease `{}`", self.id)
+    }
+
+    fn lease(&self) -> &AsyncRwLock<Option<Lease>> {
+        &self.lease
+    }
+
+    fn executions(&self) -> &Executions {
+        &self.executions
+    }
+
+    fn in_use(&self) -> InUse {
+        LeaseSlot::in_use(self)
     }
 }
 
@@ -181,9 +143,8 @@ impl LeaseTable {
             run_id: new.run_id,
             labels: new.labels,
             ttl: Mutex::new(new.ttl.unwrap_or(self.default_ttl)),
-            last_used: Mutex::new((Instant::now(), SystemTime::now())),
-            in_flight: AtomicUsize::new(0),
-            executions: Mutex::new(Keyed::default()),
+            activity: Activity::new(),
+            executions: Executions::default(),
         });
         self.slots
             .write()
@@ -282,8 +243,9 @@ pub(crate) fn persisted(dir: &std::path::Path) -> Vec<(PathBuf, sandfleet_core::
         .collect()
 }
 
-/// A fresh lease id: `l-` and 16 hex digits.
-pub(crate) fn new_id() -> String {
+/// A fresh id: `prefix`, `-` and 16 hex digits (`l-` a lease, `s-` a
+/// shared-pool session).
+pub(crate) fn new_id(prefix: &str) -> String {
     use std::hash::{BuildHasher, Hasher};
     use std::sync::atomic::AtomicU64;
     static SEQUENCE: AtomicU64 = AtomicU64::new(0);
@@ -295,5 +257,5 @@ pub(crate) fn new_id() -> String {
             .unwrap_or_default()
             .as_nanos(),
     );
-    format!("l-{:016x}", hasher.finish())
+    format!("{prefix}-{:016x}", hasher.finish())
 }

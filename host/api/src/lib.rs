@@ -4,7 +4,8 @@
 //! on demand: leases acquired for an image or a task row, commands run
 //! buffered or streamed (never twice: `Idempotency-Key`), files, grading
 //! through the task adapter, recycling through the reset check, idle
-//! expiry; warm pools sized by the sizing plugin; whole batch runs; the
+//! expiry; warm pools sized by the sizing plugin; shared pools of K
+//! sandboxes that many sticky sessions ride; whole batch runs; the
 //! plugins serving; `/metrics`, `/healthz`, `/readyz` and an OpenAPI
 //! document at `/v1/openapi.json`.
 //!
@@ -13,6 +14,7 @@
 //! daemon left, and a restarted one with the same state directory releases
 //! it by itself.
 
+mod activity;
 mod app;
 mod daemon;
 mod error;
@@ -23,14 +25,16 @@ mod model;
 mod ops;
 mod routes;
 mod runs;
+mod shared;
 mod state;
 
 pub use daemon::{Daemon, Options};
 pub use error::AppError;
 pub use model::{
     AcquireRequest, BatchRequest, EvaluateRequest, EvaluateResponse, ExecRequestBody, ExecResponse,
-    GradeView, LeaseList, LeaseView, PluginList, PluginView, PoolRequest, PoolView, PoolsResponse,
-    Ready, RecycleResponse, RenewRequest, RunList, RunRequest, RunView, TestView,
+    GradeView, HealView, LeaseList, LeaseView, PluginList, PluginView, PoolRequest, PoolView,
+    PoolsResponse, Ready, RecycleResponse, RenewRequest, RunList, RunRequest, RunView,
+    SharedPoolList, SharedPoolView, SharedSessionView, SharedSlotView, TestView,
 };
 
 /// The OpenAPI document, as `GET /v1/openapi.json` serves it.

@@ -1,8 +1,9 @@
 //! `/metrics` in Prometheus text format. Every label set is bounded: the
 //! outcome and route labels are fixed lists, plugin labels name the
 //! configured plugins (one version each: the one serving), pool labels the
-//! images the daemon warmed, retry labels the error kinds. Lease ids never
-//! become labels.
+//! images the daemon warmed, shared-pool labels the configured shared
+//! pools, retry labels the error kinds. Lease and session ids never become
+//! labels.
 
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
@@ -79,6 +80,24 @@ pub(crate) struct Snapshot {
     pub(crate) retries: Vec<(String, u64)>,
     /// (released, failed) releases.
     pub(crate) releases: (u64, u64),
+    /// Per shared pool.
+    pub(crate) shared: Vec<SharedPoolCounts>,
+}
+
+/// A family of shared-pool metrics: name, help, type, and its value of a pool.
+type SharedFamily = (&'static str, &'static str, MetricType, fn(&SharedPoolCounts) -> u64);
+
+/// One shared pool's counts at scrape time.
+#[derive(Debug, Default)]
+pub(crate) struct SharedPoolCounts {
+    pub(crate) pool: String,
+    pub(crate) open: u64,
+    pub(crate) opened: u64,
+    pub(crate) expired: u64,
+    pub(crate) probes_failed: u64,
+    pub(crate) evictions: u64,
+    pub(crate) heals: u64,
+    pub(crate) healthy: u64,
 }
 
 #[derive(Debug)]
@@ -288,6 +307,62 @@ impl prometheus_client::collector::Collector for Scraped {
                 (vec![("outcome", "failed".to_string())], release_failed),
             ],
         )?;
+        let shared: [SharedFamily; 7] = [
+            (
+                "shared_sessions_open",
+                "Sessions open now, per shared pool",
+                MetricType::Gauge,
+                |p| p.open,
+            ),
+            (
+                "shared_sessions_opened",
+                "Sessions opened, per shared pool",
+                MetricType::Counter,
+                |p| p.opened,
+            ),
+            (
+                "shared_sessions_expired",
+                "Sessions dropped for being idle past the pool's idle_timeout, per shared pool",
+                MetricType::Counter,
+                |p| p.expired,
+            ),
+            (
+                "shared_sandboxes_healthy",
+                "Slots with a healthy sandbox now, per shared pool",
+                MetricType::Gauge,
+                |p| p.healthy,
+            ),
+            (
+                "shared_probes_failed",
+                "Health probes that failed, per shared pool",
+                MetricType::Counter,
+                |p| p.probes_failed,
+            ),
+            (
+                "shared_evictions",
+                "Sandboxes evicted after failed probes in a row, per shared pool",
+                MetricType::Counter,
+                |p| p.evictions,
+            ),
+            (
+                "shared_heals",
+                "Evicted sandboxes replaced in their slot, per shared pool",
+                MetricType::Counter,
+                |p| p.heals,
+            ),
+        ];
+        for (name, help, kind, value) in shared {
+            family(
+                name,
+                help,
+                kind,
+                snapshot
+                    .shared
+                    .iter()
+                    .map(|pool| (vec![("pool", pool.pool.clone())], value(pool)))
+                    .collect(),
+            )?;
+        }
         Ok(())
     }
 }

@@ -218,6 +218,88 @@ pub struct PoolsResponse {
     pub pools: Vec<PoolView>,
 }
 
+/// `POST /v1/shared/{pool}/sessions`: a session pinned to one of the
+/// pool's sandboxes.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SharedSessionView {
+    /// The session id, for `/v1/sessions/{id}/exec` and `DELETE`.
+    pub id: String,
+    /// The shared pool.
+    pub pool: String,
+    /// The id of the sandbox it is pinned to.
+    pub sandbox: String,
+}
+
+/// One slot of a shared pool: a sandbox, or none while it fills or heals.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SharedSlotView {
+    /// Its index, 0 to size − 1; a healed sandbox takes its slot's index.
+    pub slot: u32,
+    /// The sandbox in it now.
+    pub sandbox: Option<String>,
+    /// It has a sandbox whose last probe (if any) passed.
+    pub healthy: bool,
+    /// Sessions pinned to its sandbox.
+    pub sessions: u32,
+    /// Consecutive failed probes of its sandbox.
+    pub failed_probes: u32,
+    /// Why its last fill failed, while it has no sandbox.
+    pub error: Option<String>,
+}
+
+/// A sandbox evicted and the one that replaced it in its slot.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct HealView {
+    /// The slot.
+    pub slot: u32,
+    /// The evicted sandbox.
+    pub evicted: String,
+    /// Its replacement.
+    pub sandbox: String,
+    /// When the heal began (the eviction), in Unix milliseconds.
+    pub requested_at_ms: u64,
+    /// When the replacement was in the slot, in Unix milliseconds.
+    pub healed_at_ms: u64,
+}
+
+/// `GET /v1/shared/{pool}`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SharedPoolView {
+    /// The pool's name.
+    pub name: String,
+    /// Its sandboxes' image.
+    pub image: String,
+    /// Sandboxes it keeps (K).
+    pub size: u32,
+    /// Slots with a healthy sandbox now.
+    pub healthy: u32,
+    /// Sessions one sandbox takes at most.
+    pub max_sessions_per_sandbox: u32,
+    /// Sessions open now (lost ones included until closed or idle).
+    pub sessions_open: u64,
+    /// Sessions opened since the daemon started.
+    pub sessions_opened: u64,
+    /// Sessions dropped for being idle past the pool's idle timeout.
+    pub sessions_expired: u64,
+    /// Probes that failed (an error, a non-zero exit or no answer in time).
+    pub probes_failed: u64,
+    /// Sandboxes evicted after consecutive failed probes.
+    pub evictions: u64,
+    /// Evicted sandboxes replaced in their slot.
+    pub heals: u64,
+    /// Every slot, in order.
+    pub slots: Vec<SharedSlotView>,
+    /// The latest heals, oldest first.
+    pub recent_heals: Vec<HealView>,
+}
+
+/// `{"pools": [...]}` of `GET /v1/shared`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct SharedPoolList {
+    /// Every shared pool, in the fleet file's order.
+    pub pools: Vec<SharedPoolView>,
+}
+
 /// `POST /v1/runs`: a fleet file by path, or its text.
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

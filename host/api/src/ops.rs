@@ -109,6 +109,12 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
         snapshot.plugin_loads = (loads.loaded, loads.failed);
         snapshot.retries = state.session.retries().into_iter().collect();
         snapshot.releases = state.session.releases();
+        snapshot.shared = state
+            .shared
+            .all()
+            .iter()
+            .map(|pool| pool.metrics())
+            .collect();
     }
     (
         [(
@@ -123,13 +129,14 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
 /// The OpenAPI document of every endpoint, generated from the handlers.
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "sandfleet", description = "Sandboxes on demand for RL frameworks: leases, exec, grading, warm pools and batch runs."),
+    info(title = "sandfleet", description = "Sandboxes on demand for RL frameworks: leases, exec, grading, warm pools, shared pools with sticky sessions and batch runs."),
     paths(
         crate::routes::acquire, crate::routes::acquire_batch, crate::routes::list, crate::routes::get,
         crate::routes::delete, crate::routes::renew, crate::routes::exec, crate::routes::put_file,
         crate::routes::get_file, crate::routes::evaluate, crate::routes::recycle,
         crate::routes::warm, crate::routes::pools, crate::routes::unwarm,
         crate::runs::start, crate::runs::list, crate::runs::get, crate::runs::results, crate::runs::cancel,
+        crate::shared::routes::list, crate::shared::routes::view, crate::shared::routes::open, crate::shared::routes::exec, crate::shared::routes::close,
         plugins, healthz, readyz, metrics, openapi,
     ),
     modifiers(&BearerAuth),

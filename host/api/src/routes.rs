@@ -12,7 +12,7 @@ use sandfleet_core::validate_labels;
 use sandfleet_engine::{DEFAULT_WORKDIR, Evaluation, Purpose, Recycled};
 
 use crate::error::{AppError, ErrorBody, Json, OptionalJson, too_large_or};
-use crate::exec::{self, Framing};
+use crate::exec::{self, EncodingQuery};
 use crate::leases::{LeaseSlot, NewLease, new_id};
 use crate::model::{
     AcquireRequest, BatchRequest, EvaluateRequest, EvaluateResponse, ExecRequestBody, ExecResponse,
@@ -68,7 +68,7 @@ async fn acquire_one(state: &AppState, body: AcquireRequest) -> Result<LeaseView
         }
     };
     state.leases.check_room(1)?;
-    let id = new_id();
+    let id = new_id("l");
     let started = Instant::now();
     let for_task = task_id.is_some();
     let lease = state.session.acquire(&id, purpose).await?;
@@ -240,22 +240,6 @@ pub(crate) async fn renew(
     Ok(axum::Json(view(&slot).await?))
 }
 
-/// `?encoding=base64`.
-#[derive(Debug, Default, serde::Deserialize)]
-pub(crate) struct EncodingQuery {
-    encoding: Option<String>,
-}
-
-fn wants_base64(query: &EncodingQuery) -> Result<bool, AppError> {
-    match query.encoding.as_deref() {
-        None | Some("utf-8") | Some("utf8") => Ok(false),
-        Some("base64") => Ok(true),
-        Some(other) => Err(AppError::invalid(format!(
-            "encoding: `{other}` is not `utf-8` or `base64`"
-        ))),
-    }
-}
-
 #[utoipa::path(post, path = "/v1/leases/{id}/exec", request_body = ExecRequestBody,
     params(("Idempotency-Key" = Option<String>, Header, description = "a retry with the same key returns the first execution's result"),
            ("encoding" = Option<String>, Query, description = "`base64` for exact bytes")),
@@ -269,28 +253,7 @@ pub(crate) async fn exec(
     Json(body): Json<ExecRequestBody>,
 ) -> Result<Response, AppError> {
     let slot = state.leases.get(&id)?;
-    let _in_use = slot.in_use();
-    let base64 = wants_base64(&query)?;
-    let request = exec::request(body, state.config.fleet.max_output)?;
-    let key = headers
-        .get("idempotency-key")
-        .map(|v| {
-            v.to_str()
-                .map_err(|_| AppError::invalid("Idempotency-Key: must be visible ASCII"))
-        })
-        .transpose()?;
-    if key.is_some_and(|k| k.is_empty() || k.len() > 256) {
-        return Err(AppError::invalid("Idempotency-Key: 1 to 256 characters"));
-    }
-    exec::run(
-        &state,
-        &slot,
-        request,
-        key,
-        Framing::from_headers(&headers),
-        base64,
-    )
-    .await
+    exec::serve(&state, &slot, &query, &headers, body).await
 }
 
 /// `?path=...&mode=...`.

@@ -15,6 +15,7 @@ use crate::error::AppError;
 use crate::leases::LeaseTable;
 use crate::metrics::Metrics;
 use crate::runs::Runs;
+use crate::shared::SharedPools;
 
 /// The daemon's state, cheap to clone.
 #[derive(Clone)]
@@ -28,6 +29,7 @@ pub(crate) struct Inner {
     pub(crate) adapter_settings: Vec<Setting>,
     pub(crate) metrics: Metrics,
     pub(crate) runs: Runs,
+    pub(crate) shared: SharedPools,
     /// HTTP clients and the create pacer every run's clusters share.
     pub(crate) connections: sandfleet_fleet::setup::Connections,
     pub(crate) config: FleetConfig,

@@ -9,6 +9,7 @@ mod fresh;
 mod leases;
 mod plugins;
 mod pools_runs;
+mod shared;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

@@ -1,0 +1,449 @@
+//! Shared pools (`[[shared_pools]]`): K long-lived sandboxes per pool that
+//! many small stateful sessions ride, each session pinned to one sandbox
+//! (the least-loaded healthy one when it opens), so what a session leaves
+//! in its sandbox (files, a running interpreter) is there on its next call.
+//!
+//! A sandbox evicted after [`EVICT_AFTER`] failed probes in a row takes its
+//! sessions' state with it: they answer `session_lost` from then on rather
+//! than moving silently, and a new sandbox heals its slot (see [`keeper`]).
+
+mod keeper;
+pub(crate) mod routes;
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::time::{Instant, SystemTime};
+
+use axum::http::StatusCode;
+use sandfleet_engine::Lease;
+use sandfleet_fleet::SharedPoolConfig;
+use tokio::sync::RwLock as AsyncRwLock;
+use tokio_util::task::TaskTracker;
+
+use crate::activity::{Activity, InUse};
+use crate::error::AppError;
+use crate::exec::{Executions, Target};
+use crate::leases::new_id;
+use crate::metrics::SharedPoolCounts;
+use crate::model::{HealView, SharedPoolView, SharedSlotView};
+
+pub(crate) use keeper::{release_all, start};
+
+/// Failed probes in a row that evict a sandbox.
+pub(crate) const EVICT_AFTER: u32 = 3;
+
+/// Heals a pool's view keeps, the latest.
+const HEALS_KEPT: usize = 64;
+
+/// Every shared pool and every session open on them.
+pub(crate) struct SharedPools {
+    pools: BTreeMap<String, Arc<Pool>>,
+    /// The fleet file's order, for listings.
+    order: Vec<String>,
+    sessions: RwLock<HashMap<String, Arc<SharedSession>>>,
+    /// The keepers: stopping waits for them before reaping, so no sandbox
+    /// is claimed after the reap.
+    keepers: TaskTracker,
+}
+
+/// Counters of one pool, since the daemon started.
+#[derive(Default)]
+pub(crate) struct Counts {
+    pub(crate) open: AtomicU64,
+    pub(crate) opened: AtomicU64,
+    pub(crate) expired: AtomicU64,
+    pub(crate) probes_failed: AtomicU64,
+    pub(crate) evictions: AtomicU64,
+    pub(crate) heals: AtomicU64,
+}
+
+/// One pool.
+pub(crate) struct Pool {
+    pub(crate) config: SharedPoolConfig,
+    slots: Mutex<Vec<Slot>>,
+    pub(crate) counts: Counts,
+    heals: Mutex<VecDeque<HealView>>,
+}
+
+#[derive(Default)]
+struct Slot {
+    sandbox: Option<Arc<Pinned>>,
+    sessions: u32,
+    failed_probes: u32,
+    error: Option<String>,
+}
+
+/// One of a pool's sandboxes, which sessions are pinned to.
+pub(crate) struct Pinned {
+    pub(crate) slot: usize,
+    /// The sandbox's id on its cluster.
+    pub(crate) id: String,
+    /// `None` once evicted and released.
+    pub(crate) lease: AsyncRwLock<Option<Lease>>,
+    /// Why it was evicted, once it was.
+    evicted: OnceLock<String>,
+}
+
+/// A session: sticky to one sandbox of one pool.
+pub(crate) struct SharedSession {
+    pub(crate) id: String,
+    pub(crate) pool: Arc<Pool>,
+    pub(crate) sandbox: Arc<Pinned>,
+    activity: Arc<Activity>,
+    executions: Executions,
+}
+
+impl SharedPools {
+    pub(crate) fn new(configs: &[SharedPoolConfig]) -> Self {
+        SharedPools {
+            pools: configs
+                .iter()
+                .map(|config| (config.name.clone(), Arc::new(Pool::new(config.clone()))))
+                .collect(),
+            order: configs.iter().map(|c| c.name.clone()).collect(),
+            sessions: RwLock::new(HashMap::new()),
+            keepers: TaskTracker::new(),
+        }
+    }
+
+    /// Every pool, in the fleet file's order.
+    pub(crate) fn all(&self) -> Vec<Arc<Pool>> {
+        self.order
+            .iter()
+            .filter_map(|name| self.pools.get(name).cloned())
+            .collect()
+    }
+
+    /// The pool `name`, or a 404 naming it.
+    pub(crate) fn pool(&self, name: &str) -> Result<Arc<Pool>, AppError> {
+        self.pools.get(name).cloned().ok_or_else(|| {
+            let known = if self.order.is_empty() {
+                "none is configured: add [[shared_pools]] to the fleet file".to_string()
+            } else {
+                format!("configured: {}", self.order.join(", "))
+            };
+            AppError::not_found(format!("no shared pool named `{name}` ({known})"))
+        })
+    }
+
+    /// Opens a session on the pool `name`.
+    pub(crate) fn open(&self, name: &str) -> Result<Arc<SharedSession>, AppError> {
+        let pool = self.pool(name)?;
+        let sandbox = pool.pin()?;
+        let session = Arc::new(SharedSession {
+            id: new_id("s"),
+            pool: pool.clone(),
+            sandbox,
+            activity: Activity::new(),
+            executions: Executions::default(),
+        });
+        pool.counts.open.fetch_add(1, Ordering::Relaxed);
+        pool.counts.opened.fetch_add(1, Ordering::Relaxed);
+        self.sessions
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(session.id.clone(), session.clone());
+        Ok(session)
+    }
+
+    /// The session `id`, or a 404 naming it.
+    pub(crate) fn session(&self, id: &str) -> Result<Arc<SharedSession>, AppError> {
+        self.sessions
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(id)
+            .cloned()
+            .ok_or_else(|| not_open(id))
+    }
+
+    /// Closes the session `id`; false when it is not open.
+    pub(crate) fn close(&self, id: &str) -> bool {
+        let removed = self
+            .sessions
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(id);
+        removed.map(|session| session.forget()).is_some()
+    }
+
+    /// Drops the sessions idle past their pool's idle timeout.
+    pub(crate) fn expire_idle(&self) {
+        let now = Instant::now();
+        let idle: Vec<Arc<SharedSession>> = {
+            let mut sessions = self.sessions.write().unwrap_or_else(|e| e.into_inner());
+            let ids: Vec<String> = sessions
+                .values()
+                .filter(|s| s.activity.idle_past(s.pool.config.idle_timeout, now))
+                .map(|s| s.id.clone())
+                .collect();
+            ids.iter().filter_map(|id| sessions.remove(id)).collect()
+        };
+        for session in &idle {
+            session.forget();
+            session.pool.counts.expired.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(session = %session.id, pool = %session.pool.config.name, "idle past its time; dropped");
+        }
+    }
+}
+
+impl Pool {
+    fn new(config: SharedPoolConfig) -> Self {
+        Pool {
+            slots: Mutex::new((0..config.size).map(|_| Slot::default()).collect()),
+            config,
+            counts: Counts::default(),
+            heals: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    fn slots(&self) -> std::sync::MutexGuard<'_, Vec<Slot>> {
+        self.slots.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Pins a new session to the least-loaded healthy sandbox (the lowest
+    /// slot among equals).
+    fn pin(&self) -> Result<Arc<Pinned>, AppError> {
+        let mut slots = self.slots();
+        let healthy = slots
+            .iter()
+            .filter(|slot| slot.sandbox.is_some() && slot.failed_probes == 0)
+            .count();
+        let max = self.config.max_sessions_per_sandbox;
+        let least = slots
+            .iter_mut()
+            .filter(|slot| slot.sandbox.is_some() && slot.failed_probes == 0)
+            .filter(|slot| slot.sessions < max)
+            .min_by_key(|slot| slot.sessions);
+        match least {
+            Some(slot) => {
+                slot.sessions += 1;
+                Ok(slot.sandbox.clone().expect("filtered on a sandbox"))
+            }
+            None if healthy == 0 => Err(AppError::unavailable(format!(
+                "shared pool `{}` has no healthy sandbox now (0 of {}: filling or healing); retry shortly",
+                self.config.name, self.config.size
+            ))),
+            None => Err(AppError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "pool_full",
+                format!(
+                    "shared pool `{}` is full: its {healthy} healthy sandboxes have max_sessions_per_sandbox = {max} sessions each; close a session or retry later",
+                    self.config.name
+                ),
+            )),
+        }
+    }
+
+    /// A session pinned to `pinned` is gone.
+    fn unpin(&self, pinned: &Arc<Pinned>) {
+        let mut slots = self.slots();
+        let slot = &mut slots[pinned.slot];
+        // An evicted sandbox's sessions no longer count on its slot.
+        if slot
+            .sandbox
+            .as_ref()
+            .is_some_and(|s| Arc::ptr_eq(s, pinned))
+        {
+            slot.sessions = slot.sessions.saturating_sub(1);
+        }
+    }
+
+    /// Puts a new sandbox in `slot`.
+    fn install(&self, slot: usize, lease: Lease) -> Arc<Pinned> {
+        let pinned = Arc::new(Pinned {
+            slot,
+            id: lease.handle().id.clone(),
+            lease: AsyncRwLock::new(Some(lease)),
+            evicted: OnceLock::new(),
+        });
+        self.slots()[slot] = Slot {
+            sandbox: Some(pinned.clone()),
+            ..Slot::default()
+        };
+        pinned
+    }
+
+    /// Notes why filling `slot` failed.
+    fn fill_failed(&self, slot: usize, error: String) {
+        self.slots()[slot].error = Some(error);
+    }
+
+    /// Notes a probe of `pinned`; true when it failed [`EVICT_AFTER`] times
+    /// in a row and was evicted (taken out of its slot, its sessions lost).
+    fn probed(&self, pinned: &Arc<Pinned>, passed: bool) -> bool {
+        let mut slots = self.slots();
+        let slot = &mut slots[pinned.slot];
+        if !slot
+            .sandbox
+            .as_ref()
+            .is_some_and(|s| Arc::ptr_eq(s, pinned))
+        {
+            return false;
+        }
+        if passed {
+            slot.failed_probes = 0;
+            return false;
+        }
+        self.counts.probes_failed.fetch_add(1, Ordering::Relaxed);
+        slot.failed_probes += 1;
+        if slot.failed_probes < EVICT_AFTER {
+            return false;
+        }
+        *slot = Slot::default();
+        let _ = pinned.evicted.set(format!(
+            "evicted after {EVICT_AFTER} failed probes in a row"
+        ));
+        self.counts.evictions.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Records a heal.
+    fn healed(&self, heal: HealView) {
+        self.counts.heals.fetch_add(1, Ordering::Relaxed);
+        let mut heals = self.heals.lock().unwrap_or_else(|e| e.into_inner());
+        if heals.len() == HEALS_KEPT {
+            heals.pop_front();
+        }
+        heals.push_back(heal);
+    }
+
+    /// Takes every sandbox out of its slot (the daemon is stopping).
+    fn take_all(&self) -> Vec<Arc<Pinned>> {
+        self.slots()
+            .iter_mut()
+            .filter_map(|slot| std::mem::take(slot).sandbox)
+            .collect()
+    }
+
+    /// Slots with a healthy sandbox now.
+    pub(crate) fn healthy(&self) -> u32 {
+        self.slots()
+            .iter()
+            .filter(|slot| slot.sandbox.is_some() && slot.failed_probes == 0)
+            .count() as u32
+    }
+
+    /// Its counts for `/metrics`.
+    pub(crate) fn metrics(&self) -> SharedPoolCounts {
+        let count = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        SharedPoolCounts {
+            pool: self.config.name.clone(),
+            open: count(&self.counts.open),
+            opened: count(&self.counts.opened),
+            expired: count(&self.counts.expired),
+            probes_failed: count(&self.counts.probes_failed),
+            evictions: count(&self.counts.evictions),
+            heals: count(&self.counts.heals),
+            healthy: u64::from(self.healthy()),
+        }
+    }
+
+    pub(crate) fn view(&self) -> SharedPoolView {
+        let slots: Vec<SharedSlotView> = self
+            .slots()
+            .iter()
+            .enumerate()
+            .map(|(index, slot)| SharedSlotView {
+                slot: index as u32,
+                sandbox: slot.sandbox.as_ref().map(|s| s.id.clone()),
+                healthy: slot.sandbox.is_some() && slot.failed_probes == 0,
+                sessions: slot.sessions,
+                failed_probes: slot.failed_probes,
+                error: slot.error.clone(),
+            })
+            .collect();
+        let count = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        SharedPoolView {
+            name: self.config.name.clone(),
+            image: self.config.image.clone(),
+            size: self.config.size,
+            healthy: slots.iter().filter(|s| s.healthy).count() as u32,
+            max_sessions_per_sandbox: self.config.max_sessions_per_sandbox,
+            sessions_open: count(&self.counts.open),
+            sessions_opened: count(&self.counts.opened),
+            sessions_expired: count(&self.counts.expired),
+            probes_failed: count(&self.counts.probes_failed),
+            evictions: count(&self.counts.evictions),
+            heals: count(&self.counts.heals),
+            slots,
+            recent_heals: self
+                .heals
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .cloned()
+                .collect(),
+        }
+    }
+}
+
+impl SharedSession {
+    /// Out of the table: its sandbox has one session fewer.
+    fn forget(&self) {
+        self.pool.unpin(&self.sandbox);
+        self.pool.counts.open.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// What every call on a session whose sandbox is gone answers.
+    fn lost(&self, why: &str) -> AppError {
+        AppError::new(
+            StatusCode::GONE,
+            "session_lost",
+            format!(
+                "session `{}`: its sandbox `{}` in shared pool `{}` is gone ({why}), and with it the session's state; open a new session",
+                self.id, self.sandbox.id, self.pool.config.name
+            ),
+        )
+    }
+
+    /// `session_lost` once its sandbox was evicted.
+    pub(crate) fn check(&self) -> Result<(), AppError> {
+        match self.sandbox.evicted.get() {
+            Some(why) => Err(self.lost(why)),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Target for SharedSession {
+    fn name(&self) -> String {
+        format!("session `{}`", self.id)
+    }
+
+    fn lease(&self) -> &AsyncRwLock<Option<Lease>> {
+        &self.sandbox.lease
+    }
+
+    fn executions(&self) -> &Executions {
+        &self.executions
+    }
+
+    fn in_use(&self) -> InUse {
+        self.activity.begin()
+    }
+
+    fn failed(&self, error: AppError) -> AppError {
+        if let Err(lost) = self.check() {
+            return lost;
+        }
+        if error.kind() == "sandbox_lost" {
+            return self.lost(error.message());
+        }
+        error
+    }
+}
+
+/// The 404 of a session id that is not open.
+fn not_open(id: &str) -> AppError {
+    AppError::not_found(format!(
+        "session `{id}` is not open (closed, dropped when idle, or never opened)"
+    ))
+}
+
+/// Unix milliseconds of `at`.
+fn unix_ms(at: SystemTime) -> u64 {
+    at.duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis() as u64
+}
