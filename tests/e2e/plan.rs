@@ -20,6 +20,11 @@ fn the_skewed_example_plans_a_small_footprint_instead_of_one_per_task() {
     // One sandbox per task (capped by the pool size) would hold more.
     assert!(number_after("would hold ") > peak, "{text}");
     assert!(text.contains("100 tasks over 8 images"), "{text}");
+    // Measured costs say a reset costs more than a fresh local sandbox.
+    assert!(
+        text.contains("recycling on cluster `local` (local, recycle = false) does not pay"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use sandfleet_core::Capacity;
+use sandfleet_engine::recycle_estimate::RecycleEstimate;
 use sandfleet_engine::{Cluster, Strategy, plan};
 
 use sandfleet_fleet::FleetConfig;
@@ -32,6 +33,12 @@ pub(crate) fn plan(config_path: &Path) -> anyhow::Result<ExitCode> {
         )
         .await?;
         print!("{}", planned.render());
+        for cluster in &clusters {
+            println!(
+                "{}",
+                RecycleEstimate::render(&cluster.name, &cluster.kind, config.fleet.recycle)
+            );
+        }
         if config.fleet.strategy != Strategy::None {
             let mut per_task = config.fleet.clone();
             per_task.warm_per_task = true;

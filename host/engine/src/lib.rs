@@ -30,6 +30,7 @@ mod rate;
 mod reap;
 mod recycle;
 mod release;
+pub mod recycle_estimate;
 mod report;
 pub mod reset;
 mod results;
