@@ -131,7 +131,10 @@ impl TaskRunner {
                         .await
                 }
             };
-            let result = result.map_err(|e| format!("exec `{}`: {e}", shown(&command.argv)))?;
+            let result = result.map_err(|e| {
+                claimed.note(&e);
+                format!("exec `{}`: {e}", shown(&command.argv))
+            })?;
             dropped += result.stdout_dropped + result.stderr_dropped;
             outputs.push(command_output(result));
         }

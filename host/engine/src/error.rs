@@ -18,6 +18,10 @@ pub enum RunError {
     /// A backend operation the run depends on failed.
     #[error(transparent)]
     Backend(#[from] BackendError),
+    /// No sandbox of an image could be prepared (its prepare hook failed or
+    /// overran on every sandbox tried).
+    #[error("{0}")]
+    Prepare(String),
     /// The circuit breaker tripped; everything was torn down.
     #[error("circuit breaker: {0}")]
     Breaker(String),

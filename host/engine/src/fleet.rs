@@ -4,13 +4,13 @@
 //! Every request that is safe to repeat goes through the run's retries.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use sandfleet_core::{
-    Backend, BackendError, Capabilities, Capacity, LABEL_TASK, PoolSizing, RunId, SandboxHandle,
-    TemplateRef, TemplateSpec, label_value, template_name,
+    Backend, BackendError, Capabilities, Capacity, ErrorKind, LABEL_TASK, PoolSizing, RunId,
+    SandboxHandle, TemplateRef, TemplateSpec, label_value, template_name,
 };
 use sandfleet_plugin::placement::{ClusterState, Clusters, Demand, DemandKind, PlacementPolicy};
 use sandfleet_plugin::{CallError, CallErrorKind};
@@ -20,6 +20,7 @@ use tracing::Instrument;
 use crate::error::RunError;
 use crate::images::ImageTable;
 use crate::phases::{Phase, PhaseTimes};
+use crate::prepare::PreparedPools;
 use crate::rate::CreateRate;
 use crate::retry::Retries;
 use crate::settings::FleetSettings;
@@ -47,6 +48,23 @@ pub(crate) struct Claimed {
     pub(crate) cluster: usize,
     pub(crate) image: usize,
     pub(crate) handle: SandboxHandle,
+    /// Set, shared by every copy, when a call on the sandbox said it is
+    /// gone ([`sandfleet_core::ErrorKind::SandboxLost`]).
+    lost: Arc<OnceLock<String>>,
+}
+
+impl Claimed {
+    /// Notes that `error`, from a call on the sandbox, says it is gone.
+    pub(crate) fn note(&self, error: &BackendError) {
+        if error.kind() == ErrorKind::SandboxLost {
+            let _ = self.lost.set(error.to_string());
+        }
+    }
+
+    /// Why the sandbox is gone, when a call on it said so.
+    pub(crate) fn lost(&self) -> Option<&str> {
+        self.lost.get().map(String::as_str)
+    }
 }
 
 #[derive(Default)]
@@ -56,7 +74,6 @@ struct Books {
     pools: HashMap<usize, (usize, u32)>,
     /// Claimed sandboxes per cluster.
     claimed: Vec<u32>,
-    warm_now: u32,
 }
 
 /// Counters for the report.
@@ -65,6 +82,10 @@ pub(crate) struct FleetCounts {
     pub(crate) claims: AtomicU64,
     pub(crate) warm_total: AtomicU64,
     pub(crate) warm_peak: AtomicU64,
+    /// Sandboxes whose prepare hook passed.
+    pub(crate) prepared: AtomicU64,
+    /// Sandboxes released because their prepare hook failed or overran.
+    pub(crate) prepare_failed: AtomicU64,
 }
 
 pub(crate) struct Fleet {
@@ -73,12 +94,16 @@ pub(crate) struct Fleet {
     capacity: Vec<Capacity>,
     capabilities: Vec<Capabilities>,
     pub(crate) images: ImageTable,
-    settings: FleetSettings,
+    pub(crate) settings: FleetSettings,
     placement: PlacementPolicy,
     rate: Option<CreateRate>,
-    phases: Arc<PhaseTimes>,
-    retries: Arc<Retries>,
+    pub(crate) phases: Arc<PhaseTimes>,
+    pub(crate) retries: Arc<Retries>,
     books: Mutex<Books>,
+    /// Pools of prepared sandboxes, for images with a prepare hook.
+    pub(crate) prepared: PreparedPools,
+    /// Warm sandboxes kept now, in backend pools and prepared ones.
+    warm_now: AtomicU64,
     /// Consecutive failed requests per cluster.
     failures: Vec<AtomicU32>,
     sequence: AtomicU64,
@@ -130,6 +155,8 @@ impl Fleet {
             sequence: AtomicU64::new(0),
             placement_fault: std::sync::Mutex::new(None),
             counts: FleetCounts::default(),
+            prepared: PreparedPools::default(),
+            warm_now: AtomicU64::new(0),
         }
     }
 
@@ -148,9 +175,43 @@ impl Fleet {
     /// `warm_create_budget` new sandboxes, waiting for each wave to be ready.
     /// Clusters whose backend has no pools are skipped (every claim there
     /// is made on demand).
-    pub(crate) async fn warm(&self, images: &[(usize, u32)]) -> Result<(), RunError> {
+    /// Images with a prepare hook get a pool of prepared sandboxes instead
+    /// (see [`crate::prepare`]), filled alongside.
+    pub(crate) async fn warm(self: &Arc<Self>, images: &[(usize, u32)]) -> Result<(), RunError> {
+        let mut prepared = tokio::task::JoinSet::new();
+        for &(image, replicas) in images
+            .iter()
+            .filter(|(i, r)| *r > 0 && self.hook(*i).is_some())
+        {
+            let fleet = Arc::clone(self);
+            prepared
+                .spawn(async move { fleet.fill_prepared(image, replicas).await }.in_current_span());
+        }
+        let started = Instant::now();
+        let backend_pools = self.warm_backend_pools(images).await;
+        let mut filled = Ok(());
+        while let Some(done) = prepared.join_next().await {
+            let done = done
+                .map_err(|e| RunError::Internal(format!("filling a prepared pool failed: {e}")))
+                .and_then(|filled| filled);
+            if filled.is_ok() {
+                filled = done;
+            }
+        }
+        if self.settings.prepare.is_empty() {
+            return backend_pools;
+        }
+        self.phases.record(Phase::WaitPoolReady, started.elapsed());
+        backend_pools.and(filled)
+    }
+
+    /// The backend warm pools of the images without a prepare hook.
+    async fn warm_backend_pools(&self, images: &[(usize, u32)]) -> Result<(), RunError> {
         let mut placed = Vec::new();
-        for &(image, replicas) in images.iter().filter(|(_, r)| *r > 0) {
+        for &(image, replicas) in images
+            .iter()
+            .filter(|(i, r)| *r > 0 && self.hook(*i).is_none())
+        {
             // Kept warm from an earlier window or epoch (`keep_warm`).
             let warm_already = self
                 .books
@@ -217,6 +278,10 @@ impl Fleet {
     /// Releases the pools of `images`; idempotent.
     pub(crate) async fn unwarm(&self, images: &[usize]) -> Result<(), RunError> {
         for &image in images {
+            if self.hook(image).is_some() {
+                self.unwarm_prepared(image).await;
+                continue;
+            }
             let pool = self.books.lock().await.pools.remove(&image);
             let Some((cluster, replicas)) = pool else {
                 continue;
@@ -226,7 +291,7 @@ impl Fleet {
             self.retries
                 .idempotent("unwarm", || backend.unwarm(&template))
                 .await?;
-            self.books.lock().await.warm_now -= replicas;
+            self.note_fewer_warm(replicas);
         }
         Ok(())
     }
@@ -234,7 +299,9 @@ impl Fleet {
     /// Images whose pools are warm now.
     pub(crate) async fn warm_images(&self) -> Vec<usize> {
         let mut images: Vec<usize> = self.books.lock().await.pools.keys().copied().collect();
+        images.extend(self.prepared_images());
         images.sort_unstable();
+        images.dedup();
         images
     }
 
@@ -280,6 +347,7 @@ impl Fleet {
                 cluster,
                 image,
                 handle,
+                lost: Arc::default(),
             })
         }
         .instrument(span)
@@ -428,19 +496,28 @@ impl Fleet {
         Ok(template)
     }
 
+    /// Counts `more` warm sandboxes kept now (in a backend's pool or a
+    /// prepared one).
+    pub(crate) fn note_more_warm(&self, more: u32) {
+        let more = u64::from(more);
+        let now = self.warm_now.fetch_add(more, Ordering::Relaxed) + more;
+        self.counts.warm_total.fetch_add(more, Ordering::Relaxed);
+        self.counts.warm_peak.fetch_max(now, Ordering::Relaxed);
+    }
+
+    /// Counts `fewer` warm sandboxes kept now.
+    pub(crate) fn note_fewer_warm(&self, fewer: u32) {
+        self.warm_now.fetch_sub(u64::from(fewer), Ordering::Relaxed);
+    }
+
     async fn note_warm(&self, image: usize, cluster: usize, replicas: u32) {
         let mut books = self.books.lock().await;
         let before = books
             .pools
             .insert(image, (cluster, replicas))
             .map_or(0, |(_, r)| r);
-        books.warm_now += replicas - before;
-        self.counts
-            .warm_total
-            .fetch_add(u64::from(replicas - before), Ordering::Relaxed);
-        self.counts
-            .warm_peak
-            .fetch_max(u64::from(books.warm_now), Ordering::Relaxed);
+        drop(books);
+        self.note_more_warm(replicas - before);
     }
 }
 

@@ -19,7 +19,6 @@
 //!
 //! Runs (`task`) and daemon leases (`session`) call the same functions.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sandfleet_core::{Backend, ExecRequest, SandboxHandle};
@@ -27,8 +26,8 @@ use sandfleet_plugin::adapter::Script;
 
 use crate::commands::Ran;
 use crate::fleet::Claimed;
-use crate::lease::LeaseKeeper;
 use crate::phases::Phase;
+use crate::prepare::Ready;
 use crate::task::{TaskRunner, WorkItem};
 
 /// The largest patch a work may hand over; more is refused rather than cut.
@@ -267,18 +266,15 @@ impl TaskRunner {
         let script = prepared.as_ref().unwrap_or(script);
 
         self.releases.room().await;
-        let fresh = self
+        // Prepared like any new sandbox of the image.
+        let Ready {
+            claimed: fresh,
+            lease,
+        } = self
             .fleet
-            .claim(work.image, &item.task.id)
+            .claim_ready(work.image, &item.task.id)
             .await
             .map_err(|e| FreshError::Infra(format!("claiming a fresh sandbox: {e}")))?;
-        let cluster = &self.fleet.clusters[fresh.cluster];
-        let lease = LeaseKeeper::keep(
-            Arc::clone(&cluster.backend),
-            fresh.handle.clone(),
-            cluster.backend.capabilities().lease_ttl,
-            Arc::clone(&self.retries),
-        );
         let started = Instant::now();
         let ran = self.execute(&fresh, item, script).await;
         self.phases.record(Phase::Process, started.elapsed());
@@ -308,6 +304,7 @@ mod tests {
     //! works, evaluated in a fresh sandbox.
 
     use std::path::Path;
+    use std::sync::Arc;
 
     use sandfleet_backend_local::{
         ImageSource, IsolationMode, LimitOverrides, LocalBackend, LocalConfig,

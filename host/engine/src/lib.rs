@@ -25,14 +25,15 @@ mod lease;
 mod logs;
 mod phases;
 pub mod plan;
+mod prepare;
 mod progress;
 mod rate;
 mod reap;
 mod recycle;
-mod release;
 pub mod recycle_estimate;
-mod report;
+mod release;
 pub mod reset;
+mod report;
 mod results;
 mod retry;
 mod run;
@@ -48,6 +49,7 @@ pub use error::RunError;
 pub use fleet::Cluster;
 pub use fresh::{FreshError, MAX_WORK_DIFF, WorkTree, record_work_tree, work_diff};
 pub use phases::{Phase, PhaseStats};
+pub use prepare::{PREPARE_ATTEMPTS, PrepareHook, PrepareHooks};
 pub use progress::{LogProgress, Progress};
 pub use reap::reap;
 pub use report::{
@@ -55,8 +57,8 @@ pub use report::{
     TaskCounts, WarmCounts,
 };
 pub use results::{
-    GradeRecord, InfraFailureRecord, RESULTS_FILE, ResultsStore, TaskRecord, TaskStatus,
-    TestRecord, Timings,
+    AttemptRecord, GradeRecord, InfraFailureRecord, RESULTS_FILE, ResultsStore, TaskRecord,
+    TaskStatus, TestRecord, Timings,
 };
 pub use run::{REPORT_FILE, RunSpec, run};
 pub use session::{

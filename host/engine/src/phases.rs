@@ -17,6 +17,8 @@ pub enum Phase {
     WaitPoolReady,
     /// Claiming a sandbox for a task.
     Claim,
+    /// Running an image's prepare hook on a new sandbox.
+    Prepare,
     /// Writing files and running the task's commands.
     Process,
     /// Grading the outputs.
@@ -33,12 +35,13 @@ pub enum Phase {
 
 impl Phase {
     /// Every phase, in report order.
-    pub const ALL: [Phase; 11] = [
+    pub const ALL: [Phase; 12] = [
         Phase::Preflight,
         Phase::Plan,
         Phase::CreateWarmpool,
         Phase::WaitPoolReady,
         Phase::Claim,
+        Phase::Prepare,
         Phase::Process,
         Phase::Grade,
         Phase::Reset,
@@ -55,6 +58,7 @@ impl Phase {
             Phase::CreateWarmpool => "create_warmpool",
             Phase::WaitPoolReady => "wait_pool_ready",
             Phase::Claim => "claim",
+            Phase::Prepare => "prepare",
             Phase::Process => "process",
             Phase::Grade => "grade",
             Phase::Reset => "reset",

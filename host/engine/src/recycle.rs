@@ -3,7 +3,6 @@
 //! reset check has reset it and judged it clean; a sandbox that fails any
 //! of that is quarantined (released, never reused).
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use sandfleet_plugin::adapter::{CommandOutput, Task};
@@ -12,6 +11,7 @@ use sandfleet_plugin::reset::{ResetCheck, Verdict};
 use crate::fleet::Claimed;
 use crate::lease::LeaseKeeper;
 use crate::phases::Phase;
+use crate::prepare::Ready;
 use crate::task::TaskRunner;
 
 /// A sandbox a worker holds, from its claim to its release.
@@ -24,6 +24,14 @@ pub(crate) struct Held {
     baseline: Option<Vec<CommandOutput>>,
     /// Its renewals, where the backend's sandboxes expire.
     pub(crate) lease: LeaseKeeper,
+}
+
+impl Held {
+    /// Why the sandbox is gone, when its renewals failed or a call on it
+    /// said so.
+    pub(crate) fn lost(&self) -> Option<&str> {
+        self.lease.lost().or_else(|| self.claimed.lost())
+    }
 }
 
 impl TaskRunner {
@@ -45,7 +53,7 @@ impl TaskRunner {
                 && current.claimed.image == image
                 && current.served <= self.settings.max_reuses
                 && current.baseline.is_some()
-                && current.lease.lost().is_none();
+                && current.lost().is_none();
             if reusable {
                 let started = Instant::now();
                 let verdict = self.reset_and_verify(&current, task).await;
@@ -67,18 +75,12 @@ impl TaskRunner {
             }
         }
         self.releases.room().await;
-        let claimed = self
+        let Ready { claimed, lease } = self
             .fleet
-            .claim(image, &task.id)
+            .claim_ready(image, &task.id)
             .await
             .map_err(|e| format!("claim: {e}"))?;
-        let cluster = &self.fleet.clusters[claimed.cluster];
-        let lease = LeaseKeeper::keep(
-            Arc::clone(&cluster.backend),
-            claimed.handle.clone(),
-            cluster.backend.capabilities().lease_ttl,
-            Arc::clone(&self.retries),
-        );
+        // After the prepare hook: a reset keeps what it made.
         let baseline = match (&self.reset, self.settings.recycle) {
             (Some(check), true) => {
                 let started = Instant::now();

@@ -135,6 +135,14 @@ pub struct RunReport {
     pub releases: ReleaseCounts,
     /// Requests retried, by the kind of error that caused the retry.
     pub retries: BTreeMap<String, u64>,
+    /// Tasks run again on another sandbox, by why (`sandbox_lost`,
+    /// `claim_failed`): one per repeated attempt.
+    pub infra_retries: BTreeMap<String, u64>,
+    /// Sandboxes whose image's prepare hook ran and passed.
+    pub prepared: u64,
+    /// Sandboxes released and replaced because their prepare hook failed
+    /// or overran its timeout.
+    pub prepare_failed: u64,
     /// Timing per phase.
     pub phases: BTreeMap<&'static str, PhaseStats>,
     /// Where it ran.
@@ -164,6 +172,19 @@ fn infra_failures(records: &[TaskRecord]) -> InfraFailureCounts {
             counts.ambiguous += 1;
         }
         *counts.reasons.entry(infra.reason.clone()).or_default() += 1;
+    }
+    counts
+}
+
+/// Repeated attempts in `records`, by why they were repeated.
+fn infra_retries(records: &[TaskRecord]) -> BTreeMap<String, u64> {
+    let mut counts = BTreeMap::new();
+    for reason in records
+        .iter()
+        .flat_map(|record| &record.attempts)
+        .filter_map(|attempt| attempt.retried_for.as_ref())
+    {
+        *counts.entry(reason.clone()).or_default() += 1;
     }
     counts
 }
@@ -232,6 +253,27 @@ impl RunReport {
             self.recycle.quarantined
         )
         .expect("write to String");
+        if self.prepared + self.prepare_failed > 0 {
+            writeln!(
+                out,
+                "prepared {} sandboxes ({} released: prepare_failed)",
+                self.prepared, self.prepare_failed
+            )
+            .expect("write to String");
+        }
+        if !self.infra_retries.is_empty() {
+            let retried: Vec<String> = self
+                .infra_retries
+                .iter()
+                .map(|(reason, count)| format!("{count} {reason}"))
+                .collect();
+            writeln!(
+                out,
+                "tasks run again on another sandbox: {}",
+                retried.join(", ")
+            )
+            .expect("write to String");
+        }
         if self.releases.failed > 0 {
             writeln!(
                 out,
@@ -314,6 +356,9 @@ impl Engine {
                 failed: releases.map_or(0, |c| c.failed.load(Ordering::Relaxed)),
             },
             retries: self.retries.spent(),
+            infra_retries: infra_retries(&records),
+            prepared: fleet_count(|c| &c.prepared),
+            prepare_failed: fleet_count(|c| &c.prepare_failed),
             phases,
             environment: self.environment(),
             error,

@@ -137,6 +137,24 @@ pub struct GradeRecord {
     pub report: serde_json::Value,
 }
 
+/// One attempt of a task that ran more than once: the infrastructure
+/// failed an attempt (its sandbox was lost, its claim failed) and the task
+/// ran again on another sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptRecord {
+    /// The sandbox it ran in; none when its claim failed.
+    pub sandbox: Option<String>,
+    /// That sandbox's cluster.
+    pub cluster: Option<String>,
+    /// Why the task ran again after it: `sandbox_lost` or `claim_failed`;
+    /// absent for the last attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retried_for: Option<String>,
+    /// What went wrong in it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
 /// One line of `results.jsonl`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskRecord {
@@ -175,6 +193,10 @@ pub struct TaskRecord {
     /// failed (the task is then an `infra_error`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub infra_failure: Option<InfraFailureRecord>,
+    /// Every attempt, in order, when the task ran more than once (the
+    /// record's other fields are the last one's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<AttemptRecord>,
     /// When it finished (RFC 3339).
     pub finished_at: String,
 }
@@ -285,6 +307,7 @@ mod tests {
             grade: None,
             fresh_sandbox: None,
             infra_failure: None,
+            attempts: Vec::new(),
             finished_at: "2026-01-01T00:00:00Z".to_string(),
         }
     }

@@ -34,7 +34,7 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use crate::error::RunError;
-use crate::fleet::{Cluster, Fleet, FleetSpec};
+use crate::fleet::{Claimed, Cluster, Fleet, FleetSpec};
 use crate::fresh::{FreshError, WorkTree, record_work_tree};
 use crate::phases::{Phase, PhaseTimes};
 use crate::plan::{self, Plan};
@@ -158,9 +158,10 @@ impl Lease {
         &self.task
     }
 
-    /// Why the sandbox is gone, when its renewals failed.
+    /// Why the sandbox is gone, when its renewals failed or a call on it
+    /// said so.
     pub fn lost(&self) -> Option<&str> {
-        self.held().lease.lost()
+        self.held().lost()
     }
 
     /// Resets the sandbox has been through.
@@ -466,7 +467,7 @@ impl Session {
             .exec(&claimed.handle, request, output)
             .instrument(span)
             .await
-            .map_err(lost_or_backend)
+            .map_err(|error| noted(claimed, error))
     }
 
     /// Writes a file into the lease's sandbox.
@@ -486,7 +487,7 @@ impl Session {
             .backend
             .put_file(&claimed.handle, path, contents, mode)
             .await
-            .map_err(lost_or_backend)
+            .map_err(|error| noted(claimed, error))
     }
 
     /// Reads a file from the lease's sandbox.
@@ -500,7 +501,7 @@ impl Session {
             .backend
             .get_file(&claimed.handle, path)
             .await
-            .map_err(lost_or_backend)
+            .map_err(|error| noted(claimed, error))
     }
 
     /// Evaluates `task` (default: the lease's) with `solution` in the
@@ -863,7 +864,12 @@ impl Session {
                 ready: 0,
                 error,
             };
-            if let Some((cluster, replicas)) = fleet.pool(image).await {
+            if let Some((desired, ready)) = fleet.prepared_pool(image) {
+                // Claimed and prepared by the session, on whichever
+                // clusters placement chose.
+                state.desired = desired;
+                state.ready = ready;
+            } else if let Some((cluster, replicas)) = fleet.pool(image).await {
                 state.cluster = fleet.clusters[cluster].name.clone();
                 state.desired = replicas;
                 if let Ok(template) = fleet.template(cluster, image).await {
@@ -893,6 +899,18 @@ impl Session {
         )
     }
 
+    /// Sandboxes whose image's prepare hook passed, and those released
+    /// because it failed or overran (`prepare_failed`), so far.
+    pub fn prepares(&self) -> (u64, u64) {
+        let counts = &self.runner.fleet.counts;
+        (
+            counts.prepared.load(std::sync::atomic::Ordering::Relaxed),
+            counts
+                .prepare_failed
+                .load(std::sync::atomic::Ordering::Relaxed),
+        )
+    }
+
     /// Ends the session: stops filling pools, waits for the queued
     /// releases, removes the pools, and reaps whatever the run id still
     /// owns on every cluster. Release every lease first.
@@ -916,6 +934,13 @@ impl Session {
         unwarmed?;
         reaped
     }
+}
+
+/// [`lost_or_backend`], after noting on the sandbox that it is gone when
+/// the error says so (the lease then answers every later call with it).
+fn noted(claimed: &Claimed, error: BackendError) -> SessionError {
+    claimed.note(&error);
+    lost_or_backend(error)
 }
 
 /// A backend error, or [`SessionError::Lost`] when it says the sandbox is gone.

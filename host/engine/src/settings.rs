@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
+use crate::prepare::PrepareHooks;
+
 /// How warm pools follow the run (see the sizing contract).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -101,6 +103,13 @@ pub struct FleetSettings {
     /// Retries the run may spend on requests that are safe to repeat
     /// (claims, pool sizes, releases) after errors that may pass.
     pub retry_budget: u32,
+    /// Times a task is run again, on another sandbox, after its sandbox was
+    /// lost or its claim failed, before it is an `infra_error`.
+    pub infra_retries: u32,
+    /// Commands new sandboxes of an image run before they serve (from the
+    /// fleet file's `[prepare."<image>"]` and `[adapter.prepare]`).
+    #[serde(skip)]
+    pub prepare: PrepareHooks,
     /// Image prefixes mapped to a mirror (from `[run] image_rewrite`): what
     /// the backends are asked to make; results keep the task's own image.
     #[serde(skip)]
@@ -135,6 +144,8 @@ impl Default for FleetSettings {
             max_output: 16 << 20,
             retry_budget: 200,
             prepull: false,
+            infra_retries: 1,
+            prepare: PrepareHooks::default(),
         }
     }
 }

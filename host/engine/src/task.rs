@@ -23,7 +23,7 @@ use crate::phases::{Phase, PhaseTimes};
 use crate::recycle::Held;
 use crate::release::ReleaseQueue;
 use crate::results::{
-    GradeRecord, InfraFailureRecord, TaskRecord, TaskStatus, TestRecord, Timings,
+    AttemptRecord, GradeRecord, InfraFailureRecord, TaskRecord, TaskStatus, TestRecord, Timings,
 };
 use crate::retry::Retries;
 use crate::settings::FleetSettings;
@@ -31,6 +31,11 @@ use crate::text;
 
 /// Bytes of an error or grade detail kept in a result line.
 const MAX_ERROR: usize = 4096;
+
+/// Why an attempt was repeated: its sandbox was gone.
+const SANDBOX_LOST: &str = "sandbox_lost";
+/// Why an attempt was repeated: no sandbox could be claimed for it.
+const CLAIM_FAILED: &str = "claim_failed";
 
 /// A task to run, with the solution to evaluate.
 #[derive(Debug, Clone)]
@@ -63,6 +68,9 @@ struct Progress {
     reuse: u32,
     output_dropped: u64,
     fresh_sandbox: Option<String>,
+    /// Set when the attempt failed in a way another sandbox can mend: its
+    /// sandbox was lost, or its claim failed. The reason, for the record.
+    replaceable: Option<&'static str>,
 }
 
 enum Outcome {
@@ -85,11 +93,32 @@ impl TaskRunner {
             reuse: 0,
             output_dropped: 0,
             fresh_sandbox: None,
+            replaceable: None,
         };
-        let outcome = self
-            .attempt(item, held, &mut progress)
-            .instrument(span)
-            .await;
+        // Replace and retry: a task whose sandbox was lost, or whose claim
+        // failed, runs again on another sandbox (the lost one is released
+        // by then), `infra_retries` times at most.
+        let mut attempts = Vec::new();
+        let outcome = loop {
+            let outcome = self
+                .attempt(item, held, &mut progress)
+                .instrument(span.clone())
+                .await;
+            match (outcome, progress.replaceable.take()) {
+                (Outcome::Infra(error), Some(reason))
+                    if attempts.len() < self.settings.infra_retries as usize =>
+                {
+                    tracing::warn!(parent: &span, %error, "{reason}: running the task again on another sandbox");
+                    attempts.push(AttemptRecord {
+                        sandbox: progress.sandbox.take(),
+                        cluster: progress.cluster.take(),
+                        retried_for: Some(reason.to_string()),
+                        error: Some(text::truncated(&error, MAX_ERROR)),
+                    });
+                }
+                (outcome, _) => break outcome,
+            }
+        };
         progress.timings.total_s = progress.started.elapsed().as_secs_f64();
         let mut infra_failure = None;
         let (status, timed_out, error, grade) = match outcome {
@@ -111,6 +140,14 @@ impl TaskRunner {
             }
             Outcome::Infra(error) => (TaskStatus::InfraError, false, Some(error), None),
         };
+        if !attempts.is_empty() {
+            attempts.push(AttemptRecord {
+                sandbox: progress.sandbox.clone(),
+                cluster: progress.cluster.clone(),
+                retried_for: None,
+                error: error.as_ref().map(|e| text::truncated(e, MAX_ERROR)),
+            });
+        }
         TaskRecord {
             task_id: item.task.id.clone(),
             epoch: item.epoch,
@@ -126,6 +163,7 @@ impl TaskRunner {
             grade,
             infra_failure,
             fresh_sandbox: progress.fresh_sandbox,
+            attempts,
             finished_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now())
                 .to_string(),
         }
@@ -157,6 +195,7 @@ impl TaskRunner {
 
         let claim_started = Instant::now();
         if let Err(error) = self.sandbox_for(image, task, held).await {
+            progress.replaceable = Some(CLAIM_FAILED);
             return Outcome::Infra(error);
         }
         progress.timings.claim_s = claim_started.elapsed().as_secs_f64();
@@ -197,10 +236,10 @@ impl TaskRunner {
             }
         };
         progress.timings.process_s = process_started.elapsed().as_secs_f64();
-        let lost = held
-            .as_ref()
-            .and_then(|h| h.lease.lost())
-            .map(str::to_string);
+        let lost = held.as_ref().and_then(Held::lost).map(str::to_string);
+        if lost.is_some() {
+            progress.replaceable = Some(SANDBOX_LOST);
+        }
         let outputs = match (outputs, lost) {
             // Outputs from a sandbox whose lease lapsed are not graded.
             (_, Some(lost)) | (Err(lost), None) => {

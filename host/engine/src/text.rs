@@ -16,6 +16,18 @@ pub(crate) fn truncated(text: &str, max: usize) -> String {
     format!("{}… [{} more bytes]", &text[..end], text.len() - end)
 }
 
+/// The last `max` bytes or fewer of `text` (from a character boundary),
+/// marked when cut: where a failing command's output says why.
+pub(crate) fn tail(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let start = (text.len() - max..text.len())
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(text.len());
+    format!("[{start} bytes before] …{}", &text[start..])
+}
+
 /// `text` with control characters (newlines, escape sequences) escaped, so
 /// a task id or message cannot rewrite a terminal or forge console lines.
 pub fn printable(text: &str) -> Cow<'_, str> {
@@ -47,6 +59,14 @@ mod tests {
         assert_eq!(truncated("aé", 2), "a… [2 more bytes]");
         let huge = "x".repeat(10 << 20);
         assert!(truncated(&huge, 4096).len() < 4200);
+    }
+
+    #[test]
+    fn a_tail_keeps_the_end_on_a_character_boundary_and_says_so() {
+        assert_eq!(tail("short", 10), "short");
+        assert_eq!(tail("abcdef", 3), "[3 bytes before] …def");
+        // "é" is two bytes: a start inside it moves on.
+        assert_eq!(tail("éa", 2), "[2 bytes before] …a");
     }
 
     #[test]

@@ -1,0 +1,184 @@
+//! Prepare hooks on the local backend: every new sandbox of the image runs
+//! them once before any task gets it, warm or cold; a sandbox whose prepare
+//! fails or overruns is released and replaced, and no task runs in it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use sandfleet_engine::{
+    CancellationToken, FleetSettings, PrepareHook, PrepareHooks, RunReport, Strategy,
+};
+
+use crate::fixture::{Fixture, row};
+
+fn hook(script: &str, timeout: Duration) -> PrepareHooks {
+    PrepareHooks::new(
+        BTreeMap::from([(
+            "img0".to_string(),
+            PrepareHook {
+                commands: vec![vec!["sh".into(), "-c".into(), script.into()]],
+                timeout,
+                workdir: None,
+                expected: None,
+            },
+        )]),
+        None,
+    )
+}
+
+/// Each result line as (task, status, sandbox, error).
+fn results(fixture: &Fixture) -> Vec<(String, String, String, String)> {
+    std::fs::read_to_string(fixture.out_dir().join("results.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let r: serde_json::Value = serde_json::from_str(line).unwrap();
+            let text = |key: &str| r[key].as_str().unwrap_or_default().to_string();
+            (
+                text("task_id"),
+                text("status"),
+                text("sandbox"),
+                text("error"),
+            )
+        })
+        .collect()
+}
+
+async fn run(fixture: &Fixture, settings: FleetSettings, rows: &[String]) -> RunReport {
+    let mut spec = fixture.spec(
+        fixture.backend_with_images(true),
+        settings,
+        CancellationToken::new(),
+    );
+    spec.reset = Some(fixture.reset_check("git-restore"));
+    sandfleet_engine::run(spec, fixture.items(rows))
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_prepare_hook_runs_once_per_sandbox_and_every_task_sees_its_marker() {
+    // From a warm pool of prepared sandboxes, from cold claims, and with
+    // recycling (a reset keeps what the prepare made: its baseline is
+    // taken after it).
+    for (strategy, recycle) in [
+        (Strategy::Naive, false),
+        (Strategy::None, false),
+        (Strategy::Naive, true),
+    ] {
+        let fixture = Fixture::new(1);
+        let settings = FleetSettings {
+            strategy,
+            recycle,
+            max_concurrent: 2,
+            prepare: hook(
+                "hostname >> /tmp/prepared; echo made > /workspace/prepared.txt",
+                Duration::from_secs(60),
+            ),
+            ..FleetSettings::default()
+        };
+        // Exactly one line, naming this sandbox: the prepare ran here, once.
+        let sees_the_marker =
+            "test \"$(cat /tmp/prepared)\" = \"$(hostname)\" && grep -qx made prepared.txt";
+        let rows: Vec<String> = (0..6)
+            .map(|i| row(&format!("t{i}"), "img0", sees_the_marker, 30))
+            .collect();
+        let report = run(&fixture, settings, &rows).await;
+        let label = format!("{strategy:?}, recycle {recycle}");
+        assert_eq!(report.tasks.ok, 6, "{label}: {}", report.render());
+        assert_eq!(report.prepare_failed, 0, "{label}");
+        // No sandbox was prepared twice. (A pool's refill that the run's
+        // end stops is claimed but never prepared, so claims may be more.)
+        assert!(
+            report.prepared <= report.claims,
+            "{label}: {}",
+            report.render()
+        );
+        assert_eq!(
+            report.phases["prepare"].count as u64, report.prepared,
+            "{label}"
+        );
+        let sandboxes: BTreeSet<String> = results(&fixture).into_iter().map(|r| r.2).collect();
+        assert!(report.prepared >= sandboxes.len() as u64, "{label}");
+        if recycle {
+            assert!(report.recycle.reused > 0, "{label}: {}", report.render());
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sandbox_whose_prepare_fails_is_replaced_and_no_task_runs_in_it() {
+    // Sandbox ids end in a number the backend counts up: the prepare fails
+    // on every odd one.
+    let fails_on_odd =
+        "case $(hostname) in *[13579]) echo odd sandbox >&2; exit 3;; esac; touch /tmp/prepared";
+    for strategy in [Strategy::None, Strategy::Naive] {
+        let fixture = Fixture::new(1);
+        let settings = FleetSettings {
+            strategy,
+            max_concurrent: 1,
+            warm_create_budget: 1,
+            prepare: hook(fails_on_odd, Duration::from_secs(60)),
+            ..FleetSettings::default()
+        };
+        let rows: Vec<String> = (0..4)
+            .map(|i| row(&format!("t{i}"), "img0", "test -e /tmp/prepared", 30))
+            .collect();
+        let report = run(&fixture, settings, &rows).await;
+        assert_eq!(report.tasks.ok, 4, "{strategy:?}: {}", report.render());
+        assert!(
+            report.prepare_failed > 0,
+            "{strategy:?}: {}",
+            report.render()
+        );
+        // The run's summary says so.
+        let summary = format!(
+            "prepared {} sandboxes ({} released: prepare_failed)",
+            report.prepared, report.prepare_failed
+        );
+        assert!(report.render().contains(&summary), "{}", report.render());
+        assert!(
+            report.prepared + report.prepare_failed <= report.claims,
+            "{strategy:?}: {}",
+            report.render()
+        );
+        assert_eq!(
+            report.phases["prepare"].count as u64,
+            report.prepared + report.prepare_failed,
+            "{strategy:?}"
+        );
+        for (task, _, sandbox, _) in results(&fixture) {
+            let last = sandbox.chars().last().unwrap();
+            assert!(
+                "02468".contains(last),
+                "{strategy:?}: {task} ran in {sandbox}, whose prepare failed"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_prepare_that_overruns_its_timeout_is_replaced_then_the_task_is_an_infra_error() {
+    let fixture = Fixture::new(1);
+    let settings = FleetSettings {
+        strategy: Strategy::None,
+        max_concurrent: 1,
+        infra_retries: 0,
+        prepare: hook("sleep 5", Duration::from_millis(300)),
+        ..FleetSettings::default()
+    };
+    let report = run(&fixture, settings, &[row("t0", "img0", "true", 30)]).await;
+    assert_eq!(report.tasks.infra_error, 1, "{}", report.render());
+    assert_eq!(
+        report.prepare_failed,
+        sandfleet_engine::PREPARE_ATTEMPTS as u64
+    );
+    assert_eq!(report.prepared, 0);
+    let (_, _, sandbox, error) = results(&fixture).remove(0);
+    assert!(sandbox.is_empty(), "no task ran: {sandbox}");
+    assert!(
+        error.contains("image `img0`: prepare failed on 3 sandboxes")
+            && error.contains("overran the prepare timeout (300ms)"),
+        "{error}"
+    );
+}
