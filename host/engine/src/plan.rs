@@ -7,6 +7,8 @@
 //! the clusters for more sandboxes, warm and claimed together, than they
 //! hold, and says which bound it applied.
 
+use std::time::Duration;
+
 use sandfleet_core::Capacity;
 use sandfleet_plugin::CallError;
 use sandfleet_plugin::sizing::{DiskBudget, Limits, SizingPolicy, Strategy as WitStrategy};
@@ -31,6 +33,60 @@ pub struct Plan {
     /// The bounds capacity put on the plan, and those it could not, one
     /// sentence each.
     pub bounds: Vec<String>,
+    /// What each image with a prepare hook costs, in image order.
+    pub prepare: Vec<PrepareEstimate>,
+}
+
+/// What an image's prepare hook costs the run.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct PrepareEstimate {
+    /// The image's index.
+    pub image: usize,
+    /// How long one prepare is expected to take (the hook's `expected`);
+    /// `None` when the fleet file gives none.
+    pub expected: Option<Duration>,
+    /// Sandboxes that run the hook: one per claim (fewer when recycling)
+    /// and the prepared pool's last refills.
+    pub sandboxes: u32,
+    /// How long the image's first task waits for prepared sandboxes: the
+    /// pool's waves of `warm_create_budget` prepares, or its own claim's.
+    pub first_task_waits: Option<Duration>,
+}
+
+impl PrepareEstimate {
+    /// The estimate for `image` (with `tasks` per epoch and `replicas`
+    /// warm) when it has a prepare hook.
+    fn of(
+        settings: &FleetSettings,
+        image: usize,
+        name: &str,
+        tasks: u32,
+        replicas: u32,
+        concurrent: u32,
+    ) -> Option<Self> {
+        let expected = settings.prepare.for_image(name)?.expected;
+        let claims = tasks.saturating_mul(settings.epochs.max(1));
+        let claimed = if settings.recycle {
+            claims
+                .div_ceil(settings.max_reuses.max(1))
+                .max(claims.min(concurrent))
+        } else {
+            claims
+        };
+        // A prepared pool fills to its replicas before the first task, in
+        // waves, and refills one for each claim it serves.
+        let waves = if replicas > 0 {
+            replicas.div_ceil(settings.warm_create_budget.max(1))
+        } else {
+            1
+        };
+        Some(PrepareEstimate {
+            image,
+            expected,
+            sandboxes: claimed + replicas,
+            first_task_waits: expected.map(|one| one * waves),
+        })
+    }
 }
 
 /// The image table of `task_images` (one entry per task): names in order of
@@ -183,6 +239,21 @@ pub async fn plan(
 ) -> Result<Plan, PlanError> {
     let (limits, bounds) = limits(settings, capacity);
     let fleet = sizing.plan(&tasks, &limits).await?;
+    let prepare = images
+        .iter()
+        .enumerate()
+        .filter_map(|(image, name)| {
+            let replicas = fleet.replicas.get(image).copied().unwrap_or(0);
+            PrepareEstimate::of(
+                settings,
+                image,
+                name,
+                tasks[image],
+                replicas,
+                limits.max_concurrent,
+            )
+        })
+        .collect();
     let plan = Plan {
         images,
         tasks,
@@ -195,6 +266,7 @@ pub async fn plan(
         peak_warm: fleet.peak_warm,
         concurrent: limits.max_concurrent,
         bounds,
+        prepare,
     };
     let slots: Option<u32> = capacity.iter().map(|c| c.sandbox_slots).sum();
     if let Some(slots) = slots {
@@ -266,10 +338,39 @@ impl Plan {
             self.concurrent
         )
         .expect("write to String");
+        for estimate in &self.prepare {
+            writeln!(out, "{}", self.render_prepare(estimate)).expect("write to String");
+        }
         for bound in &self.bounds {
             writeln!(out, "bound: {bound}").expect("write to String");
         }
         out
+    }
+
+    /// One line on what an image's prepare hook costs.
+    fn render_prepare(&self, estimate: &PrepareEstimate) -> String {
+        let image = &self.images[estimate.image];
+        let sandboxes = estimate.sandboxes;
+        let (Some(one), Some(waits)) = (estimate.expected, estimate.first_task_waits) else {
+            return format!(
+                "prepare {image}: about {sandboxes} sandboxes run its hook; no `expected` time \
+                 in the fleet file, so not estimated"
+            );
+        };
+        let total = one * sandboxes;
+        let pooled = self.replicas[estimate.image] > 0;
+        format!(
+            "prepare {image}: {} each (expected) on about {sandboxes} sandboxes, {} of sandbox \
+             time; its first task waits {} for {}",
+            humantime::format_duration(one),
+            humantime::format_duration(total),
+            humantime::format_duration(waits),
+            if pooled {
+                "the prepared pool to fill"
+            } else {
+                "its claim's prepare, as every claim does (no warm pool)"
+            }
+        )
     }
 }
 
@@ -352,5 +453,99 @@ mod tests {
             bounds.iter().any(|b| b.contains("not applied")),
             "{bounds:?}"
         );
+    }
+
+    fn with_lean_hook(expected: Option<Duration>) -> FleetSettings {
+        let hook = crate::PrepareHook {
+            commands: vec![vec!["lake".into(), "build".into()]],
+            timeout: Duration::from_secs(1200),
+            workdir: None,
+            expected,
+        };
+        FleetSettings {
+            warm_create_budget: 2,
+            prepare: crate::PrepareHooks::new([("lean".to_string(), hook)].into(), None),
+            ..FleetSettings::default()
+        }
+    }
+
+    fn plan_of(settings: &FleetSettings, tasks: u32, replicas: u32) -> Plan {
+        let concurrent = 4;
+        Plan {
+            images: vec!["python".into(), "lean".into()],
+            tasks: vec![3, tasks],
+            replicas: vec![1, replicas],
+            windows: vec![vec![0, 1]],
+            peak_warm: 1 + replicas,
+            concurrent,
+            bounds: Vec::new(),
+            prepare: ["python", "lean"]
+                .iter()
+                .enumerate()
+                .filter_map(|(image, name)| {
+                    PrepareEstimate::of(settings, image, name, tasks, replicas, concurrent)
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn the_plan_counts_each_prepared_sandbox_and_the_pool_s_waves() {
+        let settings = with_lean_hook(Some(Duration::from_secs(900)));
+        let plan = plan_of(&settings, 10, 4);
+        // Only lean has a hook: every one of its 10 claims takes a prepared
+        // sandbox, and the pool refills its 4 behind the last ones.
+        assert_eq!(
+            plan.prepare,
+            [PrepareEstimate {
+                image: 1,
+                expected: Some(Duration::from_secs(900)),
+                sandboxes: 14,
+                first_task_waits: Some(Duration::from_secs(1800)),
+            }]
+        );
+        assert!(
+            plan.render().contains(
+                "prepare lean: 15m each (expected) on about 14 sandboxes, 3h 30m of sandbox \
+                 time; its first task waits 30m for the prepared pool to fill"
+            ),
+            "{}",
+            plan.render()
+        );
+        let cold = plan_of(&settings, 10, 0);
+        assert_eq!(
+            cold.prepare[0].first_task_waits,
+            Some(Duration::from_secs(900))
+        );
+        assert!(
+            cold.render().contains("as every claim does (no warm pool)"),
+            "{}",
+            cold.render()
+        );
+        let recycling = FleetSettings {
+            recycle: true,
+            max_reuses: 5,
+            epochs: 2,
+            ..settings
+        };
+        // 20 claims over two epochs, 5 tasks per sandbox, and at least one
+        // sandbox per task running at once.
+        assert_eq!(plan_of(&recycling, 10, 4).prepare[0].sandboxes, 4 + 4);
+        assert_eq!(plan_of(&recycling, 40, 4).prepare[0].sandboxes, 16 + 4);
+    }
+
+    #[test]
+    fn a_hook_without_an_expected_time_is_counted_but_not_timed() {
+        let plan = plan_of(&with_lean_hook(None), 10, 4);
+        assert_eq!(plan.prepare[0].first_task_waits, None);
+        assert!(
+            plan.render().contains(
+                "prepare lean: about 14 sandboxes run its hook; no `expected` time in the fleet \
+                 file, so not estimated"
+            ),
+            "{}",
+            plan.render()
+        );
+        assert!(plan_of(&FleetSettings::default(), 10, 4).prepare.is_empty());
     }
 }
