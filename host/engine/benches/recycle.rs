@@ -7,8 +7,9 @@
 //!
 //! Run: `cargo bench -p sandfleet-engine --bench recycle` (defaults: 600
 //! tasks at concurrency 32, 30 resets; `-- --tasks N --concurrency C
-//! --resets R` to change them). CPU is this process's and its reaped
-//! children's (the sandboxes' commands included), from `/proc/self/stat`.
+//! --resets R` to change them, `--tasks 0` for the resets alone). CPU is
+//! this process's and its reaped children's (the sandboxes' commands
+//! included), from `/proc/self/stat`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -41,15 +42,17 @@ fn main() {
     registry
         .add_builtins(sandfleet_guests::BUILTINS.iter().map(|b| (b.name, b.wasm)))
         .unwrap();
-    let fresh = runtime.block_on(engine_run(&registry, tasks, concurrency, false));
-    let recycled = runtime.block_on(engine_run(&registry, tasks, concurrency, true));
-    println!(
-        "engine/recycle: {tasks} no-op tasks at concurrency {concurrency}: recycling {:.1} s is \
-         {:.2}x fresh claims {:.1} s",
-        recycled.as_secs_f64(),
-        recycled.as_secs_f64() / fresh.as_secs_f64(),
-        fresh.as_secs_f64()
-    );
+    if tasks > 0 {
+        let fresh = runtime.block_on(engine_run(&registry, tasks, concurrency, false));
+        let recycled = runtime.block_on(engine_run(&registry, tasks, concurrency, true));
+        println!(
+            "engine/recycle: {tasks} no-op tasks at concurrency {concurrency}: recycling {:.1} s \
+             is {:.2}x fresh claims {:.1} s",
+            recycled.as_secs_f64(),
+            recycled.as_secs_f64() / fresh.as_secs_f64(),
+            fresh.as_secs_f64()
+        );
+    }
     runtime.block_on(one_reset(&registry, resets));
 }
 
