@@ -14,11 +14,13 @@ use sandfleet_backend_k8s::K8sConfig;
 use sandfleet_backend_local::LocalConfig;
 use sandfleet_backend_opensandbox::OpenSandboxConfig;
 use sandfleet_engine::settings_de::{duration, positive};
-use sandfleet_engine::{FleetSettings, ImageRewrite};
+use sandfleet_engine::{FleetSettings, ImageRewrite, PrepareHooks};
 use sandfleet_plugin::{Kind, KindLimits, Limits};
 use serde::{Deserialize, Deserializer};
 
 use crate::api::{ApiConfig, PluginFallback};
+use crate::prepare::PrepareConfig;
+use crate::shared::SharedPoolConfig;
 
 /// A parsed, validated fleet file.
 #[derive(Debug, Clone)]
@@ -37,6 +39,8 @@ pub struct FleetConfig {
     pub clusters: Vec<ClusterConfig>,
     /// `[api]`: the daemon's address, token, limits and state.
     pub api: ApiConfig,
+    /// `[[shared_pools]]`, in file order.
+    pub shared_pools: Vec<SharedPoolConfig>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -74,6 +78,10 @@ pub struct AdapterConfig {
     /// Settings handed to the adapter (see `sandfleet plugin check`).
     #[serde(default)]
     pub settings: BTreeMap<String, SettingValue>,
+    /// `[adapter.prepare]`: the prepare hook of every image of the
+    /// adapter's tasks that has no `[prepare."<image>"]` of its own.
+    #[serde(default)]
+    pub prepare: Option<PrepareConfig>,
 }
 
 /// An adapter setting: written as a string, number or boolean, handed over as text.
@@ -265,6 +273,10 @@ struct RawFile {
     clusters: Vec<toml::Spanned<RawCluster>>,
     #[serde(default)]
     api: ApiConfig,
+    #[serde(default)]
+    prepare: BTreeMap<String, PrepareConfig>,
+    #[serde(default)]
+    shared_pools: Vec<toml::Spanned<SharedPoolConfig>>,
 }
 
 /// A fleet file that cannot be used.
@@ -366,6 +378,25 @@ impl FleetConfig {
         let mut fleet = raw.fleet;
         fleet.epochs = run.epochs;
         fleet.image_rewrite = ImageRewrite::new(run.image_rewrite.clone());
+        fleet.prepare = PrepareHooks::new(
+            raw.prepare
+                .iter()
+                .map(|(image, prepare)| (image.clone(), prepare.hook()))
+                .collect(),
+            raw.adapter.prepare.as_ref().map(PrepareConfig::hook),
+        );
+        let mut shared_pools: Vec<SharedPoolConfig> = Vec::new();
+        for spanned in raw.shared_pools {
+            let span = spanned.span();
+            let pool = spanned.into_inner();
+            if shared_pools.iter().any(|p| p.name == pool.name) {
+                return Err(ConfigError::Invalid {
+                    location: location(path, text, Some(span)),
+                    message: format!("a shared pool named `{}` is already defined", pool.name),
+                });
+            }
+            shared_pools.push(pool);
+        }
         if fleet.recycle && plugins.reset.is_none() {
             return Err(ConfigError::Invalid {
                 location: path.display().to_string(),
@@ -383,6 +414,7 @@ impl FleetConfig {
                 state_dir: raw.api.state_dir.as_deref().map(resolve),
                 ..raw.api
             },
+            shared_pools,
         })
     }
 }

@@ -6,13 +6,17 @@
 
 mod api;
 mod config;
+mod prepare;
 pub mod setup;
+mod shared;
 
 pub use api::{ApiConfig, DEFAULT_LISTEN, PluginFallback};
 pub use config::{
     AdapterConfig, BackendConfig, ClusterConfig, ConfigError, FleetConfig, LimitsConfig,
     PluginsConfig, RunConfig, SettingValue,
 };
+pub use prepare::PrepareConfig;
+pub use shared::SharedPoolConfig;
 
 /// Where compiled plugins are cached between runs: `$XDG_CACHE_HOME` or
 /// `~/.cache`, under `sandfleet/plugins`.
