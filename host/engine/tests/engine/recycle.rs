@@ -7,7 +7,7 @@ use sandfleet_engine::{CancellationToken, FleetSettings, RunReport, Strategy};
 use crate::fixture::{Fixture, row};
 
 /// Runs `rows` one at a time on git images, recycling through git-restore.
-async fn run_recycling(fixture: &Fixture, rows: &[String]) -> RunReport {
+pub(crate) async fn run_recycling(fixture: &Fixture, rows: &[String]) -> RunReport {
     let mut spec = fixture.spec(
         fixture.backend_with_images(true),
         FleetSettings {

@@ -12,6 +12,7 @@ use sandfleet_plugin::adapter::Command;
 
 use crate::fixture::{Fixture, row};
 use crate::recording::Recording;
+use crate::recycle::run_recycling;
 
 fn command(argv: &[&str], timeout_ms: u64, merge_stderr: bool) -> Command {
     Command {
@@ -170,20 +171,7 @@ async fn a_reset_step_that_fails_quarantines_the_sandbox_even_when_the_probes_lo
         row("leaves-a-lock", "img0", "touch .git/index.lock", 30),
         row("needs-no-lock", "img0", "test ! -e .git/index.lock", 30),
     ];
-    let mut spec = fixture.spec(
-        fixture.backend_with_images(true),
-        FleetSettings {
-            strategy: Strategy::None,
-            max_concurrent: 1,
-            recycle: true,
-            ..FleetSettings::default()
-        },
-        CancellationToken::new(),
-    );
-    spec.reset = Some(fixture.reset_check("git-restore"));
-    let report = sandfleet_engine::run(spec, fixture.items(&rows))
-        .await
-        .unwrap();
+    let report = run_recycling(&fixture, &rows).await;
     assert_eq!(report.recycle.quarantined, 1, "{}", report.render());
     assert_eq!(report.recycle.reused, 0, "{}", report.render());
     assert_eq!(report.tasks.ok, 2, "{}", report.render());
