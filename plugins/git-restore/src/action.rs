@@ -23,7 +23,7 @@ pub(crate) enum Action {
     CleanWorktree,
     /// Reflogs cut back to their baseline length, so the next task cannot find
     /// this one's commits through them, then `git prune` of the objects only
-    /// they reached.
+    /// they reached (skipped when there is nothing it could remove).
     RestoreReflogs,
     /// Entries of the temporary directory the baseline did not have go.
     CleanTmp,
@@ -205,7 +205,8 @@ fi
 
 /// `$@` holds `<entries> <path>` for every baseline reflog (paths under the
 /// logs directory).
-const RESTORE_REFLOGS: &str = r#"logs=$(git rev-parse --git-path logs) || exit 1
+const RESTORE_REFLOGS: &str = r#"paths=$(git rev-parse --git-path logs --git-path objects --git-path shallow) || exit 1
+{ read -r logs; read -r objects; read -r shallow; } <<< "$paths"
 if [ -d "$logs" ]; then
   declare -A keep
   for entry; do keep[${entry#* }]=${entry%% *}; done
@@ -226,7 +227,13 @@ if [ -d "$logs" ]; then
     fi
   done < <(find "$logs" -type f -print0)
 fi
-git prune --expire=now
+# Prune removes only loose objects (and temporary files, and shallow entries
+# of a shallow clone); with none of those it would walk every reachable
+# object of the repository for nothing.
+if [ -e "$shallow" ] || [ -n "$(find "$objects" \( -path "$objects/[0-9a-f][0-9a-f]/*" \
+     -o -path "$objects/pack/tmp_*" -o -name 'tmp_*' \) -print -quit)" ]; then
+  git prune --expire=now
+fi
 "#;
 
 /// `$1` is the temporary directory, the rest the names of its baseline entries.
