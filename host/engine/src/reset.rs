@@ -208,9 +208,10 @@ impl TaskRunner {
         let result = backend
             .exec(&claimed.handle, &joined.request(&context), None)
             .await
-            // A sandbox lost here is quarantined like a dirty one, so its
-            // loss needs no note for later.
-            .map_err(|e| format!("exec of the {} joined reset commands: {e}", commands.len()))?;
+            .map_err(|e| {
+                claimed.note(&e);
+                format!("exec of the {} joined reset commands: {e}", commands.len())
+            })?;
         joined.split(&result)
     }
 }
