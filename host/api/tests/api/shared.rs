@@ -396,3 +396,31 @@ async fn killing_every_sandbox_heals_them_no_faster_than_the_create_pacer() {
     served.stop().await;
     assert_eq!(sandfleet_test_support::sandbox_dirs(&dir, &run_id), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_shared_pool_of_an_image_no_cluster_makes_is_refused_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = fleet_file(dir.path(), "", "");
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(
+        &path,
+        format!("{text}\n[[shared_pools]]\nname = \"ghost\"\nimage = \"nosuch\"\nsize = 2\n"),
+    )
+    .unwrap();
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let refused = sandfleet_api::Daemon::start(sandfleet_api::Options {
+        config: path.clone(),
+        listen: Some("127.0.0.1:0".parse().unwrap()),
+    })
+    .await
+    .err()
+    .expect("a pool of an unknown image was served");
+    let message = format!("{refused:#}");
+    assert!(
+        message.starts_with(&format!(
+            "{}: shared pool `ghost`: image `nosuch`: no cluster can make it",
+            path.display()
+        )),
+        "{message}"
+    );
+}
