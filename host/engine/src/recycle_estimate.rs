@@ -8,6 +8,7 @@
 //! engine share it), the wall time of the task's path on a remote cluster
 //! (the reset runs in the sandbox's own CPU). Where a cost was not measured
 //! the estimate says so and gives the break-even instead of guessing.
+//! OpenSandbox sandboxes are never recycled (its backend cannot scrub them).
 
 use std::time::Duration;
 
@@ -45,24 +46,26 @@ const LOCAL: RecycleEstimate = RecycleEstimate {
              and 32.2 s recycling",
 };
 
-/// A remote cluster: the reset script's own wall on an idle sandbox, plus
-/// one exec round trip over the Kubernetes session (the devcluster's `true`
-/// p50); a cold sandbox there is a pod start, not measured here.
-const REMOTE: RecycleEstimate = RecycleEstimate {
+/// Kubernetes: a reset over the persistent session on the devcluster
+/// (`sandfleet devcluster k8s`, local sandboxes as pods), the quick start
+/// at concurrency 4, baselines included; a cold pod start on a real cluster
+/// was not measured here.
+const KUBERNETES: RecycleEstimate = RecycleEstimate {
     bound: Bound::Wall,
     fresh: None,
-    reset: Duration::from_millis(107 + 12),
-    source: "a git-restore reset is one exec round trip (12 ms p50 over the devcluster's \
-             session) plus its script's ~107 ms; a fresh sandbox's cost there was not measured",
+    reset: Duration::from_millis(250),
+    source: "measured on the Kubernetes devcluster: a git-restore reset in one exec over the \
+             session p50 ~250 ms, a claim from its warm pool ~20 ms; a cold pod start on a real \
+             cluster was not measured",
 };
 
 impl RecycleEstimate {
-    /// The estimate for a backend kind (`local`, `k8s`, `opensandbox`);
-    /// `None` for a kind it knows nothing of.
+    /// The estimate for a backend kind (`local`, `k8s`); `None` for a kind
+    /// that does not recycle or it knows nothing of.
     pub fn of(kind: &str) -> Option<Self> {
         match kind {
             "local" => Some(LOCAL),
-            "k8s" | "opensandbox" => Some(REMOTE),
+            "k8s" => Some(KUBERNETES),
             _ => None,
         }
     }
@@ -80,6 +83,13 @@ impl RecycleEstimate {
         } else {
             "recycle = false"
         };
+        if kind == "opensandbox" {
+            return format!(
+                "recycling on cluster `{name}` ({kind}, {asked}) never happens: the backend cannot \
+                 scrub its sandboxes, so each one is quarantined after its first task (recycle = \
+                 true only adds a baseline per sandbox)"
+            );
+        }
         let Some(estimate) = Self::of(kind) else {
             return format!(
                 "recycling on cluster `{name}` ({kind}, {asked}): no reset cost measured for this \
@@ -104,7 +114,7 @@ impl RecycleEstimate {
             ),
             (_, None) => format!(
                 "pays when a fresh sandbox costs a task more than ~{reset_ms:.0} ms {unit} (a \
-                 cold pod start usually does; claims a warm pool keeps up with may not)"
+                 cold pod start usually does; a claim from a warm pool that keeps up does not)"
             ),
         };
         format!(
@@ -124,7 +134,7 @@ mod tests {
         assert_eq!(estimate.pays(), Some(false));
         estimate.reset = Duration::from_millis(5);
         assert_eq!(estimate.pays(), Some(true));
-        assert_eq!(REMOTE.pays(), None);
+        assert_eq!(KUBERNETES.pays(), None);
     }
 
     #[test]
@@ -138,9 +148,11 @@ mod tests {
         let remote = RecycleEstimate::render("gke", "k8s", false);
         assert!(
             remote
-                .contains("pays when a fresh sandbox costs a task more than ~119 ms of wall time"),
+                .contains("pays when a fresh sandbox costs a task more than ~250 ms of wall time"),
             "{remote}"
         );
+        let never = RecycleEstimate::render("os", "opensandbox", true);
+        assert!(never.contains("never happens"), "{never}");
         let unknown = RecycleEstimate::render("x", "nomad", false);
         assert!(unknown.contains("no reset cost measured"), "{unknown}");
     }
