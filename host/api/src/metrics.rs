@@ -76,16 +76,25 @@ pub(crate) struct Snapshot {
     pub(crate) plugins: Vec<(String, String, String, u64)>,
     /// (loaded, failed) plugin loads.
     pub(crate) plugin_loads: (u64, u64),
+    /// Calls and faults of every plugin version loaded.
+    pub(crate) plugin_calls: Vec<sandfleet_plugin::PluginCalls>,
     /// Retries by error kind.
     pub(crate) retries: Vec<(String, u64)>,
     /// (released, failed) releases.
     pub(crate) releases: (u64, u64),
+    /// (prepared, failed) runs of images' prepare hooks.
+    pub(crate) prepares: (u64, u64),
     /// Per shared pool.
     pub(crate) shared: Vec<SharedPoolCounts>,
 }
 
 /// A family of shared-pool metrics: name, help, type, and its value of a pool.
-type SharedFamily = (&'static str, &'static str, MetricType, fn(&SharedPoolCounts) -> u64);
+type SharedFamily = (
+    &'static str,
+    &'static str,
+    MetricType,
+    fn(&SharedPoolCounts) -> u64,
+);
 
 /// One shared pool's counts at scrape time.
 #[derive(Debug, Default)]
@@ -277,6 +286,32 @@ impl prometheus_client::collector::Collector for Scraped {
                 .map(|(plugin, _, _, fallbacks)| (vec![("plugin", plugin.clone())], *fallbacks))
                 .collect(),
         )?;
+        let by_version = |calls: &sandfleet_plugin::PluginCalls| {
+            vec![
+                ("plugin", calls.name.clone()),
+                ("version", calls.version.clone()),
+            ]
+        };
+        family(
+            "plugin_calls",
+            "Plugin calls, per plugin and version",
+            MetricType::Counter,
+            snapshot
+                .plugin_calls
+                .iter()
+                .map(|calls| (by_version(calls), calls.calls))
+                .collect(),
+        )?;
+        family(
+            "plugin_faults",
+            "Plugin calls that trapped, overran a limit or broke the contract, per plugin and version",
+            MetricType::Counter,
+            snapshot
+                .plugin_calls
+                .iter()
+                .map(|calls| (by_version(calls), calls.faults))
+                .collect(),
+        )?;
         let (loaded, failed) = snapshot.plugin_loads;
         family(
             "plugin_loads",
@@ -305,6 +340,16 @@ impl prometheus_client::collector::Collector for Scraped {
             vec![
                 (vec![("outcome", "released".to_string())], released),
                 (vec![("outcome", "failed".to_string())], release_failed),
+            ],
+        )?;
+        let (prepared, prepare_failed) = snapshot.prepares;
+        family(
+            "prepares",
+            "New sandboxes through their image's prepare hook, by outcome (a failed one is released and replaced)",
+            MetricType::Counter,
+            vec![
+                (vec![("outcome", "prepared".to_string())], prepared),
+                (vec![("outcome", "failed".to_string())], prepare_failed),
             ],
         )?;
         let shared: [SharedFamily; 7] = [

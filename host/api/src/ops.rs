@@ -107,8 +107,10 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
             })
             .collect();
         snapshot.plugin_loads = (loads.loaded, loads.failed);
+        snapshot.plugin_calls = state.registry.call_counts();
         snapshot.retries = state.session.retries().into_iter().collect();
         snapshot.releases = state.session.releases();
+        snapshot.prepares = state.session.prepares();
         snapshot.shared = state
             .shared
             .all()

@@ -102,7 +102,8 @@ impl DynamicPlugin {
                 });
             }
         }
-        let loaded = Loaded::new(host.inner.clone(), compiled)?;
+        // Not a registry's: nobody reads its counts.
+        let loaded = Loaded::new(host.inner.clone(), compiled, std::sync::Arc::default())?;
         Ok(DynamicPlugin { loaded, functions })
     }
 

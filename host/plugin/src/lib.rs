@@ -43,6 +43,7 @@
 
 mod bindings;
 mod cache;
+mod calls;
 mod contract;
 mod dynamic;
 mod error;
@@ -56,6 +57,7 @@ mod worlds;
 
 pub use bindings::SUPPORTED_VERSIONS;
 pub use cache::CacheOutcome;
+pub use calls::PluginCalls;
 pub use contract::{Contract, Kind};
 pub use dynamic::{DynamicPlugin, FunctionType};
 pub use error::{CallError, CallErrorKind, LoadError, LookupError, PluginRef, Source};

@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime};
 use wasmtime::component::InstancePre;
 use wasmtime::{Store, Trap};
 
+use crate::calls::CallCounter;
 use crate::contract::{Contract, Kind};
 use crate::error::{CallError, CallErrorKind, LoadError, PluginRef, Source};
 use crate::host::{Compiled, HostInner, Tier};
@@ -59,6 +60,7 @@ pub(crate) struct Loaded<W: World> {
     host: Arc<HostInner>,
     limits: Limits,
     idle: Mutex<Vec<Live<W>>>,
+    counter: Arc<CallCounter>,
 }
 
 struct Live<W: World> {
@@ -67,7 +69,12 @@ struct Live<W: World> {
 }
 
 impl<W: World> Loaded<W> {
-    pub(crate) fn new(host: Arc<HostInner>, compiled: Compiled) -> Result<Self, LoadError> {
+    /// `counter` counts its calls and faults (see [`crate::calls`]).
+    pub(crate) fn new(
+        host: Arc<HostInner>,
+        compiled: Compiled,
+        counter: Arc<CallCounter>,
+    ) -> Result<Self, LoadError> {
         let origin = compiled.source.to_string();
         if let Some(expected) = W::KIND
             && compiled.contract.kind != expected
@@ -103,6 +110,7 @@ impl<W: World> Loaded<W> {
             host,
             limits,
             idle: Mutex::new(Vec::new()),
+            counter,
         })
     }
 
@@ -177,6 +185,16 @@ impl<W: World> Loaded<W> {
                 Err(self.error(function, self.classify(e, cap_hit, limits)))
             }
         }
+    }
+
+    /// Counts a call of the contract's functions that ended in `outcome`.
+    pub(crate) fn count<T>(&self, outcome: &Result<T, CallError>) {
+        self.counter.record(
+            outcome
+                .as_ref()
+                .err()
+                .is_some_and(CallError::is_plugin_fault),
+        );
     }
 
     /// The limits of this plugin's kind.

@@ -19,6 +19,7 @@ use std::time::SystemTime;
 
 use arc_swap::ArcSwap;
 
+use crate::calls::{CallCounters, PluginCalls};
 use crate::contract::Kind;
 use crate::error::{LoadError, LookupError, Source};
 use crate::host::{Compiled, PluginHost, Tier};
@@ -75,6 +76,7 @@ pub struct Registry {
     myself: Weak<Registry>,
     /// Fallbacks to a built-in per plugin name.
     fallbacks: Mutex<BTreeMap<String, u64>>,
+    calls: CallCounters,
     /// Feeds the optimizing thread, started on first use.
     optimizer: Mutex<Option<Sender<Reoptimize>>>,
 }
@@ -163,6 +165,7 @@ impl Registry {
             failed: AtomicU64::new(0),
             myself: myself.clone(),
             fallbacks: Mutex::new(BTreeMap::new()),
+            calls: CallCounters::default(),
             optimizer: Mutex::new(None),
         })
     }
@@ -404,6 +407,12 @@ impl Registry {
             .clone()
     }
 
+    /// Calls and faults so far of every version that loaded, sorted by
+    /// name and version (a fault: a trap, an overrun, a broken contract).
+    pub fn call_counts(&self) -> Vec<PluginCalls> {
+        self.calls.snapshot()
+    }
+
     /// The placement policy `name`.
     ///
     /// # Errors
@@ -563,7 +572,12 @@ impl Registry {
                 });
             }
         }
-        let loaded = Arc::new(Loaded::<W>::new(self.host.inner.clone(), compiled)?);
+        let counter = self.calls.of(&name, &compiled.plugin.version);
+        let loaded = Arc::new(Loaded::<W>::new(
+            self.host.inner.clone(),
+            compiled,
+            counter,
+        )?);
         let info = loaded.info.clone();
         let mut state = self.write();
         let entry = state.entries.entry(name).or_insert(Entry {

@@ -216,3 +216,46 @@ async fn an_image_behind_image_rewrite_is_served_from_its_mirror() {
     assert_eq!(status, 422, "{body}");
     served.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_leased_sandbox_of_an_image_with_a_prepare_hook_is_prepared_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = crate::fleet_file(dir.path(), "", "");
+    let text = std::fs::read_to_string(&config).unwrap().replace(
+        "[api]",
+        "[prepare.\"calc\"]\ncommands = [\"hostname >> /tmp/prepared\"]\n\n[api]",
+    );
+    std::fs::write(&config, text).unwrap();
+    let served = Served::start_in(dir, config).await;
+    let lease = served.acquire(image("calc")).await;
+    let ran = served
+        .exec(
+            &lease.id,
+            json!({"argv": ["sh", "-c", "cat /tmp/prepared; hostname"]}),
+        )
+        .await;
+    let lines: Vec<&str> = ran["stdout"].as_str().unwrap().lines().collect();
+    // Once, in this very sandbox, before the lease was handed out.
+    assert_eq!(lines.len(), 2, "{ran}");
+    assert_eq!(lines[0], lines[1], "{ran}");
+    let unprepared = served.acquire(image("textkit")).await;
+    let ran = served
+        .exec(
+            &unprepared.id,
+            json!({"argv": ["test", "-e", "/tmp/prepared"]}),
+        )
+        .await;
+    assert_eq!(ran["exit_code"], 1, "{ran}");
+    let metrics = served.metrics().await;
+    assert!(
+        metrics.contains("sandfleet_prepares_total{outcome=\"prepared\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("sandfleet_prepares_total{outcome=\"failed\"} 0"),
+        "{metrics}"
+    );
+    served.release(&lease.id).await;
+    served.release(&unprepared.id).await;
+    served.stop().await;
+}

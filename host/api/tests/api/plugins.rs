@@ -204,5 +204,31 @@ async fn a_placement_fault_is_answered_by_the_builtin_and_counted() {
         metrics.contains("sandfleet_plugin_fallbacks_total{plugin=\"misbehave\"} 1"),
         "{metrics}"
     );
+    // The file's version faulted once (after answering for an image before
+    // it); the built-in serving under its name has not faulted.
+    let counted = |family: &str| -> Vec<(String, u64)> {
+        let prefix = format!("sandfleet_{family}_total{{plugin=\"misbehave\",version=\"");
+        metrics
+            .lines()
+            .filter_map(|line| line.strip_prefix(prefix.as_str()))
+            .map(|rest| {
+                let (version, value) = rest.split_once("\"} ").unwrap();
+                (version.to_string(), value.parse().unwrap())
+            })
+            .collect()
+    };
+    let serving = misbehave["version"].as_str().unwrap();
+    let faults = counted("plugin_faults");
+    let faulted: Vec<_> = faults.iter().filter(|(_, n)| *n > 0).collect();
+    assert_eq!(faulted.len(), 1, "{metrics}");
+    assert_eq!(faulted[0].1, 1, "{metrics}");
+    assert_ne!(faulted[0].0, serving, "{metrics}");
+    let calls = counted("plugin_calls");
+    let file_calls = calls.iter().find(|(v, _)| *v == faulted[0].0).unwrap().1;
+    assert!(file_calls >= 2, "{metrics}");
+    assert!(
+        calls.iter().any(|(v, n)| v == serving && *n >= 1),
+        "{metrics}"
+    );
     served.stop().await;
 }

@@ -172,10 +172,16 @@ impl<W: World> Handle<W> {
     ) -> Result<T, CallError> {
         let plugin = self.current();
         let limits = plugin.limits().scaled_for_input(input_bytes);
-        let answer = plugin.call_within(function, limits, call)?;
-        let value = answer.map_err(|failure| plugin.error(function, declined(failure)))?;
-        check(&value).map_err(|detail| plugin.error(function, CallErrorKind::Contract(detail)))?;
-        Ok(value)
+        let outcome = plugin
+            .call_within(function, limits, call)
+            .and_then(|answer| answer.map_err(|failure| plugin.error(function, declined(failure))))
+            .and_then(|value| {
+                check(&value)
+                    .map_err(|detail| plugin.error(function, CallErrorKind::Contract(detail)))?;
+                Ok(value)
+            });
+        plugin.count(&outcome);
+        outcome
     }
 }
 

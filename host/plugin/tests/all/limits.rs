@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use sandfleet_plugin::placement::Clusters;
-use sandfleet_plugin::{CallErrorKind, HostConfig, KindLimits, Limits, Source, Tier};
+use sandfleet_plugin::{CallErrorKind, HostConfig, KindLimits, Limits, PluginCalls, Source, Tier};
 
 use crate::{cluster, demand, load, registry, registry_with, three_clusters};
 
@@ -240,5 +240,34 @@ fn a_baseline_build_runs_under_the_same_limits() {
     assert_eq!(
         policy.place_blocking(&demand(BEHAVE), &clusters).unwrap(),
         0
+    );
+}
+
+#[test]
+fn calls_and_faults_are_counted_per_version_and_a_decline_is_no_fault() {
+    let registry = registry();
+    load(&registry, "misbehave", sandfleet_guests::MISBEHAVE);
+    let policy = registry.placement("misbehave").unwrap();
+    let version = policy.version().plugin.version.to_string();
+    let clusters = three_clusters();
+    policy.place_blocking(&demand(BEHAVE), &clusters).unwrap();
+    policy
+        .place_blocking(&demand(REFUSE), &clusters)
+        .unwrap_err();
+    policy.place_blocking(&demand(TRAP), &clusters).unwrap_err();
+    policy
+        .place_blocking(
+            &demand(OUT_OF_RANGE),
+            &Clusters::from_states(&[cluster(1), cluster(2)]),
+        )
+        .unwrap_err();
+    assert_eq!(
+        registry.call_counts(),
+        [PluginCalls {
+            name: "misbehave".into(),
+            version,
+            calls: 4,
+            faults: 2,
+        }]
     );
 }
