@@ -5,7 +5,7 @@ use crate::compare::differences;
 use crate::options::Options;
 use crate::probe::{self, Probe};
 use crate::snapshot::{Snapshot, stderr_tail};
-use crate::{Command, CommandOutput, Failure, Task, Verdict, invalid_input};
+use crate::{Command, CommandOutput, Failure, Task, Verdict};
 
 /// How many differences a verdict names before it summarises the rest.
 const NAMED_DIFFERENCES: usize = 5;
@@ -19,7 +19,7 @@ pub(crate) fn baseline(task: &Task) -> Result<Vec<Command>, Failure> {
 pub(crate) fn reset(task: &Task, baseline: &[CommandOutput]) -> Result<Vec<Command>, Failure> {
     let options = Options::of(task)?;
     let baseline = Snapshot::parse(baseline)
-        .map_err(|error| invalid_input(format!("the baseline is unusable: {error}")))?;
+        .map_err(|error| Failure::invalid_input(format!("the baseline is unusable: {error}")))?;
     let mut commands = action::commands(&baseline, &options);
     commands.extend(probe::commands(&options));
     Ok(commands)
@@ -34,7 +34,7 @@ pub(crate) fn verify(
     let options = Options::of(task)?;
     let expected = Action::ALL.len() + Probe::ALL.len();
     if outputs.len() != expected {
-        return Err(invalid_input(format!(
+        return Err(Failure::invalid_input(format!(
             "expected {expected} outputs ({} reset actions, then {} probes), got {}",
             Action::ALL.len(),
             Probe::ALL.len(),
@@ -228,7 +228,10 @@ mod tests {
     #[test]
     fn the_number_of_outputs_must_match_the_reset() {
         let failure = verify(&task(), &probes(), &probes()).unwrap_err();
-        assert_eq!(failure.kind, crate::FailureKind::InvalidInput);
+        assert_eq!(
+            failure.kind,
+            sandfleet_plugin_sdk::FailureKind::InvalidInput
+        );
         assert!(
             failure.message.contains("expected 15 outputs"),
             "{}",

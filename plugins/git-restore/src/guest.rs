@@ -1,6 +1,7 @@
 //! The component's exports, forwarded to [`crate::check`].
 
-use crate::exports::sandfleet::plugin::reset::Guest;
+use sandfleet_plugin_sdk::v0_1_0::reset::exports::sandfleet::plugin::reset::Guest;
+
 use crate::{Command, CommandOutput, Failure, Task, Verdict, check};
 
 struct GitRestore;
@@ -23,7 +24,4 @@ impl Guest for GitRestore {
     }
 }
 
-// Exported only in the component: natively several plugins may share one
-// binary and their export symbols would collide.
-#[cfg(target_arch = "wasm32")]
-crate::export!(GitRestore with_types_in crate);
+sandfleet_plugin_sdk::reset_check!(GitRestore, v0_1_0);

@@ -32,14 +32,6 @@
 //! `guest` exports the three operations as a component, and that component
 //! is what the tests call (through `sandfleet-testkit`).
 
-#![allow(unsafe_code, reason = "wit-bindgen generates the canonical ABI glue")]
-#![allow(missing_docs, reason = "bindings generated from wit/")]
-
-wit_bindgen::generate!({
-    world: "reset-check",
-    path: "../../wit/since_v0.1.0",
-});
-
 mod action;
 mod check;
 mod compare;
@@ -49,13 +41,5 @@ mod probe;
 mod shell;
 mod snapshot;
 
-use exports::sandfleet::plugin::reset::Verdict;
-use sandfleet::plugin::types::{Command, CommandOutput, Failure, FailureKind, Task};
-
-/// A failure of kind `invalid-input`: the caller should fix its input.
-fn invalid_input(message: impl Into<String>) -> Failure {
-    Failure {
-        kind: FailureKind::InvalidInput,
-        message: message.into(),
-    }
-}
+use sandfleet_plugin_sdk::types::{Command, CommandOutput, Failure, Task};
+use sandfleet_plugin_sdk::v0_1_0::reset::exports::sandfleet::plugin::reset::Verdict;

@@ -18,7 +18,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::{Failure, Task, invalid_input};
+use crate::{Failure, Task};
 
 /// The key of `task.data` the options live under.
 pub(crate) const KEY: &str = "git_restore";
@@ -65,14 +65,14 @@ impl Options {
             return Ok(Options::default());
         };
         let options: Options = serde_json::from_value(value)
-            .map_err(|error| invalid_input(format!("task.data `{KEY}`: {error}")))?;
+            .map_err(|error| Failure::invalid_input(format!("task.data `{KEY}`: {error}")))?;
         options.validated()
     }
 
     fn validated(self) -> Result<Options, Failure> {
         let tmp = self.tmp_dir.trim_end_matches('/');
         if !self.tmp_dir.starts_with('/') || tmp.is_empty() {
-            return Err(invalid_input(format!(
+            return Err(Failure::invalid_input(format!(
                 "task.data `{KEY}.tmp_dir` must be an absolute directory other than `/`, not `{}`",
                 self.tmp_dir
             )));
