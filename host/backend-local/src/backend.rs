@@ -87,7 +87,7 @@ impl LocalBackend {
             .context(|| format!("resolving state_dir {}", configured.display()))
             .map_err(|e| refuse(Unavailable, e.to_string()))?;
         let state = StateDir::new(root);
-        let probe = state.root().join(".writable");
+        let probe = state.root().join(crate::state::probe_name(".writable"));
         std::fs::write(&probe, b"")
             .and_then(|()| std::fs::remove_file(&probe))
             .map_err(|e| {

@@ -54,7 +54,7 @@ pub(crate) fn usable_cgroups(parent: &Path) -> Result<Cgroups, String> {
         let names: Vec<&str> = missing.iter().map(|c| c.name()).collect();
         return Err(format!("no {} controller is mounted", names.join(", ")));
     }
-    let probe = parent.join(format!("probe-{}", std::process::id()));
+    let probe = parent.join(crate::state::probe_name("probe"));
     cgroups
         .create(&probe, &Limits::default())
         .and_then(|_| cgroups.remove(&probe))

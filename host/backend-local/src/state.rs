@@ -192,6 +192,15 @@ pub(crate) fn read_record<T: DeserializeOwned>(path: &Path) -> Result<T, LocalEr
         .map_err(|e| LocalError::Failed(format!("{} is not a valid record: {e}", path.display())))
 }
 
+/// A name for a file or cgroup made only to see that it can be made, unique
+/// to this process and call: backends set up at once on one state_dir (or
+/// cgroup parent) must not remove each other's probe.
+pub(crate) fn probe_name(prefix: &str) -> String {
+    static PROBES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let call = PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{prefix}-{}-{call}", std::process::id())
+}
+
 /// Removes a record; one that is already gone is fine.
 pub(crate) fn remove_record(path: &Path) -> Result<(), LocalError> {
     match fs::remove_file(path) {
