@@ -63,9 +63,15 @@ impl ProcessIdentity {
 /// The fields of `/proc/<pid>/stat` this crate uses.
 struct Stat {
     zombie: bool,
+    /// The kernel is tearing it down (`PF_EXITING`): it will not run
+    /// another instruction of its own.
+    exiting: bool,
     group: u32,
     start_time: u64,
 }
+
+/// `PF_EXITING` in the flags of `/proc/<pid>/stat` (field 9).
+const PF_EXITING: u64 = 0x4;
 
 fn read_stat(pid: i32) -> Option<Stat> {
     let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -74,6 +80,7 @@ fn read_stat(pid: i32) -> Option<Stat> {
     let fields: Vec<&str> = text.rsplit_once(')')?.1.split_whitespace().collect();
     Some(Stat {
         zombie: *fields.first()? == "Z",
+        exiting: fields.get(6)?.parse::<u64>().ok()? & PF_EXITING != 0,
         group: fields.get(2)?.parse().ok()?,
         start_time: fields.get(19)?.parse().ok()?,
     })
@@ -211,6 +218,13 @@ impl Process {
     /// Whether it has exited.
     pub(crate) fn has_exited(&self) -> bool {
         self.poll_exit(Duration::ZERO)
+    }
+
+    /// Whether it has exited or is exiting. A killed pid namespace's init
+    /// stays exiting until every other process of its namespace is reaped,
+    /// so a command entered into the namespace ends before its init does.
+    pub(crate) fn is_ending(&self) -> bool {
+        self.has_exited() || read_stat(self.identity.pid).is_none_or(|stat| stat.exiting)
     }
 
     /// Waits up to `timeout` for it to exit; true when it did.

@@ -330,10 +330,11 @@ impl Sandbox {
     }
 
     /// Whether it can still run commands: a namespaced sandbox dies with its
-    /// init.
+    /// init (dying counts: a command that ended because its init was killed
+    /// is reaped before the init exits).
     pub(crate) fn is_alive(&self) -> bool {
         match &self.jail {
-            Jail::Namespaces(namespaced) => !namespaced.init.has_exited(),
+            Jail::Namespaces(namespaced) => !namespaced.init.is_ending(),
             Jail::Plain { .. } => true,
         }
     }

@@ -17,9 +17,12 @@ use crate::fixture::{Fixture, row};
 /// How long any condition may take to come true.
 const PATIENCE: Duration = Duration::from_secs(60);
 
-/// Prints the sandbox it runs in, then waits (for the test to kill the
-/// sandbox, or its `sleep`).
-const VICTIM: &str = "echo \"running in $(hostname) .\"; sleep 37.25 || true; echo finished";
+/// Prints the sandbox it runs in, then waits `sleep` seconds (for the test
+/// to kill the sandbox, or its `sleep`). Tests run at once: each gives its
+/// victim a sleep of its own, so one's `kill` cannot end another's.
+fn victim(sleep: &str) -> String {
+    format!("echo \"running in $(hostname) .\"; sleep {sleep} || true; echo finished")
+}
 
 fn settings() -> FleetSettings {
     FleetSettings {
@@ -69,6 +72,17 @@ fn kill(prefix: &str) -> usize {
     found.len()
 }
 
+/// Kills what runs as `prefix` once it runs (the log line before it may
+/// come first), and says how many there were.
+async fn kill_once_running(prefix: &str) -> usize {
+    let until = Instant::now() + PATIENCE;
+    while processes_running(prefix).is_empty() {
+        assert!(Instant::now() < until, "nothing ran as `{prefix}`");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    kill(prefix)
+}
+
 /// Kills sandbox `id`: its init, and with it everything in its pid
 /// namespace.
 fn kill_sandbox(fixture: &Fixture, id: &str) {
@@ -84,9 +98,12 @@ fn record(fixture: &Fixture) -> serde_json::Value {
 /// Starts a run of the victim, kills the sandbox its first attempt runs
 /// in and waits for its second attempt: the run, the victim's log, and the
 /// sandboxes of both attempts.
-async fn killed_once(fixture: &Fixture) -> (JoinHandle<RunReport>, PathBuf, String, String) {
+async fn killed_once(
+    fixture: &Fixture,
+    sleep: &str,
+) -> (JoinHandle<RunReport>, PathBuf, String, String) {
     let spec = fixture.spec(fixture.backend(), settings(), CancellationToken::new());
-    let items = fixture.items(&[row("victim", "img0", VICTIM, 120)]);
+    let items = fixture.items(&[row("victim", "img0", &victim(sleep), 120)]);
     let running = tokio::spawn(async move { sandfleet_engine::run(spec, items).await.unwrap() });
     let log = fixture.out_dir().join("logs").join("victim.log");
     let first = nth_sandbox(&log, 1).await;
@@ -98,10 +115,10 @@ async fn killed_once(fixture: &Fixture) -> (JoinHandle<RunReport>, PathBuf, Stri
 #[tokio::test(flavor = "multi_thread")]
 async fn a_task_whose_sandbox_is_killed_runs_again_on_another_and_its_line_records_both() {
     let fixture = Fixture::new(1);
-    let (running, log, first, second) = killed_once(&fixture).await;
+    let (running, log, first, second) = killed_once(&fixture, "37.25").await;
     assert_ne!(first, second, "the retry reused the lost sandbox");
     // Let the second attempt finish.
-    assert_eq!(kill("sleep 37.25"), 1);
+    assert_eq!(kill_once_running("sleep 37.25").await, 1);
     let report = running.await.unwrap();
 
     assert_eq!(report.tasks.ok, 1, "{}", report.render());
@@ -131,7 +148,7 @@ async fn a_task_whose_sandbox_is_killed_runs_again_on_another_and_its_line_recor
 #[tokio::test(flavor = "multi_thread")]
 async fn a_second_loss_makes_the_task_an_infra_error() {
     let fixture = Fixture::new(1);
-    let (running, log, first, second) = killed_once(&fixture).await;
+    let (running, log, first, second) = killed_once(&fixture, "37.5").await;
     kill_sandbox(&fixture, &second);
     let report = running.await.unwrap();
 
