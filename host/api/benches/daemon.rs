@@ -23,43 +23,9 @@ use sandfleet_engine::{Purpose, Session, SessionSpec};
 use sandfleet_fleet::{FleetConfig, setup};
 use serde_json::json;
 
-fn knob(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+mod support;
 
-fn fleet_file(dir: &Path, max_sandboxes: usize) -> std::path::PathBuf {
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let repo = repo.canonicalize().unwrap();
-    let text = format!(
-        r#"[run]
-name = "bench"
-dataset = "{dataset}"
-[adapter]
-name = "generic"
-[fleet]
-claim_timeout = "300s"
-[api]
-state_dir = "serve"
-max_leases = 4096
-[[clusters]]
-name = "local"
-backend = "local"
-[clusters.local]
-state_dir = "state"
-max_sandboxes = {max_sandboxes}
-[clusters.local.images]
-calc = {{ path = "{calc}", git = true }}
-"#,
-        dataset = repo.join("examples/quickstart/tasks.jsonl").display(),
-        calc = repo.join("examples/quickstart/images/calc").display(),
-    );
-    let path = dir.join("fleet.toml");
-    std::fs::write(&path, text).unwrap();
-    path
-}
+use support::{fleet_file, knob};
 
 fn stats(name: &str, mut samples: Vec<Duration>) {
     samples.sort();
@@ -74,7 +40,7 @@ fn stats(name: &str, mut samples: Vec<Duration>) {
 }
 
 async fn session(dir: &Path) -> Session {
-    let config = FleetConfig::load(&fleet_file(dir, 64)).unwrap();
+    let config = FleetConfig::load(&fleet_file(dir, 64, "")).unwrap();
     let (plugins, clusters) = tokio::task::spawn_blocking(move || {
         let plugins = setup::plugins(&config).unwrap();
         let clusters = setup::clusters(&config).unwrap();
@@ -110,7 +76,7 @@ fn rss_mib() -> f64 {
 
 async fn daemon(dir: &Path, max_sandboxes: usize) -> (Daemon, String) {
     let daemon = Daemon::start(Options {
-        config: fleet_file(dir, max_sandboxes),
+        config: fleet_file(dir, max_sandboxes, ""),
         listen: Some("127.0.0.1:0".parse().unwrap()),
     })
     .await

@@ -23,52 +23,22 @@ use futures_util::future::join_all;
 use sandfleet_api::{Daemon, Options};
 use serde_json::{Value, json};
 
-fn knob(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+mod support;
+
+use support::knob;
 
 fn fleet_file(dir: &Path, sessions: usize, k: usize) -> std::path::PathBuf {
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap();
     let per_sandbox = sessions.div_ceil(k);
-    let text = format!(
-        r#"[run]
-name = "bench"
-dataset = "{dataset}"
-[adapter]
-name = "generic"
-[fleet]
-claim_timeout = "300s"
-[api]
-state_dir = "serve"
-max_leases = 4096
-[[clusters]]
-name = "local"
-backend = "local"
-[clusters.local]
-state_dir = "state"
-max_sandboxes = {max_sandboxes}
-[clusters.local.images]
-calc = {{ path = "{calc}", git = true }}
-[[shared_pools]]
+    let pool = format!(
+        r#"[[shared_pools]]
 name = "bench"
 image = "calc"
 size = {k}
 max_sessions_per_sandbox = {per_sandbox}
 probe_interval = "10s"
-"#,
-        dataset = repo.join("examples/quickstart/tasks.jsonl").display(),
-        calc = repo.join("examples/quickstart/images/calc").display(),
-        max_sandboxes = sessions + k + 16,
+"#
     );
-    let path = dir.join("fleet.toml");
-    std::fs::write(&path, text).unwrap();
-    path
+    support::fleet_file(dir, sessions + k + 16, &pool)
 }
 
 /// How one way of serving the workload went.

@@ -599,15 +599,22 @@ async fn warm_population_stays_within_replicas_while_members_fail() {
         "failing members were replaced: {created} made, {deleted} deleted"
     );
     assert_eq!(most, replicas as usize);
-    // Their pods report why: the image cannot be pulled.
-    let pods = api.list(PODS).await;
-    assert!(
-        pods.iter().any(|p| matches!(
-            p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"].as_str(),
-            Some("ErrImagePull" | "ImagePullBackOff")
-        )),
-        "{pods:?}"
-    );
+    // Their pods report why: the image cannot be pulled (once the kubelet
+    // tried; the newest replacements may not have been tried yet).
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let pods = api.list(PODS).await;
+        if pods.iter().any(|p| {
+            matches!(
+                p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"].as_str(),
+                Some("ErrImagePull" | "ImagePullBackOff")
+            )
+        }) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{pods:?}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
     emulator.shutdown().await;
 }
 
