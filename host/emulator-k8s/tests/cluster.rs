@@ -444,8 +444,10 @@ async fn the_connection_count_is_the_clients_connections_not_their_requests() {
         api.get("/api/v1/namespaces").await.unwrap();
     }
     let after = emulator.connections();
+    // A count of requests would be 50 more; hyper may open one or two
+    // while a finished request's connection is being returned to its pool.
     assert!(
-        after <= held + 1,
+        after <= held + 2,
         "50 sequential requests opened {} connections",
         after - held
     );
