@@ -95,26 +95,8 @@ fn mib<'de, D: Deserializer<'de>>(deserializer: D) -> Result<usize, D::Error> {
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
-
     use super::*;
-    use crate::FleetConfig;
-
-    const MINIMAL: &str = r#"
-[run]
-dataset = "tasks.jsonl"
-
-[adapter]
-name = "generic"
-
-[[clusters]]
-name = "here"
-backend = "local"
-"#;
-
-    fn parse(text: &str) -> Result<FleetConfig, String> {
-        FleetConfig::parse(text, Path::new("/cfg/fleet.toml")).map_err(|e| e.to_string())
-    }
+    use crate::test_fleet::{MINIMAL, parse};
 
     #[test]
     fn api_keys_default_and_parse_with_state_dir_relative_to_the_file() {

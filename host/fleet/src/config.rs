@@ -457,22 +457,7 @@ fn opt_duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Dur
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const MINIMAL: &str = r#"
-[run]
-dataset = "tasks.jsonl"
-
-[adapter]
-name = "generic"
-
-[[clusters]]
-name = "here"
-backend = "local"
-"#;
-
-    fn parse(text: &str) -> Result<FleetConfig, String> {
-        FleetConfig::parse(text, Path::new("/cfg/fleet.toml")).map_err(|e| e.to_string())
-    }
+    use crate::test_fleet::{MINIMAL, parse};
 
     #[test]
     fn a_minimal_file_gets_defaults_and_resolved_paths() {

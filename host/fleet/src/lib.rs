@@ -9,6 +9,8 @@ mod config;
 mod prepare;
 pub mod setup;
 mod shared;
+#[cfg(test)]
+mod test_fleet;
 
 pub use api::{ApiConfig, DEFAULT_LISTEN, PluginFallback};
 pub use config::{

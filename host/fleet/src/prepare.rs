@@ -147,8 +147,7 @@ mod tests {
     #[test]
     fn a_fleet_file_gives_images_their_own_hook_and_the_adapter_s_to_the_rest() {
         let text = "[run]\ndataset = \"t.jsonl\"\n[adapter]\nname = \"generic\"\n[adapter.prepare]\ncommands = [\"echo adapter\"]\n[prepare.\"docker.io/lean:4\"]\ncommands = [\"lake build\"]\ntimeout = \"20m\"\n[fleet]\ninfra_retries = 2\n[[clusters]]\nname = \"here\"\nbackend = \"local\"\n";
-        let config =
-            crate::FleetConfig::parse(text, std::path::Path::new("/cfg/fleet.toml")).unwrap();
+        let config = crate::test_fleet::parse(text).unwrap();
         let hooks = &config.fleet.prepare;
         assert_eq!(
             hooks.for_image("docker.io/lean:4").unwrap().commands,
@@ -159,12 +158,9 @@ mod tests {
             [vec!["sh", "-c", "echo adapter"]]
         );
         assert_eq!(config.fleet.infra_retries, 2);
-        let error = crate::FleetConfig::parse(
-            &text.replace("timeout = \"20m\"", "timeout = \"0s\""),
-            std::path::Path::new("/cfg/fleet.toml"),
-        )
-        .unwrap_err()
-        .to_string();
+        let error =
+            crate::test_fleet::parse(&text.replace("timeout = \"20m\"", "timeout = \"0s\""))
+                .unwrap_err();
         assert!(
             error.starts_with("/cfg/fleet.toml:9:11: prepare `timeout` must be more than 0"),
             "{error}"

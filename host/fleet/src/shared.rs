@@ -176,10 +176,7 @@ mod tests {
 
     const FLEET: &str = "[run]\ndataset = \"t.jsonl\"\n[adapter]\nname = \"generic\"\n[[clusters]]\nname = \"here\"\nbackend = \"local\"\n";
 
-    fn fleet(text: &str) -> Result<crate::FleetConfig, String> {
-        crate::FleetConfig::parse(text, std::path::Path::new("/cfg/fleet.toml"))
-            .map_err(|e| e.to_string())
-    }
+    use crate::test_fleet::parse as fleet;
 
     #[test]
     fn a_fleet_file_keeps_its_pools_in_order_and_locates_bad_ones() {
