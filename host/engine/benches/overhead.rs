@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sandfleet_backend_local::{ImageSource, LimitOverrides, LocalBackend, LocalConfig};
+use sandfleet_backend_local::LocalBackend;
 use sandfleet_core::{Backend, RunId, TemplateSpec};
 use sandfleet_engine::{
     CancellationToken, Cluster, FleetSettings, LogProgress, RunSpec, Strategy, WorkItem,
@@ -39,25 +39,10 @@ fn main() {
     }
 }
 
+mod support;
+
 fn backend(dir: &std::path::Path, max_sandboxes: u32) -> Arc<LocalBackend> {
-    let image = dir.join("image");
-    std::fs::create_dir_all(&image).unwrap();
-    std::fs::write(image.join("README"), "bench\n").unwrap();
-    let config = LocalConfig {
-        state_dir: Some(dir.join("state")),
-        max_sandboxes: Some(max_sandboxes),
-        images: [(
-            "bench".to_string(),
-            ImageSource {
-                path: image,
-                git: false,
-                limits: LimitOverrides::default(),
-            },
-        )]
-        .into(),
-        ..LocalConfig::default()
-    };
-    Arc::new(LocalBackend::new("local", config).unwrap())
+    support::local_backend(dir, max_sandboxes, false, |_| {})
 }
 
 async fn overhead_per_task(pool: u32, label: &str) {

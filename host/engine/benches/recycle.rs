@@ -14,7 +14,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sandfleet_backend_local::{ImageSource, LimitOverrides, LocalBackend, LocalConfig};
+use sandfleet_backend_local::LocalBackend;
 use sandfleet_core::{Backend, ExecRequest, RunId, SandboxHandle, TemplateSpec};
 use sandfleet_engine::reset::{ExecContext, Joined};
 use sandfleet_engine::{CancellationToken, Cluster, FleetSettings, LogProgress, RunSpec, WorkItem};
@@ -56,28 +56,16 @@ fn main() {
     runtime.block_on(one_reset(&registry, resets));
 }
 
+mod support;
+
+/// A git image of a README and 50 small source files.
 fn backend(dir: &std::path::Path, max_sandboxes: u32) -> Arc<LocalBackend> {
-    let image = dir.join("image");
-    std::fs::create_dir_all(image.join("src")).unwrap();
-    std::fs::write(image.join("README"), "bench\n").unwrap();
-    for n in 0..50 {
-        std::fs::write(image.join(format!("src/m{n}.py")), format!("x = {n}\n")).unwrap();
-    }
-    let config = LocalConfig {
-        state_dir: Some(dir.join("state")),
-        max_sandboxes: Some(max_sandboxes),
-        images: [(
-            "bench".to_string(),
-            ImageSource {
-                path: image,
-                git: true,
-                limits: LimitOverrides::default(),
-            },
-        )]
-        .into(),
-        ..LocalConfig::default()
-    };
-    Arc::new(LocalBackend::new("local", config).unwrap())
+    support::local_backend(dir, max_sandboxes, true, |image| {
+        std::fs::create_dir_all(image.join("src")).unwrap();
+        for n in 0..50 {
+            std::fs::write(image.join(format!("src/m{n}.py")), format!("x = {n}\n")).unwrap();
+        }
+    })
 }
 
 /// Runs the no-op tasks and prints one line; returns the wall time.
