@@ -99,6 +99,9 @@ impl OpenSandboxBackend {
         server: Resolved,
         clients: &Clients,
     ) -> Result<Self, BackendError> {
+        config
+            .validate_pools(name)
+            .map_err(|e| BackendError::new(ErrorKind::Invalid, name, e))?;
         let transport = clients
             .transport(&config.transport)
             .map_err(|e| BackendError::new(ErrorKind::Invalid, name, e))?;
@@ -170,12 +173,16 @@ impl OpenSandboxBackend {
             metadata: labels,
             extensions: pool.map(|pool_ref| Extensions { pool_ref }),
         };
+        let from = match pool {
+            Some(pool) => format!(" from server pool `{pool}`"),
+            None => String::new(),
+        };
         let call = self
             .lifecycle(
                 Method::POST,
                 "/sandboxes",
                 CallKind::Create,
-                format!("create a sandbox of {} ({})", spec.name, spec.image),
+                format!("create a sandbox of {} ({}){from}", spec.name, spec.image),
             )
             .json(serde_json::to_value(&body).expect("the body serializes"));
         self.transport.pace_create().await;
@@ -442,6 +449,14 @@ impl Backend for OpenSandboxBackend {
         &self.name
     }
 
+    /// Pools are sized by the server only when every image has one (the
+    /// default `pool` is set). With `pools` alone, some images' sandboxes
+    /// come from server pools and every other image's are created
+    /// directly; capabilities are the cluster's, not an image's, so it
+    /// reports `None`: the engine then paces every claim as a create (a
+    /// pool take is a `POST /v1/sandboxes` too, so it is slower, never over
+    /// the limit) and counts no warm replicas it never asked for, instead
+    /// of taking the direct creates for warm ones and leaving them unpaced.
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             pool_sizing: if self.config.pool.is_some() {
@@ -572,7 +587,7 @@ impl Backend for OpenSandboxBackend {
                 format!("metadata of a sandbox of {}: {e}", template.name),
             )
         })?;
-        let pool = self.config.pool.as_deref();
+        let pool = self.config.server_pool(&spec.image);
         let created = match self.create(&spec, &labels, pool).await {
             Err(error)
                 if pool.is_some()
@@ -582,7 +597,7 @@ impl Backend for OpenSandboxBackend {
                         ErrorKind::Throttled { .. } | ErrorKind::Unavailable | ErrorKind::NotFound
                     ) =>
             {
-                tracing::info!(cluster = %self.name, %error, "the pool cannot serve; creating directly (pool_fallback)");
+                tracing::info!(cluster = %self.name, pool, %error, "the server pool cannot serve; creating directly (pool_fallback)");
                 self.create(&spec, &labels, None).await
             }
             other => other,
@@ -872,10 +887,14 @@ mod tests {
     use super::*;
 
     fn backend(mode: EndpointMode) -> OpenSandboxBackend {
-        let config = OpenSandboxConfig {
+        backend_of(OpenSandboxConfig {
             endpoint_mode: mode,
             ..OpenSandboxConfig::default()
-        };
+        })
+        .unwrap()
+    }
+
+    fn backend_of(config: OpenSandboxConfig) -> Result<OpenSandboxBackend, BackendError> {
         let clients = Clients::new(None).unwrap();
         OpenSandboxBackend::with_server(
             "east",
@@ -884,7 +903,52 @@ mod tests {
             Some("secret".into()),
             &clients,
         )
-        .unwrap()
+    }
+
+    fn mapped(image: &str, pool: &str) -> BTreeMap<String, String> {
+        [(image.to_string(), pool.to_string())].into()
+    }
+
+    #[test]
+    fn the_server_sizes_pools_only_when_every_image_has_one() {
+        let sizing = |config| backend_of(config).unwrap().capabilities().pool_sizing;
+        assert_eq!(sizing(OpenSandboxConfig::default()), PoolSizing::None);
+        let every_image = OpenSandboxConfig {
+            pool: Some("swe-pool".into()),
+            ..OpenSandboxConfig::default()
+        };
+        assert_eq!(sizing(every_image.clone()), PoolSizing::Server);
+        assert_eq!(
+            sizing(OpenSandboxConfig {
+                pools: mapped("calc", "calc-pool"),
+                ..every_image
+            }),
+            PoolSizing::Server
+        );
+        assert_eq!(
+            sizing(OpenSandboxConfig {
+                pools: mapped("calc", "calc-pool"),
+                ..OpenSandboxConfig::default()
+            }),
+            PoolSizing::None
+        );
+    }
+
+    #[test]
+    fn an_empty_pool_name_is_refused_naming_the_cluster_and_key() {
+        let error = backend_of(OpenSandboxConfig {
+            pools: mapped("calc", ""),
+            ..OpenSandboxConfig::default()
+        })
+        .err()
+        .expect("an empty pool name was taken");
+        assert_eq!(error.kind(), ErrorKind::Invalid);
+        assert!(
+            error.to_string().starts_with(
+                r#"east: clusters.east.opensandbox.pools."calc": the pool name is empty"#
+            ),
+            "{error}"
+        );
     }
 
     fn endpoint() -> Endpoint {

@@ -10,11 +10,13 @@
 //! endpoint_mode = "direct"              # or "proxy" (through the server)
 //! timeout = "10m"                       # sandbox TTL; renewed while claimed
 //! limits = { cpu = "4", memory = "8Gi" }  # requests come from [fleet]
-//! pool = "swe-pool"                     # extensions.poolRef
-//! pool_fallback = true                  # create directly when the pool is full
+//! pools = { "python:3.12" = "py-pool" }  # a server pool (extensions.poolRef) per image
+//! # pool = "swe-pool"                   # every other image's (a pool is one image's pods)
+//! pool_fallback = true                  # create directly when a pool is full
 //! background_after = "15m"              # commands allowed longer are polled, not streamed
 //! ```
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use sandfleet_transport::TransportConfig;
@@ -62,10 +64,16 @@ pub struct OpenSandboxConfig {
     pub ready_timeout: Duration,
     /// Limits, apart from the requests `[fleet]` sets.
     pub limits: ResourceLimits,
-    /// A server-side pool to take sandboxes from (`extensions.poolRef`).
+    /// The server pool (`extensions.poolRef`) of every image not in
+    /// `pools`. A server pool is the pod template of one image: set this
+    /// only when the cluster is asked for that image alone, or every other
+    /// image's sandboxes come from a pool of the wrong image.
     pub pool: Option<String>,
-    /// When the pool is full or missing, create directly instead of
-    /// failing the claim.
+    /// A server pool per image reference (image → pool name); images not
+    /// here take `pool`, or are created directly when it is unset.
+    pub pools: BTreeMap<String, String>,
+    /// When an image's pool is full or missing, create directly instead of
+    /// failing the claim (for `pool` and `pools` alike).
     pub pool_fallback: bool,
     /// The sandbox's entrypoint.
     pub entrypoint: Vec<String>,
@@ -95,6 +103,7 @@ impl Default for OpenSandboxConfig {
             ready_timeout: Duration::from_secs(30),
             limits: ResourceLimits::default(),
             pool: None,
+            pools: BTreeMap::new(),
             pool_fallback: true,
             entrypoint: vec!["tail".into(), "-f".into(), "/dev/null".into()],
             execd_port: 44772,
@@ -114,6 +123,47 @@ pub(crate) struct Resolved {
 }
 
 impl OpenSandboxConfig {
+    /// The server pool sandboxes of `image` come from: its entry in
+    /// `pools`, else `pool`; `None` when they are created directly.
+    pub fn server_pool(&self, image: &str) -> Option<&str> {
+        self.pools
+            .get(image)
+            .or(self.pool.as_ref())
+            .map(String::as_str)
+    }
+
+    /// Checks the pool names of cluster `cluster`'s table.
+    ///
+    /// # Errors
+    ///
+    /// A sentence naming the key (`clusters.<name>.opensandbox.pools."<image>"`)
+    /// whose image or pool name is empty.
+    pub(crate) fn validate_pools(&self, cluster: &str) -> Result<(), String> {
+        let table = format!("clusters.{cluster}.opensandbox");
+        if self
+            .pool
+            .as_deref()
+            .is_some_and(|pool| pool.trim().is_empty())
+        {
+            return Err(format!(
+                "{table}.pool: the pool name is empty (leave `pool` out to create directly)"
+            ));
+        }
+        for (image, pool) in &self.pools {
+            if image.trim().is_empty() {
+                return Err(format!(
+                    "{table}.pools.{image:?}: the image reference is empty (pool {pool:?})"
+                ));
+            }
+            if pool.trim().is_empty() {
+                return Err(format!(
+                    "{table}.pools.{image:?}: the pool name is empty (leave the image out to use `pool` or create directly)"
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Reads the URL and key from the configuration and from `env` (the
     /// process environment, or a test's).
     ///
@@ -208,5 +258,57 @@ mod tests {
                 .to_string()
                 .contains("unknown field `api_key`")
         );
+    }
+
+    #[test]
+    fn an_image_in_pools_takes_its_pool_and_every_other_image_the_default() {
+        let table: OpenSandboxConfig = toml::from_str(
+            r#"
+            pool = "swe-pool"
+            pools = { "python:3.12" = "py-pool", calc = "calc-pool" }
+            pool_fallback = false
+            "#,
+        )
+        .unwrap();
+        assert_eq!(table.server_pool("python:3.12"), Some("py-pool"));
+        assert_eq!(table.server_pool("calc"), Some("calc-pool"));
+        assert_eq!(table.server_pool("swebench/django-1"), Some("swe-pool"));
+        assert!(!table.pool_fallback);
+        assert_eq!(table.validate_pools("east"), Ok(()));
+
+        let only_mapped: OpenSandboxConfig =
+            toml::from_str(r#"pools = { "python:3.12" = "py-pool" }"#).unwrap();
+        assert_eq!(only_mapped.server_pool("python:3.12"), Some("py-pool"));
+        assert_eq!(only_mapped.server_pool("calc"), None);
+        assert_eq!(OpenSandboxConfig::default().server_pool("calc"), None);
+    }
+
+    #[test]
+    fn an_empty_pool_name_or_image_names_its_key() {
+        let parse = |text: &str| toml::from_str::<OpenSandboxConfig>(text).unwrap();
+        let empty_pool = parse(r#"pools = { "python:3.12" = " " }"#)
+            .validate_pools("east")
+            .unwrap_err();
+        assert!(
+            empty_pool.starts_with(
+                r#"clusters.east.opensandbox.pools."python:3.12": the pool name is empty"#
+            ),
+            "{empty_pool}"
+        );
+        let empty_image = parse(r#"pools = { "" = "py-pool" }"#)
+            .validate_pools("east")
+            .unwrap_err();
+        assert!(
+            empty_image
+                .starts_with(r#"clusters.east.opensandbox.pools."": the image reference is empty"#),
+            "{empty_image}"
+        );
+        let empty_default = parse(r#"pool = """#).validate_pools("east").unwrap_err();
+        assert!(
+            empty_default.starts_with("clusters.east.opensandbox.pool: the pool name is empty"),
+            "{empty_default}"
+        );
+        let not_a_map = toml::from_str::<OpenSandboxConfig>(r#"pools = "py-pool""#).unwrap_err();
+        assert!(not_a_map.to_string().contains("pools"), "{not_a_map}");
     }
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use sandfleet_backend_opensandbox::{OpenSandboxBackend, OpenSandboxConfig};
 use sandfleet_core::{
-    Backend, ErrorKind, ExecRequest, RunId, SandboxHandle, TemplateRef, TemplateSpec,
+    Backend, BackendError, ErrorKind, ExecRequest, RunId, SandboxHandle, TemplateRef, TemplateSpec,
 };
 use sandfleet_emulator_opensandbox::{
     Emulator, EmulatorConfig, Faults, Runtime, images_from_fleet,
@@ -66,7 +66,15 @@ async fn template_of(backend: &OpenSandboxBackend, run: &RunId, image: &str) -> 
 }
 
 async fn claim(backend: &OpenSandboxBackend, run: &RunId) -> SandboxHandle {
-    let template = template(backend, run).await;
+    claim_of(backend, run, "calc").await.unwrap()
+}
+
+async fn claim_of(
+    backend: &OpenSandboxBackend,
+    run: &RunId,
+    image: &str,
+) -> Result<SandboxHandle, BackendError> {
+    let template = template_of(backend, run, image).await;
     backend
         .claim(
             &template,
@@ -74,7 +82,6 @@ async fn claim(backend: &OpenSandboxBackend, run: &RunId) -> SandboxHandle {
             Instant::now() + Duration::from_secs(30),
         )
         .await
-        .unwrap()
 }
 
 fn shell(script: &str) -> ExecRequest {
@@ -267,6 +274,52 @@ async fn a_full_pool_falls_back_to_a_direct_create_or_says_so() {
         error.to_string().contains("POOL_CAPACITY_EXHAUSTED"),
         "{error}"
     );
+    backend.reap(&run).await.unwrap();
+    assert_eq!(emulator.live_sandboxes(), 0);
+    emulator.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn only_an_image_mapped_to_a_server_pool_takes_from_it_and_a_full_one_falls_back_or_says_so()
+{
+    let emulator = emulator("pool-max=1").await;
+    let mapped = OpenSandboxConfig {
+        pools: [("calc".to_string(), "calc-pool".to_string())].into(),
+        ..OpenSandboxConfig::default()
+    };
+    let backend = backend_with(&emulator, mapped.clone());
+    let run = RunId::generate("os-pools");
+    let pooled = claim_of(&backend, &run, "calc").await.unwrap();
+    let direct = claim_of(&backend, &run, "textkit").await.unwrap();
+    // The pool holds one sandbox: the next of its image is created directly.
+    let fell_back = claim_of(&backend, &run, "calc").await.unwrap();
+    let pool_refs = emulator.pool_refs();
+    assert_eq!(pool_refs[&pooled.id].as_deref(), Some("calc-pool"));
+    assert_eq!(pool_refs[&direct.id], None, "{pool_refs:?}");
+    assert_eq!(pool_refs[&fell_back.id], None, "{pool_refs:?}");
+
+    let strict = backend_with(
+        &emulator,
+        OpenSandboxConfig {
+            pool_fallback: false,
+            ..mapped
+        },
+    );
+    let error = claim_of(&strict, &run, "calc").await.unwrap_err();
+    assert!(
+        matches!(error.kind(), ErrorKind::Throttled { .. }),
+        "{error}"
+    );
+    let message = error.to_string();
+    assert!(
+        message.starts_with("os: create a sandbox of sf-calc (calc) from server pool `calc-pool`"),
+        "{message}"
+    );
+    assert!(message.contains("POOL_CAPACITY_EXHAUSTED"), "{message}");
+    // A full pool is no concern of an image that has none.
+    let unmapped = claim_of(&strict, &run, "textkit").await.unwrap();
+    assert_eq!(emulator.pool_refs()[&unmapped.id], None);
+    assert_eq!(emulator.executions().sandboxes_created, 4);
     backend.reap(&run).await.unwrap();
     assert_eq!(emulator.live_sandboxes(), 0);
     emulator.shutdown().await;

@@ -1,6 +1,7 @@
 //! [`Emulator`]: the lifecycle server, its sandboxes and their execds,
 //! started together and torn down together.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -187,6 +188,16 @@ impl Emulator {
     /// Sandboxes that exist now.
     pub fn live_sandboxes(&self) -> usize {
         self.fleet.live()
+    }
+
+    /// The server pool (`extensions.poolRef`) each sandbox that exists now
+    /// was created from, by sandbox id; `None` for a direct create.
+    pub fn pool_refs(&self) -> BTreeMap<String, Option<String>> {
+        self.fleet
+            .all()
+            .iter()
+            .map(|s| (s.id.clone(), s.spec.extensions.get("poolRef").cloned()))
+            .collect()
     }
 
     /// Stops serving and removes every sandbox it made.
