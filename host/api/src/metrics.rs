@@ -101,6 +101,7 @@ type SharedFamily = (
 pub(crate) struct SharedPoolCounts {
     pub(crate) pool: String,
     pub(crate) open: u64,
+    pub(crate) lost: u64,
     pub(crate) opened: u64,
     pub(crate) expired: u64,
     pub(crate) probes_failed: u64,
@@ -352,12 +353,18 @@ impl prometheus_client::collector::Collector for Scraped {
                 (vec![("outcome", "failed".to_string())], prepare_failed),
             ],
         )?;
-        let shared: [SharedFamily; 7] = [
+        let shared: [SharedFamily; 8] = [
             (
                 "shared_sessions_open",
-                "Sessions open now, per shared pool",
+                "Sessions open now on a live sandbox, per shared pool",
                 MetricType::Gauge,
                 |p| p.open,
+            ),
+            (
+                "shared_sessions_lost",
+                "Sessions whose sandbox was evicted, until closed or dropped when idle (they answer 410 session_lost), per shared pool",
+                MetricType::Gauge,
+                |p| p.lost,
             ),
             (
                 "shared_sessions_opened",

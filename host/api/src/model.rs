@@ -275,8 +275,11 @@ pub struct SharedPoolView {
     pub healthy: u32,
     /// Sessions one sandbox takes at most.
     pub max_sessions_per_sandbox: u32,
-    /// Sessions open now (lost ones included until closed or idle).
+    /// Sessions open now on a live sandbox.
     pub sessions_open: u64,
+    /// Sessions whose sandbox was evicted: they answer `410 session_lost`
+    /// until closed or dropped when idle, and count here, not as open.
+    pub sessions_lost: u64,
     /// Sessions opened since the daemon started.
     pub sessions_opened: u64,
     /// Sessions dropped for being idle past the pool's idle timeout.

@@ -6,6 +6,8 @@
 //! A sandbox evicted after [`EVICT_AFTER`] failed probes in a row takes its
 //! sessions' state with it: they answer `session_lost` from then on rather
 //! than moving silently, and a new sandbox heals its slot (see [`keeper`]).
+//! Such a session counts as lost, not open, until it is closed or dropped
+//! when idle.
 
 mod keeper;
 pub(crate) mod routes;
@@ -47,10 +49,14 @@ pub(crate) struct SharedPools {
     keepers: TaskTracker,
 }
 
-/// Counters of one pool, since the daemon started.
+/// Counters of one pool, since the daemon started. (Sessions open now are
+/// the slots' session counts.)
 #[derive(Default)]
 pub(crate) struct Counts {
-    pub(crate) open: AtomicU64,
+    /// Sessions pinned to an evicted sandbox and still in the table. Only
+    /// changed under the slots' lock, with the slots' session counts, so a
+    /// session moves from open to lost once and leaves either once.
+    pub(crate) lost: AtomicU64,
     pub(crate) opened: AtomicU64,
     pub(crate) expired: AtomicU64,
     pub(crate) probes_failed: AtomicU64,
@@ -138,7 +144,6 @@ impl SharedPools {
             activity: Activity::new(),
             executions: Executions::default(),
         });
-        pool.counts.open.fetch_add(1, Ordering::Relaxed);
         pool.counts.opened.fetch_add(1, Ordering::Relaxed);
         self.sessions
             .write()
@@ -239,13 +244,16 @@ impl Pool {
     fn unpin(&self, pinned: &Arc<Pinned>) {
         let mut slots = self.slots();
         let slot = &mut slots[pinned.slot];
-        // An evicted sandbox's sessions no longer count on its slot.
         if slot
             .sandbox
             .as_ref()
             .is_some_and(|s| Arc::ptr_eq(s, pinned))
         {
             slot.sessions = slot.sessions.saturating_sub(1);
+        } else if pinned.evicted.get().is_some() {
+            // Counted as lost when its sandbox was evicted. (A sandbox
+            // taken out as the daemon stops counted nowhere after that.)
+            self.counts.lost.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
@@ -290,6 +298,10 @@ impl Pool {
         if slot.failed_probes < EVICT_AFTER {
             return false;
         }
+        // Its sessions stay in the table, lost, until closed or idle.
+        self.counts
+            .lost
+            .fetch_add(u64::from(slot.sessions), Ordering::Relaxed);
         *slot = Slot::default();
         let _ = pinned.evicted.set(format!(
             "evicted after {EVICT_AFTER} failed probes in a row"
@@ -324,12 +336,23 @@ impl Pool {
             .count() as u32
     }
 
+    /// Sessions now (open on a live sandbox, lost with an evicted one),
+    /// read together under the slots' lock.
+    fn sessions_now(&self, slots: &[Slot]) -> SessionsNow {
+        SessionsNow {
+            open: slots.iter().map(|slot| u64::from(slot.sessions)).sum(),
+            lost: self.counts.lost.load(Ordering::Relaxed),
+        }
+    }
+
     /// Its counts for `/metrics`.
     pub(crate) fn metrics(&self) -> SharedPoolCounts {
         let count = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        let sessions = self.sessions_now(&self.slots());
         SharedPoolCounts {
             pool: self.config.name.clone(),
-            open: count(&self.counts.open),
+            open: sessions.open,
+            lost: sessions.lost,
             opened: count(&self.counts.opened),
             expired: count(&self.counts.expired),
             probes_failed: count(&self.counts.probes_failed),
@@ -340,8 +363,9 @@ impl Pool {
     }
 
     pub(crate) fn view(&self) -> SharedPoolView {
-        let slots: Vec<SharedSlotView> = self
-            .slots()
+        let guard = self.slots();
+        let sessions = self.sessions_now(&guard);
+        let slots: Vec<SharedSlotView> = guard
             .iter()
             .enumerate()
             .map(|(index, slot)| SharedSlotView {
@@ -353,6 +377,7 @@ impl Pool {
                 error: slot.error.clone(),
             })
             .collect();
+        drop(guard);
         let count = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         SharedPoolView {
             name: self.config.name.clone(),
@@ -360,7 +385,8 @@ impl Pool {
             size: self.config.size,
             healthy: slots.iter().filter(|s| s.healthy).count() as u32,
             max_sessions_per_sandbox: self.config.max_sessions_per_sandbox,
-            sessions_open: count(&self.counts.open),
+            sessions_open: sessions.open,
+            sessions_lost: sessions.lost,
             sessions_opened: count(&self.counts.opened),
             sessions_expired: count(&self.counts.expired),
             probes_failed: count(&self.counts.probes_failed),
@@ -378,11 +404,18 @@ impl Pool {
     }
 }
 
+/// A pool's sessions at one moment.
+struct SessionsNow {
+    /// On a live sandbox.
+    open: u64,
+    /// Pinned to an evicted sandbox, not yet closed or dropped.
+    lost: u64,
+}
+
 impl SharedSession {
     /// Out of the table: its sandbox has one session fewer.
     fn forget(&self) {
         self.pool.unpin(&self.sandbox);
-        self.pool.counts.open.fetch_sub(1, Ordering::Relaxed);
     }
 
     /// What every call on a session whose sandbox is gone answers.

@@ -1,6 +1,7 @@
 //! The daemon over real HTTP on loopback, in-process, on the local backend
-//! with the quickstart's images and the built-in plugins. One test binary,
-//! one module per concern. (The binary's own tests — signals, the token,
+//! with the quickstart's images and the built-in plugins (or on the
+//! OpenSandbox emulator, in-process too). One test binary, one module per
+//! concern. (The binary's own tests — signals, the token,
 //! restarts, the Python client — are in tests/e2e/serve.rs.)
 
 mod bad_input;
@@ -15,6 +16,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use sandfleet_api::{Daemon, LeaseView, Options};
+use sandfleet_emulator_opensandbox::{
+    Emulator, EmulatorConfig, Faults, Runtime, images_from_fleet,
+};
 use sandfleet_test_support::quickstart::repo;
 use serde_json::{Value, json};
 
@@ -33,8 +37,29 @@ pub(crate) struct Served {
 /// git-restore, the local backend under `dir`; `api` and `plugins` are
 /// extra lines for those tables.
 pub(crate) fn fleet_file(dir: &Path, api: &str, plugins: &str) -> PathBuf {
-    let repo = repo();
-    let images = repo.join("examples/quickstart/images");
+    let images = repo().join("examples/quickstart/images");
+    let local = format!(
+        r#"[[clusters]]
+name = "local"
+backend = "local"
+
+[clusters.local]
+state_dir = "state"
+max_sandboxes = 40
+
+[clusters.local.images]
+calc = {{ path = "{images}/calc", git = true }}
+textkit = {{ path = "{images}/textkit", git = true }}
+shellutils = {{ path = "{images}/shellutils", git = true }}
+"#,
+        images = images.display(),
+    );
+    fleet_file_on(dir, api, plugins, &local)
+}
+
+/// [`fleet_file`] with `clusters` (the `[[clusters]]` tables) instead of
+/// the local backend.
+pub(crate) fn fleet_file_on(dir: &Path, api: &str, plugins: &str, clusters: &str) -> PathBuf {
     let text = format!(
         r#"[run]
 name = "apitest"
@@ -56,25 +81,49 @@ reset = "git-restore"
 state_dir = "serve"
 {api}
 
-[[clusters]]
-name = "local"
-backend = "local"
-
-[clusters.local]
-state_dir = "state"
-max_sandboxes = 40
-
-[clusters.local.images]
-calc = {{ path = "{images}/calc", git = true }}
-textkit = {{ path = "{images}/textkit", git = true }}
-shellutils = {{ path = "{images}/shellutils", git = true }}
-"#,
-        dataset = repo.join("examples/quickstart/tasks.jsonl").display(),
-        images = images.display(),
+{clusters}"#,
+        dataset = repo().join("examples/quickstart/tasks.jsonl").display(),
     );
     let path = dir.join("fleet.toml");
     std::fs::write(&path, text).unwrap();
     path
+}
+
+/// The environment variable an OpenSandbox cluster of these tests reads its
+/// API key from. The daemon reads keys from the environment only, and tests
+/// sharing one process cannot set it safely; cargo sets this one for every
+/// test it runs, so its value is the emulator's key.
+const EMULATOR_KEY_ENV: &str = "CARGO_PKG_NAME";
+
+/// An OpenSandbox emulator serving the quickstart's images as plain
+/// sandboxes, with `faults` switched on.
+pub(crate) async fn opensandbox_emulator(faults: &str) -> Emulator {
+    let quickstart = repo().join("examples/quickstart.toml");
+    let mut config = EmulatorConfig::new(images_from_fleet(&quickstart).unwrap());
+    config.runtime = Runtime::Plain;
+    config.faults = faults.parse::<Faults>().unwrap();
+    config.api_key = Some(
+        std::env::var(EMULATOR_KEY_ENV)
+            .unwrap_or_else(|_| panic!("{EMULATOR_KEY_ENV} is unset: run the tests with cargo")),
+    );
+    Emulator::start(config).await.unwrap()
+}
+
+/// The `[[clusters]]` table of cluster `os` on `emulator`; `table` is extra
+/// lines for its `[clusters.opensandbox]`.
+pub(crate) fn opensandbox_cluster(emulator: &Emulator, table: &str) -> String {
+    format!(
+        r#"[[clusters]]
+name = "os"
+backend = "opensandbox"
+
+[clusters.opensandbox]
+url = "{url}"
+api_key_env = "{EMULATOR_KEY_ENV}"
+{table}
+"#,
+        url = emulator.base_url(),
+    )
 }
 
 impl Served {

@@ -1,20 +1,38 @@
 //! Shared pools over the daemon's HTTP API: sessions spread over K
 //! sandboxes and keep their state there; a killed sandbox is evicted after
 //! 3 failed probes and healed in its slot, its sessions lost; killing every
-//! sandbox heals them no faster than `[fleet] create_rate` allows.
+//! sandbox heals them no faster than `[fleet] create_rate` allows; on
+//! OpenSandbox, a pool's sandboxes come from its image's server pool, and
+//! from direct creates when that is full.
 
 use std::collections::BTreeMap;
 
 use futures_util::future::join_all;
+use reqwest::Method;
+use sandfleet_emulator_opensandbox::Emulator;
 use sandfleet_test_support::processes_running;
 use serde_json::{Value, json};
 
-use crate::{Served, eventually, fleet_file};
+use crate::{
+    Served, eventually, fleet_file, fleet_file_on, opensandbox_cluster, opensandbox_emulator,
+};
 
-/// A daemon with `[fleet] create_rate = rate` and these `[[shared_pools]]`.
+/// A daemon on the local backend with `[fleet] create_rate = rate` and
+/// these `[[shared_pools]]`.
 async fn serve_pools(rate: f64, pools: &str) -> Served {
     let dir = tempfile::tempdir().unwrap();
     let path = fleet_file(dir.path(), "", "");
+    serve_pools_in(dir, path, rate, pools).await
+}
+
+/// A daemon on the fleet file at `path` in `dir`, with `[fleet] create_rate
+/// = rate` and these `[[shared_pools]]` added.
+async fn serve_pools_in(
+    dir: tempfile::TempDir,
+    path: std::path::PathBuf,
+    rate: f64,
+    pools: &str,
+) -> Served {
     let text = std::fs::read_to_string(&path)
         .unwrap()
         .replace("[fleet]\n", &format!("[fleet]\ncreate_rate = {rate}\n"));
@@ -245,6 +263,7 @@ async fn sessions_spread_over_the_pool_keep_their_state_and_close() {
     for line in [
         "sandfleet_shared_sessions_open{pool=\"py\"} 63",
         "sandfleet_shared_sessions_opened_total{pool=\"py\"} 64",
+        "sandfleet_shared_sessions_lost{pool=\"py\"} 0",
         "sandfleet_shared_sessions_expired_total{pool=\"idle\"} 1",
         "sandfleet_shared_sandboxes_healthy{pool=\"py\"} 4",
     ] {
@@ -266,6 +285,17 @@ async fn a_killed_sandbox_is_evicted_after_three_failed_probes_and_healed_in_its
     }
 
     let victim = before[0].clone();
+    let on_victim = sessions.iter().filter(|(_, s)| *s == victim).count() as u64;
+    assert!(on_victim > 0, "no session on {victim}: {sessions:?}");
+    let view = served.pool("py").await;
+    assert_eq!(
+        (
+            view["sessions_open"].as_u64(),
+            view["sessions_lost"].as_u64()
+        ),
+        (Some(16), Some(0)),
+        "{view}"
+    );
     served.kill_sandbox(&victim);
     // Two failed probes leave it in its slot (unhealthy: no new session
     // lands there); the third evicts it.
@@ -297,6 +327,31 @@ async fn a_killed_sandbox_is_evicted_after_three_failed_probes_and_healed_in_its
         "{view}"
     );
     assert!(view["probes_failed"].as_u64().unwrap() >= 3, "{view}");
+    // Its sessions no longer count as open: they are lost.
+    assert_eq!(
+        (
+            view["sessions_open"].as_u64(),
+            view["sessions_lost"].as_u64()
+        ),
+        (Some(16 - on_victim), Some(on_victim)),
+        "{view}"
+    );
+    let metrics = served.metrics().await;
+    for line in [
+        format!(
+            "sandfleet_shared_sessions_open{{pool=\"py\"}} {}",
+            16 - on_victim
+        ),
+        format!("sandfleet_shared_sessions_lost{{pool=\"py\"}} {on_victim}"),
+    ] {
+        assert!(metrics.contains(&line), "no `{line}` in\n{metrics}");
+    }
+    let documented = sandfleet_api::openapi();
+    assert!(
+        documented["components"]["schemas"]["SharedPoolView"]["properties"]["sessions_lost"]
+            .is_object(),
+        "sessions_lost is not in the OpenAPI document"
+    );
     let heal = &view["recent_heals"][0];
     assert_eq!(
         (
@@ -328,12 +383,32 @@ async fn a_killed_sandbox_is_evicted_after_three_failed_probes_and_healed_in_its
             );
         }
     }
+    // Closing a lost session takes it off the lost count, once.
+    for (id, _) in sessions.iter().filter(|(_, s)| *s == victim) {
+        assert_eq!(served.delete(&format!("/v1/sessions/{id}")).await, 204);
+        assert_eq!(served.delete(&format!("/v1/sessions/{id}")).await, 404);
+    }
+    let view = served.pool("py").await;
+    assert_eq!(
+        (
+            view["sessions_open"].as_u64(),
+            view["sessions_lost"].as_u64()
+        ),
+        (Some(16 - on_victim), Some(0)),
+        "{view}"
+    );
     // New sessions land on the healed sandbox, the least loaded.
     for _ in 0..4 {
         assert_eq!(served.open("py").await.1, after[0]);
     }
     let metrics = served.metrics().await;
+    let open_now = format!(
+        "sandfleet_shared_sessions_open{{pool=\"py\"}} {}",
+        16 - on_victim + 4
+    );
     for line in [
+        open_now.as_str(),
+        "sandfleet_shared_sessions_lost{pool=\"py\"} 0",
         "sandfleet_shared_evictions_total{pool=\"py\"} 1",
         "sandfleet_shared_heals_total{pool=\"py\"} 1",
         "sandfleet_shared_sessions_opened_total{pool=\"py\"} 20",
@@ -423,4 +498,131 @@ async fn a_shared_pool_of_an_image_no_cluster_makes_is_refused_naming_it() {
         )),
         "{message}"
     );
+}
+
+/// `method path` on `emulator`'s lifecycle API, as another client of the
+/// server calls it: the status and the JSON answer.
+async fn emulator_call(
+    served: &Served,
+    emulator: &Emulator,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut request = served
+        .http
+        .request(method, format!("{}/v1{path}", emulator.base_url()))
+        .header("OPEN-SANDBOX-API-KEY", emulator.api_key());
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_opensandbox_shared_pool_fills_from_its_images_server_pool_and_heals_directly_when_it_is_full()
+ {
+    // The server pool holds two sandboxes: the shared pool's two.
+    let emulator = opensandbox_emulator("pool-max=2").await;
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = opensandbox_cluster(&emulator, r#"pools = { calc = "py-pool" }"#);
+    let path = fleet_file_on(dir.path(), "", "", &cluster);
+    let served = serve_pools_in(dir, path, 20.0, &pool("py", 2, 8, "1s")).await;
+    let before = slot_sandboxes(&served.wait_healthy("py", 2).await);
+    let pool_refs = emulator.pool_refs();
+    for sandbox in &before {
+        assert_eq!(
+            pool_refs[sandbox].as_deref(),
+            Some("py-pool"),
+            "{pool_refs:?}"
+        );
+    }
+    let (session, sandbox) = served.open("py").await;
+    assert_eq!(sandbox, before[0], "not on the least-loaded, lowest slot");
+    let (status, ran) = served.session_exec(&session, "echo hi").await;
+    assert_eq!(
+        (status, ran["stdout"].as_str()),
+        (200, Some("hi\n")),
+        "{ran}"
+    );
+
+    // Another client of the server deletes slot 0's sandbox and takes its
+    // place in the server pool, so the pool is at its max when the slot
+    // heals. (The slot is evicted only after three failed probes, a second
+    // apart: the pool is full again long before.)
+    let (status, body) = emulator_call(
+        &served,
+        &emulator,
+        Method::DELETE,
+        &format!("/sandboxes/{}", before[0]),
+        None,
+    )
+    .await;
+    assert_eq!(status, 204, "{body}");
+    let (status, taken) = emulator_call(
+        &served,
+        &emulator,
+        Method::POST,
+        "/sandboxes",
+        Some(json!({
+            "image": {"uri": "calc"},
+            "entrypoint": ["tail", "-f", "/dev/null"],
+            "extensions": {"poolRef": "py-pool"},
+        })),
+    )
+    .await;
+    assert_eq!(status, 202, "{taken}");
+    let taken = taken["id"].as_str().unwrap().to_string();
+    assert_eq!(
+        served.pool("py").await["evictions"],
+        0,
+        "slot 0 was evicted before the server pool was full again"
+    );
+
+    eventually("slot 0 to be healed", || async {
+        let view = served.pool("py").await;
+        view["heals"] == 1 && view["healthy"] == 2
+    })
+    .await;
+    let view = served.pool("py").await;
+    let after = slot_sandboxes(&view);
+    assert_ne!(after[0], before[0], "{view}");
+    assert_eq!(after[1], before[1], "{view}");
+    let pool_refs = emulator.pool_refs();
+    assert_eq!(
+        pool_refs[&after[0]], None,
+        "not a direct create: {pool_refs:?}"
+    );
+    assert_eq!(pool_refs[&before[1]].as_deref(), Some("py-pool"));
+    assert_eq!(pool_refs[&taken].as_deref(), Some("py-pool"));
+    // The first session went with its sandbox; a new one runs on the
+    // directly created sandbox.
+    assert_eq!(
+        (
+            view["sessions_open"].as_u64(),
+            view["sessions_lost"].as_u64()
+        ),
+        (Some(0), Some(1)),
+        "{view}"
+    );
+    let (status, body) = served.session_exec(&session, "echo hi").await;
+    check_error(status, &body, 410, "session_lost", &before[0]);
+    let (healed, sandbox) = served.open("py").await;
+    assert_eq!(sandbox, after[0]);
+    let (status, ran) = served.session_exec(&healed, "echo healed").await;
+    assert_eq!(
+        (status, ran["stdout"].as_str()),
+        (200, Some("healed\n")),
+        "{ran}"
+    );
+
+    served.stop().await;
+    // The daemon released its sandboxes; the other client's is left.
+    assert_eq!(
+        emulator.pool_refs().into_keys().collect::<Vec<_>>(),
+        vec![taken]
+    );
+    emulator.shutdown().await;
 }
