@@ -3,7 +3,9 @@
 //! sandbox per task and once recycling through git-restore (wall, reset
 //! p50, CPU per task); then the cost of one reset on an idle sandbox,
 //! its steps one exec each against one joined exec (wall and CPU per reset),
-//! with the scrub and a bare `true` exec for scale.
+//! with the scrub, a bare `true` exec and a fresh sandbox's claim and
+//! release for scale; and from those, the most CPU a reset may cost for
+//! recycling to take half the fresh wall (the run is CPU-bound on 2 cores).
 //!
 //! Run: `cargo bench -p sandfleet-engine --bench recycle` (defaults: 600
 //! tasks at concurrency 32, 30 resets; `-- --tasks N --concurrency C
@@ -42,18 +44,57 @@ fn main() {
     registry
         .add_builtins(sandfleet_guests::BUILTINS.iter().map(|b| (b.name, b.wasm)))
         .unwrap();
-    if tasks > 0 {
+    let fresh = (tasks > 0).then(|| {
         let fresh = runtime.block_on(engine_run(&registry, tasks, concurrency, false));
         let recycled = runtime.block_on(engine_run(&registry, tasks, concurrency, true));
         println!(
             "engine/recycle: {tasks} no-op tasks at concurrency {concurrency}: recycling {:.1} s \
              is {:.2}x fresh claims {:.1} s",
-            recycled.as_secs_f64(),
-            recycled.as_secs_f64() / fresh.as_secs_f64(),
-            fresh.as_secs_f64()
+            recycled.wall.as_secs_f64(),
+            recycled.wall.as_secs_f64() / fresh.wall.as_secs_f64(),
+            fresh.wall.as_secs_f64()
         );
+        fresh
+    });
+    let costs = runtime.block_on(one_reset(&registry, resets));
+    if let Some(fresh) = fresh {
+        print_reset_budget(fresh.cpu_per_task, &costs);
     }
-    runtime.block_on(one_reset(&registry, resets));
+}
+
+/// An engine run's wall and its CPU per task.
+struct RunCost {
+    wall: Duration,
+    cpu_per_task: f64,
+}
+
+/// CPU seconds of the steps one recycled task pays or saves.
+struct StepCosts {
+    bare_exec: f64,
+    scrub: f64,
+    reset: f64,
+    claim_and_release: f64,
+}
+
+/// A recycled task saves a fresh sandbox's claim and release and pays a
+/// scrub and a reset instead; everything else it costs (its own commands,
+/// the engine's work) is the same either way. With the run CPU-bound, half
+/// the fresh wall is half its CPU per task, which leaves a reset
+/// `claim_and_release - fresh / 2 - scrub`.
+fn print_reset_budget(fresh_per_task: f64, costs: &StepCosts) {
+    let budget = costs.claim_and_release - fresh_per_task / 2.0 - costs.scrub;
+    let ms = |seconds: f64| seconds * 1e3;
+    println!(
+        "engine/recycle: for recycling at 0.5x fresh, a reset may cost {:.1} ms of CPU (fresh task \
+         {:.1} ms, of which claim + release {:.1} ms; scrub {:.2} ms); a bare exec costs {:.1} ms, \
+         the git-restore reset {:.1} ms",
+        ms(budget),
+        ms(fresh_per_task),
+        ms(costs.claim_and_release),
+        ms(costs.scrub),
+        ms(costs.bare_exec),
+        ms(costs.reset),
+    );
 }
 
 mod support;
@@ -68,13 +109,13 @@ fn backend(dir: &std::path::Path, max_sandboxes: u32) -> Arc<LocalBackend> {
     })
 }
 
-/// Runs the no-op tasks and prints one line; returns the wall time.
+/// Runs the no-op tasks and prints one line.
 async fn engine_run(
     registry: &Registry,
     tasks: usize,
     concurrency: usize,
     recycle: bool,
-) -> Duration {
+) -> RunCost {
     let dir = tempfile::tempdir().unwrap();
     let adapter = registry.adapter("generic").unwrap();
     let items: Vec<WorkItem> = (0..tasks)
@@ -132,11 +173,15 @@ async fn engine_run(
         reset.map_or(0.0, |r| r.p95_s * 1e3),
         reset.map_or(0, |r| r.count),
     );
-    wall
+    RunCost {
+        wall,
+        cpu_per_task: cpu / tasks as f64,
+    }
 }
 
-/// One sandbox, reset `count` times each way, one at a time.
-async fn one_reset(registry: &Registry, count: usize) {
+/// One sandbox, reset `count` times each way, one at a time; and as many
+/// fresh sandboxes claimed and released.
+async fn one_reset(registry: &Registry, count: usize) -> StepCosts {
     let dir = tempfile::tempdir().unwrap();
     let backend = backend(dir.path(), 4);
     let run_id = RunId::generate("bench-reset");
@@ -176,15 +221,18 @@ async fn one_reset(registry: &Registry, count: usize) {
     )
     .await;
     let reset = check.reset(&task, &baseline).await.unwrap();
+    // Prints the samples' spread and returns the CPU of one.
     let timed = |label: &str, samples: &mut Vec<f64>, cpu: f64| {
         samples.sort_by(f64::total_cmp);
+        let each = cpu / samples.len() as f64;
         println!(
             "backend-local/{label}: p50 {:.1} ms, max {:.1} ms, CPU {:.1} ms each ({} runs)",
             samples[samples.len() / 2] * 1e3,
             samples[samples.len() - 1] * 1e3,
-            cpu * 1e3 / samples.len() as f64,
+            each * 1e3,
             samples.len()
         );
+        each
     };
     let mut bare = Vec::new();
     let cpu = cpu_seconds();
@@ -196,7 +244,7 @@ async fn one_reset(registry: &Registry, count: usize) {
             .unwrap();
         bare.push(started.elapsed().as_secs_f64());
     }
-    timed("exec `true`", &mut bare, cpu_seconds() - cpu);
+    let bare_exec = timed("exec `true`", &mut bare, cpu_seconds() - cpu);
     let mut scrubs = Vec::new();
     let cpu = cpu_seconds();
     for _ in 0..count {
@@ -204,7 +252,29 @@ async fn one_reset(registry: &Registry, count: usize) {
         backend.scrub(&sandbox).await.unwrap();
         scrubs.push(started.elapsed().as_secs_f64());
     }
-    timed("scrub", &mut scrubs, cpu_seconds() - cpu);
+    let scrub = timed("scrub", &mut scrubs, cpu_seconds() - cpu);
+    let mut lifecycles = Vec::new();
+    let cpu = cpu_seconds();
+    for _ in 0..count {
+        let started = Instant::now();
+        let fresh = backend
+            .claim(
+                &template,
+                &run_id.labels(),
+                Instant::now() + Duration::from_secs(60),
+            )
+            .await
+            .unwrap();
+        backend.release(&fresh).await.unwrap();
+        lifecycles.push(started.elapsed().as_secs_f64());
+    }
+    let claim_and_release = timed(
+        "claim + release of a fresh sandbox",
+        &mut lifecycles,
+        cpu_seconds() - cpu,
+    );
+    // Joined last: the CPU kept is that of the reset the engine runs.
+    let mut reset_cpu = 0.0;
     for joined in [false, true] {
         let mut walls = Vec::new();
         let cpu = cpu_seconds();
@@ -220,7 +290,7 @@ async fn one_reset(registry: &Registry, count: usize) {
         } else {
             format!("git-restore reset, {} execs", reset.len())
         };
-        timed(&label, &mut walls, cpu_seconds() - cpu);
+        reset_cpu = timed(&label, &mut walls, cpu_seconds() - cpu);
     }
     // Where a reset's time goes: each step alone.
     for command in &reset {
@@ -238,6 +308,12 @@ async fn one_reset(registry: &Registry, count: usize) {
         );
     }
     backend.reap(&run_id).await.unwrap();
+    StepCosts {
+        bare_exec,
+        scrub,
+        reset: reset_cpu,
+        claim_and_release,
+    }
 }
 
 /// Runs `commands` in one joined exec or one exec each.

@@ -529,7 +529,7 @@ async fn an_opensandbox_shared_pool_fills_from_its_images_server_pool_and_heals_
     let dir = tempfile::tempdir().unwrap();
     let cluster = opensandbox_cluster(&emulator, r#"pools = { calc = "py-pool" }"#);
     let path = fleet_file_on(dir.path(), "", "", &cluster);
-    let served = serve_pools_in(dir, path, 20.0, &pool("py", 2, 8, "1s")).await;
+    let served = serve_pools_in(dir, path, 20.0, &pool("py", 2, 8, "2s")).await;
     let before = slot_sandboxes(&served.wait_healthy("py", 2).await);
     let pool_refs = emulator.pool_refs();
     for sandbox in &before {
@@ -550,8 +550,8 @@ async fn an_opensandbox_shared_pool_fills_from_its_images_server_pool_and_heals_
 
     // Another client of the server deletes slot 0's sandbox and takes its
     // place in the server pool, so the pool is at its max when the slot
-    // heals. (The slot is evicted only after three failed probes, a second
-    // apart: the pool is full again long before.)
+    // heals. (The slot is evicted only after three failed probes two
+    // seconds apart, at least 4 s from now; a create takes under one.)
     let (status, body) = emulator_call(
         &served,
         &emulator,
