@@ -12,7 +12,6 @@
 //! that reads slowly holds the command back. With `tty`, the command runs under
 //! `script` on a pseudo-terminal (stdout and stderr are one stream, as on a tty).
 
-use std::os::unix::process::ExitStatusExt;
 use std::sync::Arc;
 
 use axum::extract::FromRequestParts;
@@ -28,14 +27,12 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 use crate::api::Query;
-use crate::kubelet::runtime::{PodSandbox, Runtime};
+use crate::kubelet::runtime::{PodSandbox, READ_CHUNK, Runtime, exit_code};
 use crate::state::State;
 use crate::status::{ApiError, ApiResult};
 
 /// The subprotocols served, preferred first.
 const PROTOCOLS: [&str; 2] = ["v5.channel.k8s.io", "v4.channel.k8s.io"];
-/// Bytes read from an output pipe at once.
-const READ_CHUNK: usize = 64 * 1024;
 
 const STDIN: u8 = 0;
 const STDOUT: u8 = 1;
@@ -89,30 +86,8 @@ fn sandbox_for(
     name: &str,
     container: Option<&str>,
 ) -> ApiResult<Arc<PodSandbox>> {
-    let pod = state
-        .store
-        .get("/pods", namespace, name)
-        .ok_or_else(|| ApiError::not_found("pods", name).with_details(name, "", "pods"))?;
-    let names: Vec<&str> = pod["spec"]["containers"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|c| c["name"].as_str())
-        .collect();
-    match container {
-        None if names.len() > 1 => {
-            return Err(ApiError::bad_request(format!(
-                "a container name must be specified for pod {name}, choose one of: [{}]",
-                names.join(" ")
-            )));
-        }
-        Some(c) if !names.contains(&c) => {
-            return Err(ApiError::bad_request(format!(
-                "container {c} is not valid for pod {name}"
-            )));
-        }
-        _ => {}
-    }
+    let pod = crate::pods::get(state, namespace, name)?;
+    let container = crate::pods::container(&pod, name, container)?;
     let phase = pod["status"]["phase"].as_str().unwrap_or_default();
     if matches!(phase, "Succeeded" | "Failed") {
         return Err(ApiError::bad_request(format!(
@@ -126,9 +101,8 @@ fn sandbox_for(
     }
     let uid = pod["metadata"]["uid"].as_str().unwrap_or_default();
     runtime.sandbox(uid).ok_or_else(|| {
-        let c = container.or(names.first().copied()).unwrap_or_default();
         ApiError::bad_request(format!(
-            "unable to upgrade connection: container not found (\"{c}\")"
+            "unable to upgrade connection: container not found (\"{container}\")"
         ))
     })
 }
@@ -350,13 +324,7 @@ async fn run(
         let _ = relay.await;
     }
     match exited {
-        Ok(status) => exit_status(
-            &opts.command,
-            status
-                .code()
-                .or_else(|| status.signal().map(|signal| 128 + signal))
-                .unwrap_or(-1),
-        ),
+        Ok(status) => exit_status(&opts.command, exit_code(status)),
         Err(error) => failure_status(&error.to_string()),
     }
 }

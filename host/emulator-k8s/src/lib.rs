@@ -2,7 +2,8 @@
 //! k8s`): HTTPS with a CA made at start, a bearer token, discovery (aggregated and
 //! legacy), the minimal OpenAPI v3 `kubectl apply` needs, CRD registration with
 //! structural schema validation, a generic object store with watches, server-side
-//! apply with managed fields, and garbage collection by owner references.
+//! apply with managed fields, garbage collection by owner references, and the pod
+//! subresources a kubelet serves (`exec`, `log`).
 //!
 //! Tests of other crates start one in-process:
 //!
@@ -26,6 +27,8 @@ mod fields;
 mod gc;
 mod kubeconfig;
 mod kubelet;
+mod log;
+mod pods;
 mod registry;
 mod schema;
 mod seed;

@@ -60,7 +60,18 @@ pub(crate) struct Resource {
     /// Defined by a CRD (custom resources accept only JSON merge patches, not strategic).
     pub(crate) custom: bool,
     /// Other subresources served (e.g. `exec`, `log` for pods).
-    pub(crate) extra_subresources: Vec<&'static str>,
+    pub(crate) extra_subresources: Vec<Subresource>,
+}
+
+/// A subresource besides `status` and `scale`, as discovery describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Subresource {
+    /// `exec`.
+    pub(crate) name: &'static str,
+    /// The kind it answers with, e.g. `PodExecOptions`.
+    pub(crate) kind: &'static str,
+    /// The RBAC verbs it takes (`get` for a GET, `create` for a POST).
+    pub(crate) verbs: &'static [&'static str],
 }
 
 impl Resource {
@@ -143,7 +154,24 @@ fn builtin(
 
 fn builtins() -> Vec<Resource> {
     let mut pods = builtin("", "v1", "pods", "Pod", true, &["po"], true);
-    pods.extra_subresources = vec!["exec", "log", "binding"];
+    // As a real API server describes them: exec is a GET or a POST; log only a GET.
+    pods.extra_subresources = vec![
+        Subresource {
+            name: "exec",
+            kind: "PodExecOptions",
+            verbs: &["create", "get"],
+        },
+        Subresource {
+            name: "log",
+            kind: "Pod",
+            verbs: &["get"],
+        },
+        Subresource {
+            name: "binding",
+            kind: "Binding",
+            verbs: &["create"],
+        },
+    ];
     pods.categories = vec!["all".into()];
     let mut services = builtin("", "v1", "services", "Service", true, &["svc"], true);
     services.categories = vec!["all".into()];
@@ -490,7 +518,7 @@ impl Registry {
                                     subs.push(json!({"subresource": "scale", "responseKind": {"group": "autoscaling", "version": "v1", "kind": "Scale"}, "verbs": ["get", "patch", "update"]}));
                                 }
                                 for s in &r.extra_subresources {
-                                    subs.push(json!({"subresource": s, "verbs": ["create", "get"]}));
+                                    subs.push(json!({"subresource": s.name, "responseKind": {"group": "", "version": "", "kind": s.kind}, "verbs": s.verbs}));
                                 }
                                 let mut entry = json!({
                                     "resource": r.plural,
@@ -602,7 +630,7 @@ impl Registry {
                 subs.push(("scale", "Scale", json!(["get", "patch", "update"])));
             }
             for s in &r.extra_subresources {
-                subs.push((s, "", json!(["create", "get"])));
+                subs.push((s.name, s.kind, json!(s.verbs)));
             }
             for (sub, kind, verbs) in subs {
                 list.push(json!({

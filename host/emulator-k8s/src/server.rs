@@ -297,6 +297,14 @@ async fn route(state: Arc<State>, request: Request) -> ApiResult<Response> {
         let name = target.name.clone().unwrap_or_default();
         return crate::exec::serve(state, parts, &namespace, &name).await;
     }
+    if sub == "log" && resource.group.is_empty() && resource.plural == "pods" {
+        if parts.method != Method::GET {
+            return Err(ApiError::method_not_allowed(parts.method.as_str(), &path));
+        }
+        let namespace = target.namespace.clone().unwrap_or_default();
+        let name = target.name.clone().unwrap_or_default();
+        return crate::log::serve(&state, &query, &namespace, &name);
+    }
     if let Some(sub) = target.subresource.as_deref() {
         let version_def = resource.version(version).expect("found by version");
         let known = (sub == "status" && version_def.status)

@@ -4,8 +4,10 @@
 //! are pulled into its node's cache (an image not mapped to a directory leaves it
 //! Pending in `ErrImagePull`, then `ImagePullBackOff`), it runs as a local sandbox with
 //! an IP from 127.42.0.0/16, and it goes `Succeeded` or `Failed` when its container's
-//! command exits — it is never restarted. A deleted pod's sandbox is destroyed.
+//! command exits — it is never restarted. The command's output is the container's log
+//! (`pods/log`). A deleted pod's sandbox is destroyed, and its logs dropped.
 
+pub(crate) mod container_log;
 pub(crate) mod quantity;
 pub(crate) mod runtime;
 pub(crate) mod scheduler;
@@ -15,20 +17,18 @@ use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sandfleet_core::ExecRequest;
 use serde_json::{Value, json};
 
 use crate::client::{self, Client, NODES, PODS};
 use crate::state::State;
 use crate::store::{EventType, next_batch, now_rfc3339};
+use container_log::{ContainerLog, ReadOptions};
 use runtime::{PullError, Runtime};
 
 /// The kubelet's field manager and event source.
 const KUBELET: &str = "kubelet";
 /// The scheduler's.
 const SCHEDULER: &str = "default-scheduler";
-/// How long a pod's main command may run: effectively forever, but bounded.
-const MAIN_TIMEOUT: Duration = Duration::from_secs(30 * 24 * 3600);
 /// After `ErrImagePull`, the kubelet backs off before saying `ImagePullBackOff`.
 const PULL_BACKOFF: Duration = Duration::from_secs(1);
 
@@ -90,6 +90,19 @@ fn condition(kind: &str, status: &str) -> Value {
 
 fn containers(pod: &Value, field: &str) -> Vec<Value> {
     pod["spec"][field].as_array().cloned().unwrap_or_default()
+}
+
+/// A failed container's termination message: the tail of its log, as the kubelet
+/// reads it under `terminationMessagePolicy: FallbackToLogsOnError` (the last 80
+/// lines, at most 2048 bytes of them). The emulator does so for every pod, since it
+/// reads no `terminationMessagePath` file.
+fn failure_message(log: &ContainerLog) -> String {
+    let tail = log.read(&ReadOptions {
+        tail_lines: Some(80),
+        limit_bytes: Some(2048),
+        ..ReadOptions::default()
+    });
+    String::from_utf8_lossy(&tail).trim().to_string()
 }
 
 impl Kubelet {
@@ -367,11 +380,18 @@ impl Kubelet {
         if !init.is_empty() {
             status["initContainerStatuses"] = Value::Array(init);
         }
+        let names: Vec<String> = main
+            .iter()
+            .filter_map(|ct| ct["name"].as_str().map(str::to_string))
+            .collect();
+        // Open before the pod shows Running, so a client that sees it running finds them.
+        let logs = self.runtime.open_logs(&pod_uid, &names);
         let Some(running) = self.patch_status(&pod, status) else {
             self.addresses
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .give_back(&ip.to_string());
+            self.runtime.forget_logs(&pod_uid);
             self.runtime.stop(&pod_uid).await;
             return;
         };
@@ -401,28 +421,24 @@ impl Kubelet {
             );
         }
         if argv.is_empty() {
+            // No command: the container idles until the pod is deleted, its log empty.
             return;
         }
-        let request = ExecRequest {
-            argv,
-            timeout: MAIN_TIMEOUT,
-            max_output: Some(1 << 20),
-            ..ExecRequest::default()
+        let Some(main_log) = logs.first() else {
+            return;
         };
-        let result = self.runtime.exec(&sandbox, request, None).await;
+        let result = self.runtime.run_main(&sandbox, argv, main_log).await;
+        // Only the first container has a process; the others end with it.
+        for log in &logs {
+            log.end();
+        }
         if self.runtime.sandbox(&pod_uid).is_none() {
             // Deleted meanwhile: the sandbox was destroyed on purpose.
             return;
         }
         let (code, message) = match result {
-            Ok(r) => (
-                r.exit_code,
-                String::from_utf8_lossy(&r.stderr)
-                    .trim()
-                    .chars()
-                    .take(4096)
-                    .collect::<String>(),
-            ),
+            Ok(0) => (0, String::new()),
+            Ok(code) => (code, failure_message(main_log)),
             Err(e) => (-1, e.to_string()),
         };
         let exit = if code < 0 { 137 } else { code };
@@ -502,6 +518,7 @@ impl Kubelet {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .remove(&pod_uid);
+            self.runtime.forget_logs(&pod_uid);
             if let Some(ip) = pod["status"]["podIP"].as_str() {
                 self.addresses
                     .lock()

@@ -1,21 +1,24 @@
 //! The container runtime behind the kubelet: every running pod is one local sandbox
 //! (the local backend's machinery, isolated or `plain`), made from the directory its
 //! image name maps to; a per-node image cache that makes the first pull of an image on
-//! a node pay the pull latency; and commands run in a pod's sandbox.
+//! a node pay the pull latency; commands run in a pod's sandbox; and each container's
+//! log, kept while its pod exists.
 
 use std::collections::{BTreeMap, HashMap};
+use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
+use std::process::ExitStatus;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use sandfleet_backend_local::{IsolationMode, LocalBackend, LocalConfig, SpawnRequest, Spawned};
-use sandfleet_core::{
-    Backend, ExecRequest, ExecResult, Labels, OutputSink, RunId, SandboxHandle, TemplateRef,
-    TemplateSpec,
-};
+use sandfleet_core::{Backend, Labels, RunId, SandboxHandle, TemplateRef, TemplateSpec};
 pub use sandfleet_emulator_opensandbox::ImageMap;
+use tokio::io::AsyncReadExt;
 use tokio::sync::OnceCell;
+
+use super::container_log::ContainerLog;
 
 /// How pods run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -29,6 +32,23 @@ pub enum PodRuntime {
 
 /// How long a sandbox may take to be made.
 const CREATE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a pod's main command may run: effectively forever, but bounded.
+const MAIN_TIMEOUT: Duration = Duration::from_secs(30 * 24 * 3600);
+/// How long output is still read after a main command has exited. What it wrote is in
+/// its pipe already and reads at once; only processes it left behind hold the pipe
+/// open, and they go with the sandbox (a container's processes die with its first).
+const DRAIN_GRACE: Duration = Duration::from_secs(1);
+/// Bytes read from an output pipe at once.
+pub(crate) const READ_CHUNK: usize = 64 * 1024;
+
+/// The exit code a container runtime reports: the process's, or 128 + the signal that
+/// ended it.
+pub(crate) fn exit_code(status: ExitStatus) -> i32 {
+    status
+        .code()
+        .or_else(|| status.signal().map(|signal| 128 + signal))
+        .unwrap_or(-1)
+}
 
 /// One pod's sandbox.
 pub(crate) struct PodSandbox {
@@ -69,6 +89,9 @@ pub(crate) struct Runtime {
     /// (node, image) → the pull, done once.
     pulled: Mutex<HashMap<NodeImage, Arc<OnceCell<()>>>>,
     sandboxes: Mutex<HashMap<String, Arc<PodSandbox>>>,
+    /// Pod uid → its containers' logs (by container name), from its start until it is
+    /// deleted.
+    logs: Mutex<HashMap<String, BTreeMap<String, Arc<ContainerLog>>>>,
     _scratch: Option<tempfile::TempDir>,
 }
 
@@ -138,6 +161,7 @@ impl Runtime {
             templates: tokio::sync::Mutex::new(HashMap::new()),
             pulled: Mutex::new(HashMap::new()),
             sandboxes: Mutex::new(HashMap::new()),
+            logs: Mutex::new(HashMap::new()),
             _scratch: scratch,
         })
     }
@@ -286,19 +310,63 @@ impl Runtime {
             .len()
     }
 
-    /// Run a command in a pod's sandbox to its end (the container's main process).
-    pub(crate) async fn exec(
+    /// Run a command in a pod's sandbox to its end (the container's main process), its
+    /// stdout and stderr through one pipe into `log` as it writes them (so interleaved
+    /// as written); the log is ended once the output is. Returns its exit code.
+    ///
+    /// # Errors
+    /// When it cannot start, or its sandbox ended under it.
+    pub(crate) async fn run_main(
         &self,
         sandbox: &PodSandbox,
-        mut request: ExecRequest,
-        sink: Option<&OutputSink>,
-    ) -> anyhow::Result<ExecResult> {
-        request.env = sandbox.env_with(request.env);
-        request.workdir = request.workdir.or_else(|| sandbox.workdir.clone());
-        self.backend()?
-            .exec(&sandbox.handle, &request, sink)
-            .await
-            .map_err(|e| anyhow::anyhow!("{e}"))
+        argv: Vec<String>,
+        log: &ContainerLog,
+    ) -> anyhow::Result<i32> {
+        let request = SpawnRequest {
+            argv,
+            merge_stderr: true,
+            ..SpawnRequest::default()
+        };
+        let spawned = self.spawn(sandbox, request).await;
+        let Spawned {
+            mut stdout,
+            mut exit,
+            ..
+        } = match spawned {
+            Ok(spawned) => spawned,
+            Err(error) => {
+                log.end();
+                return Err(error);
+            }
+        };
+        let mut buffer = vec![0u8; READ_CHUNK];
+        let mut output_open = true;
+        let mut killed = false;
+        let timeout = tokio::time::sleep(MAIN_TIMEOUT);
+        tokio::pin!(timeout);
+        let exited = loop {
+            tokio::select! {
+                read = stdout.read(&mut buffer), if output_open => match read {
+                    Ok(n) if n > 0 => log.write(&buffer[..n]),
+                    _ => output_open = false,
+                },
+                exited = exit.wait() => break exited,
+                () = &mut timeout, if !killed => {
+                    killed = true;
+                    exit.kill();
+                }
+            }
+        };
+        if output_open {
+            let drain = async {
+                while let Ok(n @ 1..) = stdout.read(&mut buffer).await {
+                    log.write(&buffer[..n]);
+                }
+            };
+            let _ = tokio::time::timeout(DRAIN_GRACE, drain).await;
+        }
+        log.end();
+        exited.map(exit_code).map_err(|e| anyhow::anyhow!("{e}"))
     }
 
     /// Start a command in a pod's sandbox with live pipes (an exec'd process).
@@ -326,6 +394,43 @@ impl Runtime {
             && let Err(error) = backend.release(&sandbox.handle).await
         {
             tracing::warn!(%error, pod = uid, "releasing a pod sandbox failed");
+        }
+    }
+
+    /// Open the logs of pod `uid`'s containers `names`; returned in `names`' order.
+    pub(crate) fn open_logs(&self, uid: &str, names: &[String]) -> Vec<Arc<ContainerLog>> {
+        let opened: BTreeMap<String, Arc<ContainerLog>> = names
+            .iter()
+            .map(|name| (name.clone(), Arc::default()))
+            .collect();
+        let in_order = names.iter().map(|name| opened[name].clone()).collect();
+        self.logs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(uid.to_string(), opened);
+        in_order
+    }
+
+    /// The log of container `name` of pod `uid`, from the pod's start until its
+    /// deletion.
+    pub(crate) fn log(&self, uid: &str, name: &str) -> Option<Arc<ContainerLog>> {
+        self.logs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(uid)?
+            .get(name)
+            .cloned()
+    }
+
+    /// Drop the logs of pod `uid` (deleted), ending them so that followers finish.
+    pub(crate) fn forget_logs(&self, uid: &str) {
+        let removed = self
+            .logs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(uid);
+        for log in removed.into_iter().flat_map(BTreeMap::into_values) {
+            log.end();
         }
     }
 

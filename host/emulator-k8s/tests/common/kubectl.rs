@@ -2,7 +2,7 @@
 //! in-process, with a fresh HOME so discovery is not cached between tests.
 
 use std::path::PathBuf;
-use std::process::{Output, Stdio};
+use std::process::{Child, Output, Stdio};
 
 use sandfleet_emulator_k8s::{Config, Emulator};
 
@@ -45,28 +45,33 @@ impl Cluster {
         path
     }
 
+    /// kubectl with this cluster's kubeconfig, a fresh HOME and `--request-timeout`.
+    fn command(&self, args: &[&str], timeout: &str) -> std::process::Command {
+        let home = self.dir.path().join("home");
+        std::fs::create_dir_all(&home).expect("home");
+        let mut command = std::process::Command::new("kubectl");
+        // The flag goes first: after `--` it would be the command's.
+        command
+            .arg(format!("--request-timeout={timeout}"))
+            .args(args)
+            .env("KUBECONFIG", self.dir.path().join("kubeconfig"))
+            .env("HOME", home)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        command
+    }
+
     /// Run kubectl off the async runtime (it blocks for its whole run), with `stdin`.
     pub async fn kubectl_with(&self, args: &[&str], stdin: Option<&str>, timeout: &str) -> Output {
-        let kubeconfig = self.dir.path().join("kubeconfig");
-        let home = self.dir.path().join("home");
-        let args: Vec<String> = args.iter().map(|s| (*s).to_string()).collect();
+        let mut command = self.command(args, timeout);
         let stdin = stdin.map(str::to_string);
-        let timeout = format!("--request-timeout={timeout}");
         tokio::task::spawn_blocking(move || {
-            std::fs::create_dir_all(&home).expect("home");
-            // The flag goes first: after `--` it would be the command's.
-            let mut child = std::process::Command::new("kubectl")
-                .arg(timeout)
-                .args(&args)
-                .env("KUBECONFIG", kubeconfig)
-                .env("HOME", home)
+            let mut child = command
                 .stdin(if stdin.is_some() {
                     Stdio::piped()
                 } else {
                     Stdio::null()
                 })
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
                 .spawn()
                 .expect("kubectl runs");
             if let Some(text) = stdin {
@@ -78,6 +83,16 @@ impl Cluster {
         })
         .await
         .expect("kubectl task")
+    }
+
+    /// Start kubectl and hand it back running (a stream it follows, say), its stdout
+    /// and stderr piped. Its request timeout, 2 minutes, is past any test's own limits:
+    /// it only ends a kubectl that a failed test left behind.
+    pub fn kubectl_running(&self, args: &[&str]) -> Child {
+        self.command(args, "120s")
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("kubectl runs")
     }
 
     /// Run kubectl with `--request-timeout=10s`.
