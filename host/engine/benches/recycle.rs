@@ -198,14 +198,17 @@ async fn one_reset(registry: &Registry, count: usize) -> StepCosts {
         })
         .await
         .unwrap();
-    let sandbox = backend
-        .claim(
-            &template,
-            &run_id.labels(),
-            Instant::now() + Duration::from_secs(60),
-        )
-        .await
-        .unwrap();
+    let claim = || async {
+        backend
+            .claim(
+                &template,
+                &run_id.labels(),
+                Instant::now() + Duration::from_secs(60),
+            )
+            .await
+            .unwrap()
+    };
+    let sandbox = claim().await;
     let check = registry.reset_check("git-restore").unwrap();
     let task = Task {
         id: "bench".into(),
@@ -257,14 +260,7 @@ async fn one_reset(registry: &Registry, count: usize) -> StepCosts {
     let cpu = cpu_seconds();
     for _ in 0..count {
         let started = Instant::now();
-        let fresh = backend
-            .claim(
-                &template,
-                &run_id.labels(),
-                Instant::now() + Duration::from_secs(60),
-            )
-            .await
-            .unwrap();
+        let fresh = claim().await;
         backend.release(&fresh).await.unwrap();
         lifecycles.push(started.elapsed().as_secs_f64());
     }
