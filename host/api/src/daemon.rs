@@ -80,7 +80,7 @@ impl Daemon {
         std::fs::create_dir_all(&state_dir).with_context(|| {
             format!("{}: cannot create the state directory", state_dir.display())
         })?;
-        let lock = lock_state_dir(&state_dir)?;
+        let lock = lock_state_dir(&state_dir).await?;
 
         let loading = config.clone();
         let (plugins, clusters, connections) = tokio::task::spawn_blocking(move || {
@@ -227,11 +227,21 @@ async fn serve(
 /// directory for as long as it runs.
 const LOCK_FILE: &str = "daemon.lock";
 
+/// How long a starting daemon waits for the lock before it refuses. A
+/// child the process forks holds the lock's open file from its fork until
+/// it executes its program, and the backends start helper processes all
+/// the time, so a daemon that has just stopped in this process may hold
+/// the lock a moment longer than its own handle.
+const LOCK_PATIENCE: Duration = Duration::from_secs(3);
+
+/// How often the lock is tried again meanwhile.
+const LOCK_RETRY: Duration = Duration::from_millis(25);
+
 /// Takes the state directory for this daemon. A second daemon on the same
 /// directory would take the first one's leases for a dead daemon's and
 /// release them, so it is refused instead. The kernel drops the lock when
 /// its holder dies, however it dies, so a restart after `kill -9` gets it.
-fn lock_state_dir(state_dir: &Path) -> anyhow::Result<std::fs::File> {
+async fn lock_state_dir(state_dir: &Path) -> anyhow::Result<std::fs::File> {
     let path = state_dir.join(LOCK_FILE);
     let file = std::fs::OpenOptions::new()
         .create(true)
@@ -239,21 +249,27 @@ fn lock_state_dir(state_dir: &Path) -> anyhow::Result<std::fs::File> {
         .write(true)
         .open(&path)
         .with_context(|| format!("{}: cannot open the daemon's lock", path.display()))?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(std::fs::TryLockError::WouldBlock) => {
-            let holder = std::fs::read_to_string(state_dir.join(DAEMON_FILE))
-                .ok()
-                .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
-                .and_then(|daemon| daemon["pid"].as_u64())
-                .map_or(String::new(), |pid| format!(" (pid {pid})"));
-            bail!(
-                "{}: another `sandfleet serve`{holder} is using this state directory; give each daemon its own [api] state_dir",
-                state_dir.display()
-            )
-        }
-        Err(std::fs::TryLockError::Error(error)) => {
-            Err(error).with_context(|| format!("{}: cannot lock", path.display()))
+    let give_up = tokio::time::Instant::now() + LOCK_PATIENCE;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(file),
+            Err(std::fs::TryLockError::WouldBlock) if tokio::time::Instant::now() < give_up => {
+                tokio::time::sleep(LOCK_RETRY).await;
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let holder = std::fs::read_to_string(state_dir.join(DAEMON_FILE))
+                    .ok()
+                    .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+                    .and_then(|daemon| daemon["pid"].as_u64())
+                    .map_or(String::new(), |pid| format!(" (pid {pid})"));
+                bail!(
+                    "{}: another `sandfleet serve`{holder} is using this state directory; give each daemon its own [api] state_dir",
+                    state_dir.display()
+                )
+            }
+            Err(std::fs::TryLockError::Error(error)) => {
+                return Err(error).with_context(|| format!("{}: cannot lock", path.display()));
+            }
         }
     }
 }
