@@ -113,8 +113,11 @@ impl TaskRunner {
     }
 
     /// Scrubs the held sandbox (the backend stops whatever the last task
-    /// left running, which a reset check inside the sandbox could miss),
-    /// resets it and asks the reset check whether it is clean.
+    /// left running, which a reset check inside the sandbox could miss, and
+    /// puts back what lies outside the check's reach), resets it, scrubs it
+    /// again (whatever the reset's commands started, a task's trap among
+    /// them, must not live into the next task) and asks the reset check
+    /// whether it is clean.
     async fn reset_and_verify(&self, held: &Held, task: &Task) -> Result<(), String> {
         let check = self.reset.clone().ok_or("no reset check configured")?;
         let baseline = held.baseline.clone().ok_or("no baseline was recorded")?;
@@ -130,6 +133,10 @@ impl TaskRunner {
         let outputs = self
             .run_reset_phase(&held.claimed, &commands, &task.workdir)
             .await?;
+        backend
+            .scrub(&held.claimed.handle)
+            .await
+            .map_err(|e| format!("scrub after the reset: {e}"))?;
         match check.verify(task, &baseline, &outputs).await {
             Ok(Verdict::Clean) => Ok(()),
             Ok(Verdict::Dirty(reason)) => Err(format!("dirty after reset: {reason}")),
