@@ -57,7 +57,7 @@ pub(crate) fn unpack_blob(
         Some(compression) => compression,
         None => Compression::sniff(blob.get_mut().fill_buf().map_err(corrupt)?),
     };
-    let (diff_id, unpacked) = {
+    let unpacked = {
         let decoded: Box<dyn Read + '_> = match compression {
             Compression::None => Box::new(&mut blob),
             Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(&mut blob)),
@@ -66,10 +66,12 @@ pub(crate) fn unpack_blob(
                 &mut blob,
             ))),
         };
-        let (unpacked, plain) = unpack(HashingReader::new(decoded), root, job)?;
-        let (diff_id, _) = plain.finish().map_err(corrupt)?;
-        (diff_id, unpacked)
+        unpack(HashingReader::new(decoded), root, job)
+            .and_then(|(unpacked, plain)| Ok((plain.finish().map_err(corrupt)?.0, unpacked)))
     };
+    // The blob's own digest is checked even when unpacking failed: a
+    // blob that is not what the manifest names explains any failure to
+    // read it.
     let (digest, size) = blob.finish().map_err(corrupt)?;
     if let Some((want, want_size)) = expected.blob {
         if size != want_size {
@@ -86,6 +88,7 @@ pub(crate) fn unpack_blob(
             });
         }
     }
+    let (diff_id, unpacked) = unpacked?;
     if &diff_id != expected.diff_id {
         return Err(Error::DigestMismatch {
             reference: job.reference.clone(),

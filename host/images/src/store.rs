@@ -497,6 +497,9 @@ impl Store {
                     let lock_path = self.layer_root_for(key).join(format!("{hex}.lock"));
                     match lock::try_lock(&lock_path, Mode::Exclusive) {
                         Ok(Some(held)) => Some(held),
+                        // No layer directory for that ownership: nobody
+                        // can be unpacking into it.
+                        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
                         _ => continue,
                     }
                 }
