@@ -2,6 +2,7 @@
 
 mod devcluster_cmd;
 mod harness_cmd;
+mod images_cmd;
 mod inspect_cmd;
 mod plugin_cmd;
 mod prepull_cmd;
@@ -98,6 +99,9 @@ enum Command {
         #[arg(long)]
         listen: Option<std::net::SocketAddr>,
     },
+    /// Pull, list, remove, prune and import OCI images in the local
+    /// backend's layer store.
+    Images(images_cmd::ImagesArgs),
     /// Run a wire-compatible emulator of a cluster backend on loopback, with
     /// fault injection, until SIGINT/SIGTERM.
     #[command(subcommand)]
@@ -130,6 +134,7 @@ fn main() -> ExitCode {
         Command::ParseLog(args) => harness_cmd::parse_log(&args),
         Command::Plugin(command) => plugin_cmd::run(command),
         Command::Devcluster(command) => devcluster_cmd::run(command),
+        Command::Images(args) => images_cmd::run(args),
         Command::Serve { config, listen } => serve_cmd::serve(&config, listen),
     };
     match result {
