@@ -48,6 +48,7 @@ impl Read for RawStdin {
 }
 
 fn run() -> Result<i32, String> {
+    leave_the_terminal()?;
     sys::close_from(3).map_err(|e| format!("closing inherited descriptors: {e}"))?;
     let request = protocol::read_header(&mut RawStdin)
         .map_err(|e| format!("reading the request header: {e}"))?;
@@ -75,6 +76,17 @@ fn run() -> Result<i32, String> {
     }
 }
 
+/// Starts a session of its own, which has no controlling terminal, before
+/// anything of the sandbox's: the command it forks inherits it, so nothing
+/// a task runs can open the terminal sandfleet was started from (and push
+/// input into it with `TIOCSTI`). The helper also leads the command's
+/// process group, as the backend's timeout kill expects.
+pub(crate) fn leave_the_terminal() -> Result<(), String> {
+    rustix::process::setsid()
+        .map(drop)
+        .map_err(|e| format!("setsid: {e} (the helper must not lead a process group)"))
+}
+
 /// A pidfd of the sandbox's init, checked to be the process the backend
 /// started.
 fn open_init(init: ProcessRef) -> Result<OwnedFd, String> {
@@ -82,21 +94,10 @@ fn open_init(init: ProcessRef) -> Result<OwnedFd, String> {
     let pid = Pid::from_raw(init.pid).ok_or_else(gone)?;
     let pidfd = rustix::process::pidfd_open(pid, PidfdFlags::empty()).map_err(|_| gone())?;
     // Checked after opening: the pidfd holds whatever process had the pid.
-    if start_time(init.pid) != Some(init.start_time) {
+    if ProcessRef::of(init.pid) != Some(init) {
         return Err(gone());
     }
     Ok(pidfd)
-}
-
-/// Field 22 of `/proc/<pid>/stat`.
-fn start_time(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(')')?
-        .1
-        .split_whitespace()
-        .nth(19)?
-        .parse()
-        .ok()
 }
 
 /// Waits for the command and exits as it did.

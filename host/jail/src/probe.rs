@@ -25,6 +25,7 @@ pub(crate) fn run(request: &ProbeRequest, workdir: &str) -> ProbeReport {
     check_root(request, &mut fail);
     check_status(&mut fail);
     check_proc(&mut fail);
+    check_terminal(&mut fail);
     check_descriptors(&mut fail);
     ProbeReport { failures }
 }
@@ -193,6 +194,32 @@ fn check_proc(fail: &mut impl FnMut(String)) {
         if !null {
             fail(format!("{} is not masked", path.display()));
         }
+    }
+}
+
+/// No controlling terminal: a terminal a command could reach would be the
+/// host user's, whose input queue `TIOCSTI` writes to.
+fn check_terminal(fail: &mut impl FnMut(String)) {
+    let stat = match fs::read_to_string("/proc/self/stat") {
+        Ok(stat) => stat,
+        Err(error) => return fail(format!("cannot read /proc/self/stat: {error}")),
+    };
+    // Field 7, the controlling terminal's device number; fields after the
+    // command name's last `)` start at field 3.
+    let terminal = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(4)?.parse::<i64>().ok());
+    match terminal {
+        Some(0) => {}
+        Some(device) => fail(format!(
+            "commands have a controlling terminal (device {device:#x})"
+        )),
+        None => fail(format!(
+            "cannot read the terminal from /proc/self/stat: {stat}"
+        )),
+    }
+    if Path::new("/dev/tty").exists() {
+        fail("/dev/tty exists".into());
     }
 }
 

@@ -88,7 +88,18 @@ pub struct StartRequest {
     pub sizes: TmpfsSizes,
     /// Cgroup directories the init (and so everything in the sandbox) joins.
     pub cgroups: Vec<PathBuf>,
+    /// The writable layer already holds the workdir (a sandbox started again
+    /// over the layer of its last init): a copied workdir is not copied
+    /// again.
+    #[serde(default)]
+    pub workdir_kept: bool,
 }
+
+/// The file in the sandbox directory where `start` records its init as a
+/// [`ProcessRef`] (JSON), before the init runs anything: the record a reap
+/// finds a sandbox's processes by, which nothing inside the sandbox can
+/// write.
+pub const INIT_RECORD: &str = "init.json";
 
 /// How a sandbox's workdir was made from its image.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -117,6 +128,22 @@ pub struct ProcessRef {
     pub pid: i32,
     /// Field 22 of `/proc/<pid>/stat`.
     pub start_time: u64,
+}
+
+impl ProcessRef {
+    /// The process now running as `pid`, if any.
+    pub fn of(pid: i32) -> Option<ProcessRef> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // Fields after the command name's last `)` start at field 3.
+        let start_time = stat
+            .rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .nth(19)?
+            .parse()
+            .ok()?;
+        Some(ProcessRef { pid, start_time })
+    }
 }
 
 /// What to do once inside the sandbox.

@@ -8,7 +8,7 @@
 //! /                tmpfs (nosuid, nodev, sized)          the sandbox's own
 //! /usr /bin /lib…  the host's, read-only (nosuid, nodev)  submounts included
 //! /etc             tmpfs with allowed host entries bound read-only, and its own hosts and hostname
-//! /dev             tmpfs (nosuid, nodev, noexec): null zero full random urandom tty, pts, shm
+//! /dev             tmpfs (nosuid, nodev, noexec): null zero full random urandom, a private pts, shm
 //! /proc            proc, with /proc/sys, /proc/bus… read-only and /proc/kcore, /proc/keys… masked
 //! /tmp             overlay of layer/empty and layer/tmp (nosuid, nodev)
 //! <workdir>        overlay of the image (read-only) and layer/upper (nosuid, nodev)
@@ -45,8 +45,9 @@ const SYSTEM_DIRS: [&str; 8] = [
     "usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "opt",
 ];
 
-/// Device nodes bound from the host's `/dev`.
-const DEVICES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"];
+/// Device nodes bound from the host's `/dev`. Not `tty`: it opens the
+/// caller's controlling terminal, and a sandbox has none to reach.
+const DEVICES: [&str; 5] = ["null", "zero", "full", "random", "urandom"];
 
 /// `/proc` files hidden behind `/dev/null`, as container runtimes do.
 pub(crate) const MASKED_FILES: [&str; 7] = [
@@ -179,7 +180,7 @@ fn build(request: &StartRequest) -> Result<WorkdirMode, String> {
         MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
     )?;
     pivot_into(&root)?;
-    let workdir = make_workdir(&request.workdir)?;
+    let workdir = make_workdir(&request.workdir, request.workdir_kept)?;
     make_tmp()?;
     for staging in [LOWER, LAYER] {
         let path = Path::new("/").join(staging);
@@ -435,24 +436,27 @@ fn overlay(target: &Path, lower: &str, upper: &str, work: &str) -> rustix::io::R
 }
 
 /// Mounts the workdir: an overlay of the staged image and layer, or, where
-/// overlayfs is not allowed, a copy of the image in the layer.
-fn make_workdir(workdir: &str) -> Result<WorkdirMode, String> {
+/// overlayfs is not allowed, a copy of the image in the layer (made only
+/// when the layer does not already hold the workdir: `kept`).
+fn make_workdir(workdir: &str, kept: bool) -> Result<WorkdirMode, String> {
     let target = PathBuf::from(workdir);
     make_dir(&target, 0o755)?;
     if overlay(&target, LOWER, "upper", "work").is_ok() {
         return Ok(WorkdirMode::Overlay);
     }
-    let copied = std::process::Command::new("cp")
-        .args(["-a", "--reflink=auto"])
-        .arg(format!("/{LOWER}/."))
-        .arg(format!("/{LAYER}/upper/"))
-        .env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .stdout(std::process::Stdio::null())
-        .status()
-        .map_err(|e| format!("running cp: {e}"))?;
-    if !copied.success() {
-        return Err(format!("copying the image into the workdir: cp {copied}"));
+    if !kept {
+        let copied = std::process::Command::new("cp")
+            .args(["-a", "--reflink=auto"])
+            .arg(format!("/{LOWER}/."))
+            .arg(format!("/{LAYER}/upper/"))
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .stdout(std::process::Stdio::null())
+            .status()
+            .map_err(|e| format!("running cp: {e}"))?;
+        if !copied.success() {
+            return Err(format!("copying the image into the workdir: cp {copied}"));
+        }
     }
     bind(
         &Path::new("/").join(LAYER).join("upper"),

@@ -4,7 +4,12 @@
 //! would hold every capability again), load kernel code, or reach the
 //! kernel's keyrings, clocks, swap and modules. `clone3` fails with
 //! `ENOSYS`, its flags being out of a filter's reach, so C libraries fall
-//! back to `clone`, whose namespace flags are checked.
+//! back to `clone`, whose namespace flags are checked. The terminal
+//! `ioctl`s that inject input (`TIOCSTI`) or drive the console
+//! (`TIOCLINUX`) fail with `EPERM` whatever descriptor they name, and
+//! `fallocate` fails with `EOPNOTSUPP`, as on filesystems without it (C
+//! libraries then write the blocks, which the disk limit sees growing
+//! instead of appearing at once).
 //!
 //! Everything else is allowed: the capabilities the command lacks are the
 //! first barrier ([`crate::confine`]), and this filter is the second.
@@ -67,6 +72,10 @@ const DENIED: &[i64] = &[
     libc::SYS_lookup_dcookie,
 ];
 
+/// `ioctl` requests refused on every descriptor: pushing bytes into a
+/// terminal's input queue, and the Linux console's control calls.
+const DENIED_IOCTLS: [u64; 2] = [libc::TIOCSTI, libc::TIOCLINUX];
+
 /// `clone` flags that make namespaces.
 const NAMESPACE_FLAGS: [libc::c_int; 7] = [
     libc::CLONE_NEWNS,
@@ -94,7 +103,7 @@ fn compile(rules: BTreeMap<i64, Vec<SeccompRule>>, errno: i32) -> Result<BpfProg
     .map_err(|e| format!("compiling the seccomp filter: {e}"))
 }
 
-fn filters() -> Result<[BpfProgram; 2], String> {
+fn filters() -> Result<[BpfProgram; 3], String> {
     let mut denied: BTreeMap<i64, Vec<SeccompRule>> =
         DENIED.iter().map(|&call| (call, Vec::new())).collect();
     // `clone`'s flags are its first argument on x86_64 and aarch64 alike.
@@ -113,10 +122,23 @@ fn filters() -> Result<[BpfProgram; 2], String> {
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| format!("building the clone rule: {e}"))?;
     denied.insert(libc::SYS_clone, namespace_rules);
+    // The request is an `unsigned int` to the kernel: only the low 32 bits
+    // are compared, so bits set above them cannot slip a request past.
+    let ioctl_rules = DENIED_IOCTLS
+        .iter()
+        .map(|&request| {
+            SeccompCondition::new(1, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, request)
+                .and_then(|condition| SeccompRule::new(vec![condition]))
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("building the ioctl rule: {e}"))?;
+    denied.insert(libc::SYS_ioctl, ioctl_rules);
     let no_clone3 = BTreeMap::from([(libc::SYS_clone3, Vec::new())]);
+    let no_fallocate = BTreeMap::from([(libc::SYS_fallocate, Vec::new())]);
     Ok([
         compile(denied, libc::EPERM)?,
         compile(no_clone3, libc::ENOSYS)?,
+        compile(no_fallocate, libc::EOPNOTSUPP)?,
     ])
 }
 
@@ -136,13 +158,15 @@ mod tests {
 
     #[test]
     fn the_filters_compile_for_this_architecture() {
-        let [denied, clone3] = filters().unwrap();
-        // One check per denied call and clone flag, plus the arch check.
+        let [denied, clone3, fallocate] = filters().unwrap();
+        // One check per denied call, clone flag and ioctl, plus the arch
+        // check.
         assert!(
-            denied.len() > DENIED.len() + NAMESPACE_FLAGS.len(),
+            denied.len() > DENIED.len() + NAMESPACE_FLAGS.len() + DENIED_IOCTLS.len(),
             "{}",
             denied.len()
         );
         assert!(!clone3.is_empty());
+        assert!(!fallocate.is_empty());
     }
 }

@@ -22,7 +22,9 @@ use rustix::pipe::{PipeFlags, pipe_with};
 use rustix::process::{Pid, Signal, WaitOptions};
 
 use crate::creds::{self, Ended};
-use crate::protocol::{EXIT_SETUP, IdMap, StartRequest, Started, WorkdirMode};
+use crate::protocol::{
+    EXIT_SETUP, INIT_RECORD, IdMap, ProcessRef, StartRequest, Started, WorkdirMode,
+};
 use crate::rootfs;
 use crate::sys::{self, Forked};
 
@@ -37,6 +39,8 @@ pub(crate) fn main() -> i32 {
 }
 
 fn run() -> Result<i32, String> {
+    // The init inherits this session, with no controlling terminal.
+    crate::enter::leave_the_terminal()?;
     // Whatever started sandfleet may have left descriptors open (a
     // directory of the host, say); none may reach a sandbox.
     sys::close_from(3).map_err(|e| format!("closing inherited descriptors: {e}"))?;
@@ -77,6 +81,7 @@ fn run() -> Result<i32, String> {
         };
     drop((go_read, report_write, program));
     let guard = KillOnDrop(init);
+    record_init(&request.sandbox_dir, init)?;
     write_id_maps(init, &request.ids)?;
     for dir in &request.cgroups {
         let procs = dir.join("cgroup.procs");
@@ -105,6 +110,18 @@ fn run() -> Result<i32, String> {
     rustix::stdio::dup2_stdout(&null).map_err(|e| format!("closing stdout: {e}"))?;
     std::mem::forget(guard);
     wait_for(init)
+}
+
+/// Writes the init's [`INIT_RECORD`] (whole, by rename) while the init still
+/// waits on `go`: a reap finds every init that ever ran a command.
+fn record_init(sandbox_dir: &Path, init: i32) -> Result<(), String> {
+    let process = ProcessRef::of(init).ok_or("the init exited before it was released")?;
+    let json = serde_json::to_vec(&process).expect("ProcessRef serializes");
+    let record = sandbox_dir.join(INIT_RECORD);
+    let partial = sandbox_dir.join(format!("{INIT_RECORD}.partial"));
+    fs::write(&partial, json)
+        .and_then(|()| fs::rename(&partial, &record))
+        .map_err(|e| format!("recording the init in {}: {e}", record.display()))
 }
 
 /// Refuses paths with `.`, `..`, symlinks or a trailing `/`: mounts are set
