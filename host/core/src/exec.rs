@@ -55,6 +55,13 @@ pub fn dropped_marker(stream: OutputStream, dropped: u64, limit: u64) -> String 
     )
 }
 
+/// The line that ends the output of a command the backend stopped for
+/// `reason` (a limit the command's sandbox passed): the task's doing, to
+/// be graded as such, with the reason where a grader reads.
+pub fn stopped_marker(reason: &str) -> String {
+    format!("\n[sandfleet: the command was stopped: {reason}]\n")
+}
+
 /// Which stream a chunk of output came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OutputStream {

@@ -20,7 +20,9 @@ pub use backend::{
     Preflight, Reaped,
 };
 pub use error::{BackendError, ErrorKind};
-pub use exec::{ExecRequest, ExecResult, OutputChunk, OutputSink, OutputStream, dropped_marker};
+pub use exec::{
+    ExecRequest, ExecResult, OutputChunk, OutputSink, OutputStream, dropped_marker, stopped_marker,
+};
 pub use labels::{LabelError, label_value, validate_label, validate_labels};
 pub use names::{file_stem, template_name};
 pub use run::{LABEL_RUN_ID, LABEL_TASK, Labels, RunId};

@@ -42,10 +42,16 @@ pub fn template_name(run_id: &RunId, image: &str) -> String {
     }
 }
 
-/// A file name for `name`: safe characters are kept (at most 64), and a
-/// name that needed changes gets the first 8 hex digits of its sha256, so
-/// `col/a` and `col_a` never share a file. No leading dot: no hidden files,
-/// no `.` or `..`.
+/// Hex digits of the sha256 a changed name carries: 64 bits, so no two of
+/// millions of names share a file by chance.
+const STEM_HASH_DIGITS: usize = 16;
+
+/// A file name for `name`, distinct for distinct names: a name of safe
+/// characters (at most 64) is kept as it is, and any other is made safe and
+/// gets `~` and the start of its sha256. A kept name has no `~`, so no name
+/// can be given the file of a changed one (`a b` becomes `a_b~c8687a08…`,
+/// which the name `a_b-c8687a08` cannot reach). No leading dot: no hidden
+/// files, no `.` or `..`.
 pub fn file_stem(name: &str) -> String {
     let safe: String = name
         .chars()
@@ -60,7 +66,7 @@ pub fn file_stem(name: &str) -> String {
         safe
     } else {
         let digest = format!("{:x}", Sha256::digest(name.as_bytes()));
-        format!("{safe}-{}", &digest[..8])
+        format!("{safe}~{}", &digest[..STEM_HASH_DIGITS])
     }
 }
 
@@ -73,13 +79,35 @@ mod tests {
         assert_eq!(file_stem("django-4.2_x"), "django-4.2_x");
         let slash = file_stem("col/a");
         let underscore = file_stem("col_a");
-        assert!(slash.starts_with("col_a-"), "{slash}");
+        assert!(slash.starts_with("col_a~"), "{slash}");
         assert_ne!(slash, underscore);
-        assert!(file_stem("..").starts_with("_.-"), "{}", file_stem(".."));
-        assert!(file_stem(&"x".repeat(200)).len() < 80);
+        assert!(file_stem("..").starts_with("_.~"), "{}", file_stem(".."));
+        assert!(file_stem(&"x".repeat(200)).len() < 90);
         assert_ne!(file_stem(&"x".repeat(200)), file_stem(&"x".repeat(201)));
         // The hash is sha256's, stable across builds and toolchains.
-        assert_eq!(file_stem("a b"), "a_b-c8687a08");
+        assert_eq!(file_stem("a b"), "a_b~c8687a08aa5d6ed2");
+    }
+
+    #[test]
+    fn a_safe_name_never_takes_the_file_of_a_changed_one() {
+        // Each pair once shared a file: the second is what the first became.
+        for (changed, safe) in [
+            ("a b", "a_b-c8687a08"),
+            ("a b", &file_stem("a b")),
+            (&"y".repeat(65), &file_stem(&"y".repeat(65))),
+        ] {
+            assert_ne!(
+                file_stem(changed),
+                file_stem(safe),
+                "{changed:?} and {safe:?}"
+            );
+        }
+        let stems: std::collections::BTreeSet<String> =
+            ["a b", "a_b", "a/b", "a\nb", "a\u{1b}b", "a~b", "a.b", ".ab"]
+                .iter()
+                .map(|name| file_stem(name))
+                .collect();
+        assert_eq!(stems.len(), 8, "{stems:?}");
     }
 
     #[test]
