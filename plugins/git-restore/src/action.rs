@@ -4,6 +4,7 @@
 
 use crate::Command;
 use crate::options::Options;
+use crate::probe::FLAGGED_INDEX_ENTRIES;
 use crate::shell::{AT_REPOSITORY_TOP, LIST_PROCESSES, bash};
 use crate::snapshot::{Entry, Snapshot};
 
@@ -14,6 +15,10 @@ pub(crate) enum Action {
     /// command itself, until none is left. First, so nothing writes while
     /// the rest restores.
     KillProcesses,
+    /// Index flags that hide a file from git (assume-unchanged,
+    /// skip-worktree) cleared, but for those the baseline had: before the
+    /// hard reset, which would pass such a file by.
+    RestoreIndexFlags,
     /// Refs and HEAD as at the baseline (new branches, tags and the stash go),
     /// no operation in progress, index and work tree at HEAD.
     RestoreRefs,
@@ -31,8 +36,9 @@ pub(crate) enum Action {
 
 impl Action {
     /// The steps, in the order their commands run.
-    pub(crate) const ALL: [Action; 5] = [
+    pub(crate) const ALL: [Action; 6] = [
         Action::KillProcesses,
+        Action::RestoreIndexFlags,
         Action::RestoreRefs,
         Action::CleanWorktree,
         Action::RestoreReflogs,
@@ -43,6 +49,7 @@ impl Action {
     pub(crate) fn name(self) -> &'static str {
         match self {
             Action::KillProcesses => "kill-processes",
+            Action::RestoreIndexFlags => "restore-index-flags",
             Action::RestoreRefs => "restore-refs",
             Action::CleanWorktree => "clean-worktree",
             Action::RestoreReflogs => "restore-reflogs",
@@ -58,6 +65,14 @@ impl Action {
                 &format!("{LIST_PROCESSES}{KILL_PROCESSES}"),
                 baseline.processes.iter().map(|process| process.identity()),
                 60,
+            ),
+            Action::RestoreIndexFlags => bash(
+                self.name(),
+                &in_repository(&format!(
+                    "{RESTORE_INDEX_FLAGS_START}{FLAGGED_INDEX_ENTRIES}{RESTORE_INDEX_FLAGS_END}"
+                )),
+                baseline.index_flags.iter().cloned(),
+                120,
             ),
             Action::RestoreRefs => {
                 let head = [
@@ -155,6 +170,25 @@ for round in 1 2 3 4 5 6 7 8 9 10; do
 done
 echo "still running after 10 rounds of SIGKILL: ${victims[*]}" >&2
 exit 1
+"#;
+
+/// `$@` holds the baseline's flagged records (`<tag> <path>`); the
+/// flagged entries now come from [`FLAGGED_INDEX_ENTRIES`] between the two
+/// halves.
+const RESTORE_INDEX_FLAGS_START: &str = r#"declare -A keep
+for record; do keep[$record]=1; done
+mapfile -d '' flagged < <(
+"#;
+
+const RESTORE_INDEX_FLAGS_END: &str = r#")
+clear=()
+for record in "${flagged[@]}"; do
+  [ -n "${keep[$record]+set}" ] || clear+=("${record:2}")
+done
+[ "${#clear[@]}" -eq 0 ] && exit 0
+# One flag per call: update-index keeps only the last of several.
+git update-index --no-skip-worktree -- "${clear[@]}" &&
+  git update-index --no-assume-unchanged -- "${clear[@]}"
 "#;
 
 /// `$1` is the baseline's HEAD commit, `$2` its branch ref (empty when

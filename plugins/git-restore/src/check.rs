@@ -118,6 +118,7 @@ mod tests {
             String::new(),
             "1 5 init\n".to_owned(),
             String::new(),
+            String::new(),
         ]
         .iter()
         .map(|text| output(0, text, ""))
@@ -145,16 +146,17 @@ mod tests {
         assert_eq!(names[Action::ALL.len()..], Probe::ALL.map(Probe::name));
         // The baseline travels as arguments.
         assert_eq!(commands[0].argv[4..], ["1:5"]);
+        assert!(commands[1].argv[4..].is_empty(), "no index flag to keep");
         assert_eq!(
-            commands[1].argv[4..],
+            commands[2].argv[4..],
             [
                 "5e34161d7286b6cd94b8e7ff09e980ede3f2c5a3",
                 "refs/heads/main",
                 "5e34161d7286b6cd94b8e7ff09e980ede3f2c5a3 refs/heads/main",
             ]
         );
-        assert_eq!(commands[3].argv[4..], ["1 HEAD"]);
-        assert_eq!(commands[4].argv[4..], ["/tmp"]);
+        assert_eq!(commands[4].argv[4..], ["1 HEAD"]);
+        assert_eq!(commands[5].argv[4..], ["/tmp"]);
     }
 
     #[test]
@@ -166,7 +168,7 @@ mod tests {
     #[test]
     fn a_failed_reset_step_is_named_with_its_stderr() {
         let mut actions = succeeded_actions();
-        actions[2] = output(
+        actions[3] = output(
             1,
             "",
             "warning: x\nerror: unable to unlink old 'lib/x.so': Operation not permitted\n",
@@ -233,7 +235,7 @@ mod tests {
             sandfleet_plugin_sdk::FailureKind::InvalidInput
         );
         assert!(
-            failure.message.contains("expected 15 outputs"),
+            failure.message.contains("expected 17 outputs"),
             "{}",
             failure.message
         );

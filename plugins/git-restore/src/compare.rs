@@ -60,6 +60,7 @@ pub(crate) fn differences(baseline: &Snapshot, after: &Snapshot, options: &Optio
     }
     processes(&baseline.processes, &after.processes, &mut found);
     tmp_entries(baseline, after, options, &mut found);
+    index_flags(baseline, after, &mut found);
     found
 }
 
@@ -189,11 +190,14 @@ fn git_config(baseline: &BTreeSet<String>, after: &BTreeSet<String>, found: &mut
     }
 }
 
+/// The sandbox's own init (pid 1) is the backend's, not the task's: a
+/// backend may start the sandbox again to scrub it, with a new init.
 fn processes(baseline: &[Process], after: &[Process], found: &mut Vec<String>) {
-    let identities = |processes: &[Process]| -> BTreeSet<(u32, u64)> {
+    let (baseline, after) = (without_init(baseline), without_init(after));
+    let identities = |processes: &[&Process]| -> BTreeSet<(u32, u64)> {
         processes.iter().map(|p| (p.pid, p.start)).collect()
     };
-    let (before, now) = (identities(baseline), identities(after));
+    let (before, now) = (identities(&baseline), identities(&after));
     for process in after.iter().filter(|p| !before.contains(&(p.pid, p.start))) {
         found.push(format!(
             "process {} ({}) is still running",
@@ -204,6 +208,36 @@ fn processes(baseline: &[Process], after: &[Process], found: &mut Vec<String>) {
         found.push(format!(
             "process {} ({}) from the baseline is gone",
             process.pid, process.comm
+        ));
+    }
+}
+
+fn without_init(processes: &[Process]) -> Vec<&Process> {
+    processes
+        .iter()
+        .filter(|process| process.pid != 1)
+        .collect()
+}
+
+/// A flag that hides a file's changes from git, set or cleared since the
+/// baseline.
+fn index_flags(baseline: &Snapshot, after: &Snapshot, found: &mut Vec<String>) {
+    let describe = |record: &str| {
+        let (tag, path) = record.split_once(' ').unwrap_or(("", record));
+        let flag = if tag == "S" {
+            "skip-worktree"
+        } else {
+            "assume-unchanged"
+        };
+        format!("`{path}` is marked {flag} in the index")
+    };
+    for record in after.index_flags.difference(&baseline.index_flags) {
+        found.push(format!("{}, which the baseline was not", describe(record)));
+    }
+    for record in baseline.index_flags.difference(&after.index_flags) {
+        found.push(format!(
+            "{} at the baseline, and is not now",
+            describe(record)
         ));
     }
 }
@@ -370,31 +404,51 @@ mod tests {
     }
 
     #[test]
-    fn processes_are_matched_by_pid_and_start_time() {
+    fn processes_are_matched_by_pid_and_start_time_but_the_init_is_the_backends() {
+        let mut baseline = sample();
+        baseline.processes.push(Process {
+            pid: 40,
+            start: 6,
+            comm: "server".into(),
+        });
+        let mut after = sample();
+        // The backend started the sandbox again (a new pid 1), the baseline's
+        // server is gone, and a stray survived.
+        after.processes = vec![
+            Process {
+                pid: 1,
+                start: 9,
+                comm: "init".into(),
+            },
+            Process {
+                pid: 77,
+                start: 10,
+                comm: "python3".into(),
+            },
+        ];
+        assert_eq!(
+            differences(&baseline, &after, &Options::default()),
+            [
+                "process 77 (python3) is still running",
+                "process 40 (server) from the baseline is gone",
+            ]
+        );
+    }
+
+    #[test]
+    fn index_flags_that_hide_changes_are_dirt() {
         let differences = found(
             |after| {
-                // pid 1 restarted, and a stray survived.
-                after.processes = vec![
-                    Process {
-                        pid: 1,
-                        start: 9,
-                        comm: "init".into(),
-                    },
-                    Process {
-                        pid: 77,
-                        start: 10,
-                        comm: "python3".into(),
-                    },
-                ];
+                after.index_flags.insert("S src/app.py".into());
+                after.index_flags.insert("h setup.py".into());
             },
             &Options::default(),
         );
         assert_eq!(
             differences,
             [
-                "process 1 (init) is still running",
-                "process 77 (python3) is still running",
-                "process 1 (init) from the baseline is gone",
+                "`src/app.py` is marked skip-worktree in the index, which the baseline was not",
+                "`setup.py` is marked assume-unchanged in the index, which the baseline was not",
             ]
         );
     }

@@ -33,11 +33,15 @@ pub(crate) enum Probe {
     Processes,
     /// NUL-terminated names of the entries of the temporary directory.
     TmpEntries,
+    /// NUL-terminated `git ls-files -v` records of index entries marked
+    /// assume-unchanged (a lowercase tag) or skip-worktree (`S`): marks
+    /// that hide a changed file from git itself.
+    IndexFlags,
 }
 
 impl Probe {
     /// The probes, in the order their commands run.
-    pub(crate) const ALL: [Probe; 10] = [
+    pub(crate) const ALL: [Probe; 11] = [
         Probe::Head,
         Probe::Refs,
         Probe::Reflogs,
@@ -48,6 +52,7 @@ impl Probe {
         Probe::UntrackedContents,
         Probe::Processes,
         Probe::TmpEntries,
+        Probe::IndexFlags,
     ];
 
     /// The probe's place in [`Probe::ALL`], and so among the outputs.
@@ -68,6 +73,7 @@ impl Probe {
             Probe::UntrackedContents => "probe-untracked-contents",
             Probe::Processes => "probe-processes",
             Probe::TmpEntries => "probe-tmp-entries",
+            Probe::IndexFlags => "probe-index-flags",
         }
     }
 
@@ -92,6 +98,7 @@ impl Probe {
             Probe::UntrackedContents => (in_repository(UNTRACKED_CONTENTS), vec![], 600),
             Probe::Processes => (format!("{LIST_PROCESSES}{PRINT_PROCESSES}"), vec![], 30),
             Probe::TmpEntries => (TMP_ENTRIES.to_owned(), vec![options.tmp_dir.clone()], 60),
+            Probe::IndexFlags => (in_repository(FLAGGED_INDEX_ENTRIES), vec![], 60),
         };
         bash(self.name(), &script, args, timeout_secs)
     }
@@ -125,8 +132,10 @@ done < <(find . -type f -print0)
 const STATUS: &str =
     "git status --porcelain=v1 -z --ignored=traditional --untracked-files=normal\n";
 
+/// The hooks directory is asked of git without the scripts' own
+/// `core.hooksPath` (which points nowhere, so no hook runs).
 const GIT_CONFIG: &str = r#"git config --list --show-origin -z || exit 1
-hooks=$(git rev-parse --git-path hooks) || exit 1
+hooks=$(command git rev-parse --git-path hooks) || exit 1
 [ -d "$hooks" ] || exit 0
 cd "$hooks" || exit 1
 files=()
@@ -169,6 +178,10 @@ for process in "${processes[@]}"; do
   printf '%s\n' "$process"
 done
 "#;
+
+/// `grep` exits 1 when nothing is flagged, which is no failure.
+pub(crate) const FLAGGED_INDEX_ENTRIES: &str =
+    "git ls-files -v -z | { grep -z '^[a-zS] ' || [ $? -eq 1 ]; }\n";
 
 const TMP_ENTRIES: &str = r#"[ -d "$1" ] || exit 0
 find "$1" -mindepth 1 -maxdepth 1 -printf '%f\0'

@@ -26,9 +26,15 @@ pub(crate) fn bash(
 }
 
 /// Every git script starts at the top of the repository that holds the task's
-/// workdir, which need not be the top itself.
+/// workdir, which need not be the top itself, and runs git so that nothing
+/// the task left in the repository's config runs as part of the reset: no
+/// hook (a `reference-transaction` hook runs on every ref update), no
+/// file-system monitor (which `git status` would start).
 pub(crate) const AT_REPOSITORY_TOP: &str =
-    "top=$(git rev-parse --show-toplevel) || exit 1\ncd \"$top\" || exit 1\n";
+    "git() { command git -c core.fsmonitor=false -c core.hooksPath=/dev/null \"$@\"; }
+top=$(git rev-parse --show-toplevel) || exit 1
+cd \"$top\" || exit 1
+";
 
 /// Fills `processes` with `<pid> <start time> <comm>` for every process but
 /// this shell and its ancestors (the host's way in), kernel threads and

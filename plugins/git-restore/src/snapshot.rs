@@ -55,6 +55,9 @@ pub(crate) struct Snapshot {
     pub(crate) untracked_contents: BTreeMap<String, String>,
     pub(crate) processes: Vec<Process>,
     pub(crate) tmp_entries: BTreeSet<String>,
+    /// `<tag> <path>` of index entries marked assume-unchanged or
+    /// skip-worktree.
+    pub(crate) index_flags: BTreeSet<String>,
 }
 
 /// Environment variables every command sees differently.
@@ -98,6 +101,9 @@ impl Snapshot {
             untracked_contents: nul_pairs(text(Probe::UntrackedContents)).collect(),
             processes: readable(Probe::Processes, processes(text(Probe::Processes)))?,
             tmp_entries: nul_fields(text(Probe::TmpEntries))
+                .map(str::to_owned)
+                .collect(),
+            index_flags: nul_fields(text(Probe::IndexFlags))
                 .map(str::to_owned)
                 .collect(),
         })
@@ -255,6 +261,7 @@ pub(crate) fn sample() -> Snapshot {
             comm: "init".into(),
         }],
         tmp_entries: [".X11-unix".to_owned()].into(),
+        index_flags: BTreeSet::new(),
     }
 }
 
@@ -264,7 +271,7 @@ mod tests {
 
     const SHA: &str = "5e34161d7286b6cd94b8e7ff09e980ede3f2c5a3";
 
-    fn outputs(texts: [&str; 10]) -> Vec<CommandOutput> {
+    fn outputs(texts: [&str; 11]) -> Vec<CommandOutput> {
         texts
             .iter()
             .map(|text| CommandOutput {
@@ -290,6 +297,7 @@ mod tests {
             ".venv/\0d1\0",
             "1 100 init\n57 4242 sleep\n",
             "keep\0.X11-unix\0",
+            "S docs/skipped.txt\0h src/assumed.py\0",
         ]))
         .unwrap();
         assert_eq!(snapshot.head.branch.as_deref(), Some("refs/heads/main"));
@@ -319,6 +327,8 @@ mod tests {
         assert_eq!(snapshot.untracked_contents[".venv/"], "d1");
         assert_eq!(snapshot.processes[1].identity(), "57:4242");
         assert!(snapshot.tmp_entries.contains(".X11-unix"));
+        assert!(snapshot.index_flags.contains("S docs/skipped.txt"));
+        assert!(snapshot.index_flags.contains("h src/assumed.py"));
     }
 
     #[test]
@@ -330,7 +340,7 @@ mod tests {
 
     #[test]
     fn a_failing_probe_is_named_with_its_stderr() {
-        let mut outputs = outputs(["", "", "", "", "", "", "", "", "", ""]);
+        let mut outputs = outputs(["", "", "", "", "", "", "", "", "", "", ""]);
         outputs[0].exit_code = 128;
         outputs[0].stderr = "fatal: not a git repository\n".into();
         let error = Snapshot::parse(&outputs).unwrap_err();
@@ -346,6 +356,7 @@ mod tests {
             &format!("{SHA}\nrefs/heads/main\n"),
             "",
             "many HEAD\n",
+            "",
             "",
             "",
             "",

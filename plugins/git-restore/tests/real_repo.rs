@@ -381,15 +381,16 @@ fn a_skipped_reset_step_leaves_named_dirt() {
 
     // The host "forgot" to kill processes and to restore the refs.
     let commands = fixture.reset_commands(&baseline);
+    let skipped = [0, 2];
     assert_eq!(
-        commands[..2].iter().map(step_name).collect::<Vec<_>>(),
+        skipped.map(|index| step_name(&commands[index])),
         ["kill-processes", "restore-refs"]
     );
     let outputs: Vec<_> = commands
         .iter()
         .enumerate()
         .map(|(index, command)| {
-            if index <= 1 {
+            if skipped.contains(&index) {
                 succeeded()
             } else {
                 fixture.sandbox.run(command, &fixture.repo())
@@ -484,4 +485,76 @@ fn a_changed_added_or_removed_hook_is_named_and_untouched_ones_are_not() {
         !reason.contains("pre-commit") && !reason.contains("post-merge"),
         "{reason}"
     );
+}
+
+/// Finding 11 of the escape suite: a file hidden from git by an index flag
+/// survived a reset that judged the sandbox clean, and the next task's
+/// failing test came out passing.
+#[test]
+fn a_file_hidden_by_an_index_flag_is_restored_and_a_flag_left_is_named() {
+    for flag in ["--skip-worktree", "--assume-unchanged"] {
+        let fixture = Fixture::new(&format!("flag{flag}"));
+        let baseline = fixture.baseline();
+        fixture.in_repo(&format!(
+            "git update-index {flag} tracked.txt && echo poisoned > tracked.txt && \
+             test -z \"$(git status --porcelain tracked.txt)\""
+        ));
+        let outputs = fixture.reset(&baseline);
+        let verdict = fixture.verify(&baseline, &outputs);
+        assert!(matches!(verdict, Verdict::Clean), "{flag}: {verdict:?}");
+        assert_eq!(
+            fixture.in_repo("cat tracked.txt"),
+            "one\ntwo\n",
+            "{flag}: the hidden change survived the reset"
+        );
+        assert_eq!(
+            fixture.in_repo("git ls-files -v tracked.txt"),
+            "H tracked.txt\n"
+        );
+
+        // A flag set after the reset, where no reset clears it, is dirt.
+        fixture.in_repo(&format!("git update-index {flag} tracked.txt"));
+        let probes = fixture.check.baseline_blocking(&fixture.task).unwrap();
+        let mut after: Vec<CommandOutput> = (baseline.len()..outputs.len())
+            .map(|_| succeeded())
+            .collect();
+        after.extend(fixture.sandbox.run_all(&probes, &fixture.repo()));
+        let reason = dirty_reason(fixture.verify(&baseline, &after));
+        let name = flag.trim_start_matches("--");
+        assert!(
+            reason.contains(&format!("`tracked.txt` is marked {name} in the index")),
+            "{reason}"
+        );
+    }
+}
+
+/// A hook or file-system monitor the task configured never runs as part of
+/// the reset: they could undo the reset behind it.
+#[test]
+fn nothing_the_task_configured_in_git_runs_during_the_reset() {
+    let fixture = Fixture::new("hooks");
+    let baseline = fixture.baseline();
+    let ran = fixture.dir.join("ran");
+    fixture.in_repo(&format!(
+        r#"set -e
+printf '#!/bin/sh\ntouch {ran}/hook\n' > .git/hooks/reference-transaction
+chmod +x .git/hooks/reference-transaction
+printf '#!/bin/sh\ntouch {ran}/fsmonitor\n' > ../fsmonitor
+chmod +x ../fsmonitor
+git config core.fsmonitor "$PWD/../fsmonitor"
+mkdir -p {ran} && rm -f {ran}/*
+git -c user.name=a -c user.email=a@b commit -q --allow-empty -m x
+rm -f {ran}/*
+"#,
+        ran = ran.display()
+    ));
+    let outputs = fixture.reset(&baseline);
+    let entries: Vec<_> = fs::read_dir(&ran)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name())
+        .collect();
+    assert!(entries.is_empty(), "ran during the reset: {entries:?}");
+    // The changed config and the new hook are still named as dirt.
+    let reason = dirty_reason(fixture.verify(&baseline, &outputs));
+    assert!(reason.contains("core.fsmonitor"), "{reason}");
 }
