@@ -101,12 +101,12 @@ impl Inner {
         )
         .await
         .context(|| format!("sandbox {}: running `{program}`", sandbox.id()))?;
-        sandbox.check_ran(program, ran.disk_exceeded)?;
+        sandbox.check_ended_alive(program)?;
         Ok(ran.result)
     }
 
     pub(crate) async fn scrub(&self, handle: &SandboxHandle) -> Result<(), LocalError> {
-        self.claimed(handle)?.scrub().await
+        self.claimed(handle)?.scrub(&self.site).await
     }
 
     pub(crate) async fn release(

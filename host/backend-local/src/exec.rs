@@ -10,29 +10,24 @@
 //! redirect its output to let the command finish without it.
 
 use std::io;
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
 use sandfleet_core::{
-    ExecRequest, ExecResult, OutputChunk, OutputSink, OutputStream, dropped_marker,
+    ExecRequest, ExecResult, OutputChunk, OutputSink, OutputStream, dropped_marker, stopped_marker,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe;
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
-use crate::blocking;
+use crate::disk::{DiskLimit, DiskWatch};
 use crate::process::{group_gone_within, kill_group, kill_group_but_leader};
 
 /// How long to keep collecting output after the process group was killed
 /// at the timeout. Processes that left the group (`setsid`) can keep the
 /// pipes open; they are left to the sandbox's release.
 pub(crate) const KILL_GRACE: Duration = Duration::from_secs(2);
-
-/// How often a running command's writes are measured against the disk
-/// limit.
-pub(crate) const DISK_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Who leads a command's process group, which decides how a timeout kills
 /// it.
@@ -49,43 +44,12 @@ pub(crate) enum Leader {
     Helper,
 }
 
-/// The bound on what a sandbox's commands may write.
-#[derive(Debug, Clone)]
-pub(crate) struct DiskLimit {
-    /// The directories its writes land in.
-    pub(crate) dirs: Vec<PathBuf>,
-    /// Bytes they may hold together.
-    pub(crate) bytes: u64,
-}
-
-impl DiskLimit {
-    /// Bytes the directories hold now (allocated blocks).
-    fn used(&self) -> u64 {
-        use std::os::unix::fs::MetadataExt;
-        self.dirs
-            .iter()
-            .flat_map(|dir| walkdir::WalkDir::new(dir).into_iter().flatten())
-            .filter_map(|entry| entry.metadata().ok())
-            .map(|meta| meta.blocks() * 512)
-            .sum()
-    }
-
-    /// Bytes the directories hold, when that is over the limit.
-    pub(crate) async fn exceeded(&self) -> Option<u64> {
-        let limit = self.clone();
-        let used = blocking(move || Ok(limit.used())).await.ok()?;
-        (used > self.bytes).then_some(used)
-    }
-}
-
 /// What running a command came to.
 #[derive(Debug)]
 pub(crate) struct Ran {
-    /// Its result (a command stopped at the disk limit has exit code -1).
+    /// Its result (a command stopped at the disk limit has exit code -1,
+    /// and the reason at the end of its stderr).
     pub(crate) result: ExecResult,
-    /// Bytes written when the command was stopped for exceeding the disk
-    /// limit.
-    pub(crate) disk_exceeded: Option<u64>,
 }
 
 /// Bytes read from a pipe at a time.
@@ -106,9 +70,12 @@ pub(crate) struct Launched {
 /// Starts `command` (program and arguments set, nothing else) in a process
 /// group of its own, stdin piped (or `/dev/null`), stdout and stderr on new
 /// pipes; merged stderr is stdout's pipe written through two descriptors,
-/// so the kernel keeps the order in which the command wrote.
+/// so the kernel keeps the order in which the command wrote. The sandbox
+/// helper makes its group itself, with a session of its own (it could not
+/// if it already led a group); anything else is put in one at spawn.
 pub(crate) fn launch(
     mut command: Command,
+    leader: Leader,
     stdin: bool,
     merge_stderr: bool,
 ) -> io::Result<Launched> {
@@ -122,8 +89,10 @@ pub(crate) fn launch(
     command
         .stdin(if stdin { Stdio::piped() } else { Stdio::null() })
         .stdout(stdout_writer)
-        .stderr(stderr_writer)
-        .process_group(0);
+        .stderr(stderr_writer);
+    if leader == Leader::Command {
+        command.process_group(0);
+    }
     let child = command.spawn()?;
     // The command object still holds the write ends; without dropping it the
     // pipes would never report end-of-file.
@@ -164,7 +133,7 @@ pub(crate) async fn run(
         group,
         stdout: stdout_reader,
         stderr: stderr_reader,
-    } = launch(command, !input.is_empty(), request.merge_stderr)?;
+    } = launch(command, leader, !input.is_empty(), request.merge_stderr)?;
 
     // Written from a task so that a command that reads slowly, or not at
     // all, cannot stall the output loop.
@@ -183,8 +152,7 @@ pub(crate) async fn run(
     let mut timed_out = false;
     let mut disk_exceeded = None;
     let mut status = None;
-    let mut disk_check = tokio::time::interval(DISK_CHECK_INTERVAL);
-    disk_check.reset();
+    let mut disk_watch = disk.map(DiskWatch::new);
     while status.is_none() || stdout.is_open() || stderr.is_open() {
         let stop = tokio::select! {
             () = stdout.read(sink), if stdout.is_open() => false,
@@ -193,9 +161,9 @@ pub(crate) async fn run(
                 status = Some(exit?);
                 false
             }
-            _ = disk_check.tick(), if disk.is_some() && !killed => {
-                let disk = disk.expect("checked by the guard");
-                disk_exceeded = disk.exceeded().await;
+            usage = async { disk_watch.as_mut().expect("checked by the guard").tick().await },
+                if disk_watch.is_some() && !killed => {
+                disk_exceeded = usage;
                 disk_exceeded.is_some()
             }
             () = tokio::time::sleep_until(deadline) => {
@@ -233,21 +201,40 @@ pub(crate) async fn run(
         disk_exceeded = disk.exceeded().await;
     }
     let exit_code = match status {
-        Some(status) if !killed => status.code().unwrap_or(-1),
+        Some(status) if !killed && disk_exceeded.is_none() => status.code().unwrap_or(-1),
         _ => -1,
     };
     let (stdout_dropped, stderr_dropped) = (stdout.dropped, stderr.dropped);
+    let mut stdout = stdout.finish(sink).await;
+    let mut stderr = stderr.finish(sink).await;
+    if let (Some(usage), Some(disk)) = (disk_exceeded, disk) {
+        // Where the command's own last words went, so a grader reading its
+        // output learns why it ended.
+        let (stream, bytes) = if request.merge_stderr {
+            (OutputStream::Stdout, &mut stdout)
+        } else {
+            (OutputStream::Stderr, &mut stderr)
+        };
+        let marker = stopped_marker(&disk.stopped_because(usage)).into_bytes();
+        if let Some(sink) = sink {
+            let chunk = OutputChunk {
+                stream,
+                bytes: marker.clone(),
+            };
+            let _ = sink.send(chunk).await;
+        }
+        bytes.extend_from_slice(&marker);
+    }
     Ok(Ran {
         result: ExecResult {
             exit_code,
-            stdout: stdout.finish(sink).await,
-            stderr: stderr.finish(sink).await,
+            stdout,
+            stderr,
             timed_out,
             duration: started.elapsed(),
             stdout_dropped,
             stderr_dropped,
         },
-        disk_exceeded,
     })
 }
 
@@ -503,9 +490,13 @@ mod tests {
             target.display()
         ));
         request.timeout = Duration::from_secs(60);
+        let me = std::process::id() as i32;
         let disk = DiskLimit {
             dirs: vec![dir.path().to_path_buf()],
             bytes: 8 << 20,
+            members: crate::disk::Members::PidNamespace(me),
+            init: me,
+            mounts: Vec::new(),
         };
         let ran = run(
             command,
@@ -517,9 +508,9 @@ mod tests {
         )
         .await
         .unwrap();
-        let written = ran.disk_exceeded.expect("the limit was noticed");
-        assert!(written > 8 << 20, "{written}");
         assert_eq!(ran.result.exit_code, -1);
         assert!(!ran.result.timed_out);
+        let stderr = String::from_utf8_lossy(&ran.result.stderr);
+        assert!(stderr.contains("passed its disk limit (8 MiB"), "{stderr}");
     }
 }

@@ -31,7 +31,7 @@ use crate::config::ImageSource;
 use crate::error::{IoContext, LocalError};
 use crate::namespace::SANDBOX_PATH;
 use crate::process::run_tool;
-use crate::state::remove_tree;
+use crate::remove::remove_tree;
 
 /// Bound on each step of building a snapshot (copying, `git add`, ...).
 const BUILD_STEP_TIMEOUT: Duration = Duration::from_secs(600);

@@ -5,42 +5,50 @@
 //! (module `image`). A sandbox is a private copy-on-write view of its image
 //! at the workdir, isolated by Linux namespaces, cgroups, dropped
 //! capabilities and seccomp, set up and entered by the embedded
-//! `sandfleet-jail` helper (`jail`, `namespace`, `sandbox`; host ids in
-//! `ids`), and probed before it is offered; with `isolation = "none"`, a
-//! plain directory with best-effort path mapping. Warm pools keep
+//! `sandfleet-jail` helper (`jail`, `namespace`, `sandbox`, `isolated`;
+//! host ids in `ids`), probed before it is offered, and started again over
+//! its workdir layer when it is scrubbed for reuse; with `isolation =
+//! "none"`, a plain directory with best-effort path mapping (`plain`). Warm pools keep
 //! sandboxes ready to claim (`pool`). Everything a run creates lives under
-//! `<state>/runs/<run-id>/` and in its cgroups, and its processes carry the
-//! run id in a marker, so [`reap_run`] removes what a crashed run left from
-//! the state directory, the cgroups and `/proc` alone (`state`, `process`).
+//! `<state>/runs/<run-id>/` and in its cgroups, and every sandbox's init is
+//! recorded there by the helper before it runs anything, so [`reap_run`]
+//! removes what a crashed run left from those records and cgroups alone,
+//! never from anything a task could set (`state`, `process`), and removes
+//! trees without following their links (`remove`).
 //! One backend serves any number of runs: `inventory` keeps each run's
 //! templates and pools and the claimed sandboxes; `backend` is the
 //! [`sandfleet_core::Backend`] implementation, with its operations by
 //! concern in `templates`, `warming`, `claims`, `files` and `checks`
 //! (preflight, capacity). The other modules: `config` (the cluster's TOML
-//! table), `exec` (one command with timeout, output caps, the disk limit and
-//! streaming), `spawn` (a command handed back running, with live stdin and
+//! table), `exec` (one command with timeout, output caps and streaming),
+//! `disk` (the disk limit, measured while commands run), `spawn` (a command handed back running, with live stdin and
 //! output pipes: [`LocalBackend::spawn`]), `machine` (the machine's size),
 //! `error`.
 //!
-//! Enforced: the template's memory and cpu (cgroups) and disk (a size check
-//! of the writable layer and `RLIMIT_FSIZE`), processes, tmpfs sizes. Not
+//! Enforced: the template's memory and cpu (cgroups) and disk (a measure of
+//! the writable layer's blocks, inodes and deleted-but-held files, and
+//! `RLIMIT_FSIZE`), processes, tmpfs sizes. Not
 //! enforced: sandbox lifetimes (`renew`). Linux only.
 
 mod backend;
 mod checks;
 mod claims;
 mod config;
+mod disk;
 mod error;
 mod exec;
 mod files;
 mod ids;
 mod image;
 mod inventory;
+mod isolated;
 mod jail;
 mod machine;
 mod namespace;
+mod plain;
 mod pool;
 mod process;
+mod remove;
 mod sandbox;
 mod spawn;
 mod state;

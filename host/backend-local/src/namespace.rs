@@ -5,10 +5,10 @@
 //! The process tree of a namespaced sandbox:
 //!
 //! ```text
-//! sandfleet-jail start (our child, own process group)   host namespaces
+//! sandfleet-jail start (our child, own session)        host namespaces
 //! └── init: argv[0] = the sandbox marker                pid 1 of the sandbox's namespaces
 //!     └── orphans of commands                           (re-parented to the init, which reaps them)
-//! sandfleet-jail enter (our child, leads the command's group; outside the sandbox's pid namespace)
+//! sandfleet-jail enter (our child, leads the command's session and group; outside the sandbox's pid namespace)
 //! └── the command, confined                             inside
 //! ```
 //!
@@ -31,6 +31,7 @@ use tokio::process::{Child, Command};
 use crate::error::{IoContext, LocalError};
 use crate::jail;
 use crate::process::{Process, ProcessIdentity};
+use crate::remove::remove_beneath;
 
 /// `PATH` of everything run for or inside a sandbox.
 pub(crate) const SANDBOX_PATH: &str =
@@ -69,37 +70,54 @@ pub(crate) struct InitSpec<'a> {
     pub(crate) sizes: TmpfsSizes,
     /// Cgroups its processes join.
     pub(crate) cgroups: &'a [PathBuf],
+    /// The layer already holds the workdir (the sandbox is started again).
+    pub(crate) workdir_kept: bool,
+}
+
+/// The parts of the writable layer every init gets new: the overlays' work
+/// directories, `/tmp`'s upper layer and its empty lower one. (`upper`, the
+/// workdir's, is the one part a started-again sandbox keeps.)
+const RENEWED: [(&str, u32); 4] = [
+    ("work", 0o700),
+    ("tmp", 0o1777),
+    ("tmpwork", 0o700),
+    ("empty", 0o755),
+];
+
+/// Makes `path` a directory of the sandbox's root with `mode`.
+fn make_owned(path: &Path, mode: u32, ids: &IdMap) -> Result<(), LocalError> {
+    fs::create_dir(path)
+        .and_then(|()| fs::set_permissions(path, fs::Permissions::from_mode(mode)))
+        .and_then(|()| chown(path, Some(ids.uid), Some(ids.gid)))
+        .context(|| format!("setting up {}", path.display()))
 }
 
 /// Lays out a new sandbox directory (which must exist and be empty): the
-/// root mount point, and the writable layer (`layer/upper`, `layer/work`,
-/// `layer/tmp`, `layer/tmpwork`, `layer/empty`) owned by the sandbox's root. The directory
-/// itself becomes its root's, mode 0700: no other host user can reach what
-/// the sandbox writes (a setuid file, say).
+/// root mount point, and the writable layer (`layer/upper`, and the parts
+/// in [`RENEWED`]) owned by the sandbox's root. The directory itself
+/// becomes its root's, mode 0700: no other host user can reach what the
+/// sandbox writes (a setuid file, say).
 pub(crate) fn prepare_dir(sandbox_dir: &Path, ids: &IdMap) -> Result<(), LocalError> {
-    let owned = |path: &Path, mode: u32| -> Result<(), LocalError> {
-        fs::set_permissions(path, fs::Permissions::from_mode(mode))
-            .and_then(|()| chown(path, Some(ids.uid), Some(ids.gid)))
-            .context(|| format!("setting up {}", path.display()))
-    };
+    let rootfs = sandbox_dir.join("rootfs");
+    fs::create_dir(&rootfs).context(|| format!("creating {}", rootfs.display()))?;
     let layer = sandbox_dir.join("layer");
-    for dir in [sandbox_dir.join("rootfs"), layer.clone()] {
-        fs::create_dir(&dir).context(|| format!("creating {}", dir.display()))?;
+    make_owned(&layer, 0o755, ids)?;
+    make_owned(&layer.join("upper"), 0o755, ids)?;
+    renew_layer(sandbox_dir, ids)?;
+    fs::set_permissions(sandbox_dir, fs::Permissions::from_mode(0o700))
+        .and_then(|()| chown(sandbox_dir, Some(ids.uid), Some(ids.gid)))
+        .context(|| format!("setting up {}", sandbox_dir.display()))
+}
+
+/// Makes the [`RENEWED`] parts of a sandbox's layer new and empty (no init
+/// may be running over them): what an earlier init left there goes.
+pub(crate) fn renew_layer(sandbox_dir: &Path, ids: &IdMap) -> Result<(), LocalError> {
+    let layer = sandbox_dir.join("layer");
+    for (part, mode) in RENEWED {
+        remove_beneath(&layer, part)?;
+        make_owned(&layer.join(part), mode, ids)?;
     }
-    let subdirs = [
-        ("upper", 0o755),
-        ("work", 0o700),
-        ("tmp", 0o1777),
-        ("tmpwork", 0o700),
-        ("empty", 0o755),
-    ];
-    for (sub, mode) in subdirs {
-        let dir = layer.join(sub);
-        fs::create_dir(&dir).context(|| format!("creating {}", dir.display()))?;
-        owned(&dir, mode)?;
-    }
-    owned(&layer, 0o755)?;
-    owned(sandbox_dir, 0o700)
+    Ok(())
 }
 
 /// The directories a sandbox's writes land in, for its disk limit.
@@ -160,6 +178,7 @@ pub(crate) async fn start(spec: &InitSpec<'_>, deadline: Instant) -> Result<Runn
         etc: spec.etc.to_vec(),
         sizes: spec.sizes,
         cgroups: spec.cgroups.to_vec(),
+        workdir_kept: spec.workdir_kept,
     };
     let log_path = spec.sandbox_dir.join(INIT_LOG);
     let log = File::create(&log_path).context(|| format!("creating {}", log_path.display()))?;
@@ -167,10 +186,10 @@ pub(crate) async fn start(spec: &InitSpec<'_>, deadline: Instant) -> Result<Runn
     command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(log)
-        // Our own group: a terminal's Ctrl-C reaches the engine, which tears
-        // sandboxes down in order, not the sandboxes behind its back.
-        .process_group(0);
+        // No process group of ours: the helper starts a session of its own
+        // (so a terminal's Ctrl-C reaches the engine, which tears sandboxes
+        // down in order, not the sandboxes behind its back).
+        .stderr(log);
     let mut guard =
         StartGuard(Some(command.spawn().context(|| {
             format!("sandbox {id}: starting the sandbox helper")

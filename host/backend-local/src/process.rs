@@ -1,11 +1,14 @@
-//! Host processes: reading `/proc`, recognising a run's processes by their
-//! marker, and killing them through pidfds so a recycled pid is never hit.
+//! Host processes: reading `/proc`, finding the commands of unisolated
+//! sandboxes by their marker, and killing processes through pidfds so a
+//! recycled pid is never hit.
 //!
-//! Every sandbox process carries a marker `sandfleet-sandbox:<run-id>:<id>`:
-//! a namespaced sandbox's init as its `argv[0]` from its start, the commands
-//! of a plain (unisolated) sandbox in the environment variable
-//! [`MARKER_ENV`], by inheritance. With that, whatever a run left behind can be found from
-//! `/proc` alone, even when its owner was killed before writing any record.
+//! Sandbox processes carry a marker `sandfleet-sandbox:<run-id>:<id>`: a
+//! namespaced sandbox's init as its `argv[0]` (for people reading `ps`;
+//! nothing reads it back, since a task can name its own processes so), the
+//! commands of a plain (unisolated) sandbox in the environment variable
+//! [`MARKER_ENV`], by inheritance. Plain sandboxes keep no record of their
+//! commands, so a reap finds them by that marker, among processes of
+//! sandfleet's own user, and only ever kills what it finds.
 //!
 //! Also here: running a helper tool (`cp`, `git`) with a bound.
 
@@ -110,13 +113,14 @@ pub(crate) fn pid_namespace_members(pid: i32) -> Vec<i32> {
         .collect()
 }
 
-/// The sandbox marker process `pid` carries, if any: its `argv[0]`, or the
-/// value of [`MARKER_ENV`] in its environment.
-fn marker_of(pid: i32) -> Option<String> {
-    let cmdline = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-    let argv0 = cmdline.split(|&b| b == 0).next().unwrap_or_default();
-    if argv0.starts_with(MARKER_PREFIX.as_bytes()) {
-        return String::from_utf8(argv0.to_vec()).ok();
+/// The plain-sandbox marker process `pid` carries, if any: the value of
+/// [`MARKER_ENV`] in its environment, for a process of sandfleet's own
+/// user (the only one plain sandboxes' commands run as).
+fn plain_marker_of(pid: i32) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let owner = fs::metadata(format!("/proc/{pid}")).ok()?.uid();
+    if owner != rustix::process::geteuid().as_raw() {
+        return None;
     }
     let environ = fs::read(format!("/proc/{pid}/environ")).ok()?;
     let wanted = format!("{MARKER_ENV}=");
@@ -147,33 +151,18 @@ impl MarkerScope<'_> {
     }
 }
 
-/// A process found by its marker.
-#[derive(Debug)]
-pub(crate) struct MarkedProcess {
-    /// The process.
-    pub(crate) process: Process,
-    /// The sandbox whose marker it carries.
-    pub(crate) sandbox_id: String,
-}
-
-/// Every live process carrying a marker in `scope`, held by pidfd.
-pub(crate) fn find_marked(scope: MarkerScope<'_>) -> Vec<MarkedProcess> {
+/// Every live command of a plain sandbox in `scope`, held by pidfd: to be
+/// killed, never to name anything.
+pub(crate) fn find_plain(scope: MarkerScope<'_>) -> Vec<Process> {
     let own_pid = std::process::id() as i32;
     all_pids()
         .into_iter()
         .filter(|&pid| pid != own_pid)
         .filter_map(|pid| {
-            let marker = marker_of(pid).filter(|marker| scope.matches(marker))?;
+            let marker = plain_marker_of(pid).filter(|marker| scope.matches(marker))?;
             let process = Process::open(ProcessIdentity::of(pid)?)?;
             // The pidfd pins what we kill; the marker must still be on it.
-            if marker_of(pid).as_deref() != Some(marker.as_str()) {
-                return None;
-            }
-            let (_, sandbox_id) = parse_marker(&marker)?;
-            Some(MarkedProcess {
-                sandbox_id: sandbox_id.to_string(),
-                process,
-            })
+            (plain_marker_of(pid).as_deref() == Some(marker.as_str())).then_some(process)
         })
         .collect()
 }
@@ -203,8 +192,11 @@ impl Process {
     }
 
     /// Sends SIGKILL. True when the signal was delivered, false when the
-    /// process had already exited.
+    /// process had already exited (a zombie takes signals, but is gone).
     pub(crate) fn kill(&self) -> bool {
+        if self.has_exited() {
+            return false;
+        }
         match rustix::process::pidfd_send_signal(&self.pidfd, Signal::KILL) {
             Ok(()) => true,
             Err(Errno::SRCH) => false,

@@ -1,53 +1,49 @@
 //! Sandboxes: private copies of a template's image in which commands run.
 //!
-//! A **namespaced** sandbox is an init in its own user, mount, pid, ipc, uts
-//! (and, unless its template may use the network, net) namespaces and its
-//! own cgroups, with a root filesystem of its own (see `host/jail`): the
-//! host's system directories read-only, a filtered `/etc`, private `/dev`,
-//! `/proc` (masked), `/tmp` and `/root`, and the image at the workdir as an
-//! overlay (or a copy where overlayfs is not allowed). Before it is
-//! offered, the isolation probe runs in it as a command would and must find
-//! the host out of reach; a sandbox that fails it is destroyed. Commands
-//! enter it through the helper, confined: no `CAP_SYS_ADMIN`,
-//! `no_new_privs`, seccomp, nothing inherited. Its writes (workdir and
-//! `/tmp`) land in the sandbox directory's `layer/`, bounded by the
-//! template's disk.
+//! A **namespaced** sandbox ([`crate::isolated`]) is an init in its own
+//! user, mount, pid, ipc, uts (and, unless its template may use the
+//! network, net) namespaces and its own cgroups, with a root filesystem of
+//! its own (see `host/jail`): the host's system directories read-only, a
+//! filtered `/etc`, private `/dev`, `/proc` (masked), `/tmp` and `/root`,
+//! and the image at the workdir as an overlay (or a copy where overlayfs is
+//! not allowed). Before it is offered, the isolation probe runs in it as a
+//! command would and must find the host out of reach; a sandbox that fails
+//! it is destroyed. Commands enter it through the helper, confined: no
+//! `CAP_SYS_ADMIN`, `no_new_privs`, seccomp, no terminal, nothing
+//! inherited. Its writes (workdir and `/tmp`) land in the sandbox
+//! directory's `layer/`, bounded by the template's disk ([`crate::disk`]).
+//! A scrub for reuse starts it again over its workdir layer.
 //!
-//! A **plain** sandbox (`isolation = "none"`) is a directory:
-//! `<sandbox>/rootfs/<workdir>` holds a copy of the image and
-//! `<sandbox>/rootfs/tmp` stands for `/tmp`. Commands run on the host, in
-//! their own process group, with `HOME` and `TMPDIR` inside that directory;
-//! the working directory and every argv item that is the workdir or `/tmp`
-//! or starts with `<one of them>/` are rewritten into it. That is a best
-//! effort: paths inside scripts or other strings are not rewritten, and a
-//! command can reach anything on the host.
+//! A **plain** sandbox (`isolation = "none"`, [`crate::plain`]) is a
+//! directory, and its commands run unisolated on the host.
 
-use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sandfleet_core::{ExecRequest, RunId};
 use sandfleet_jail::cgroup::{Cgroups, Limits};
-use sandfleet_jail::protocol::{Action, IdMap, TmpfsSizes, WorkdirMode};
-use tokio::process::{Child, Command};
+use sandfleet_jail::protocol::{Action, IdMap, WorkdirMode};
+use tokio::process::Command;
 
 use crate::blocking;
 use crate::config::SandboxLimits;
+use crate::disk::DiskLimit;
 use crate::error::{IoContext, LocalError};
-use crate::exec::{DiskLimit, Leader};
-use crate::namespace::{self, Entry, InitSpec, SANDBOX_PATH};
-use crate::process::{self, MARKER_ENV, MarkerScope, Process, ProcessIdentity, run_tool};
-use crate::state::{
-    RunDir, SANDBOX_META, SandboxMeta, StateDir, remove_tree, unix_now, write_record,
-};
+use crate::exec::Leader;
+use crate::isolated::{Isolated, Place};
+use crate::namespace::{self, Entry, SANDBOX_PATH};
+use crate::plain::{self, PathMap};
+use crate::process::{self, MarkerScope};
+use crate::remove::remove_tree;
+use crate::state::{RunDir, SANDBOX_META, SandboxMeta, StateDir, unix_now, write_record};
 
 /// How long a plain sandbox's processes get to exit after SIGKILL.
 const STOP_WAIT: Duration = Duration::from_secs(5);
 
-/// How long a destroyed sandbox's cgroups may take to empty.
-const CGROUP_DRAIN: Duration = Duration::from_secs(5);
+/// How long starting a scrubbed sandbox again may take.
+const RESTART_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How sandboxes are isolated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -73,7 +69,7 @@ pub(crate) struct Resources {
 }
 
 impl Resources {
-    fn cgroup_limits(&self) -> Limits {
+    pub(crate) fn cgroup_limits(&self) -> Limits {
         Limits {
             memory_bytes: Some(u64::from(self.memory_mib) << 20),
             cpu_milli: Some(self.cpu_milli),
@@ -81,7 +77,7 @@ impl Resources {
         }
     }
 
-    fn disk_bytes(&self) -> u64 {
+    pub(crate) fn disk_bytes(&self) -> u64 {
         u64::from(self.disk_mib) << 20
     }
 }
@@ -153,7 +149,7 @@ pub(crate) struct Site {
 impl Site {
     /// The cgroup of sandbox `id` of run `run_id`, relative to each
     /// hierarchy.
-    fn cgroup_of(&self, run_id: &RunId, id: &str) -> PathBuf {
+    pub(crate) fn cgroup_of(&self, run_id: &RunId, id: &str) -> PathBuf {
         self.cgroup_parent.join(run_id.as_str()).join(id)
     }
 
@@ -178,79 +174,8 @@ pub(crate) struct Sandbox {
 /// What holds a sandbox's processes.
 #[derive(Debug)]
 enum Jail {
-    Namespaces(Box<Namespaced>),
-    Plain { paths: PathMap },
-}
-
-/// A namespaced sandbox's init, supervisor and cgroups.
-#[derive(Debug)]
-struct Namespaced {
-    /// The init: killing it ends the sandbox.
-    init: Process,
-    /// Reaped once the init is gone; taken by the first shutdown.
-    supervisor: Mutex<Option<Child>>,
-    /// The cgroups (relative path and directories), when enforced.
-    cgroup: Option<(Cgroups, PathBuf, Vec<PathBuf>)>,
-    /// The init's mount table as the sandbox was offered.
-    mounts: String,
-}
-
-impl Namespaced {
-    fn cgroup_dirs(&self) -> &[PathBuf] {
-        self.cgroup
-            .as_ref()
-            .map_or(&[], |(_, _, dirs)| dirs.as_slice())
-    }
-
-    /// Kills the init (and with it the sandbox), reaps the supervisor,
-    /// kills whatever is left in the cgroups and removes them.
-    async fn shutdown(&self) -> Result<(), LocalError> {
-        self.init.kill();
-        let supervisor = self
-            .supervisor
-            .lock()
-            .expect("supervisor lock poisoned")
-            .take();
-        if let Some(mut supervisor) = supervisor {
-            namespace::stop(&mut supervisor, Some(&self.init)).await;
-        }
-        match &self.cgroup {
-            Some((cgroups, relative, _)) => remove_cgroup(cgroups.clone(), relative.clone()).await,
-            None => Ok(()),
-        }
-    }
-}
-
-/// Kills what is left in cgroup `relative` (commands' helpers outlive the
-/// sandbox's pid namespace by a moment) and removes it, within
-/// [`CGROUP_DRAIN`].
-async fn remove_cgroup(cgroups: Cgroups, relative: PathBuf) -> Result<(), LocalError> {
-    let until = Instant::now() + CGROUP_DRAIN;
-    loop {
-        let (scan, path) = (cgroups.clone(), relative.clone());
-        let left = blocking(move || {
-            Ok(scan
-                .processes(&path)
-                .into_iter()
-                .filter_map(|pid| ProcessIdentity::of(pid).and_then(Process::open))
-                .collect::<Vec<_>>())
-        })
-        .await?;
-        process::kill_all(left, STOP_WAIT).await;
-        let (remove, path) = (cgroups.clone(), relative.clone());
-        let removed = blocking(move || {
-            remove
-                .remove(&path)
-                .context(|| format!("removing cgroup {}", path.display()))
-        })
-        .await;
-        match removed {
-            Ok(()) => return Ok(()),
-            Err(error) if Instant::now() >= until => return Err(error),
-            // A killed process leaves its cgroup a moment after it is gone.
-            Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
-        }
-    }
+    Isolated(Isolated),
+    Plain(PathMap),
 }
 
 /// A command ready to run in a sandbox.
@@ -276,9 +201,20 @@ impl Sandbox {
         let marker = process::sandbox_marker(&run_id, &id);
         let made = match site.isolation {
             Isolation::Namespaces => {
-                make_namespaced(site, &template, &id, &dir, &marker, deadline).await
+                let place = Place {
+                    site,
+                    template: &template,
+                    id: &id,
+                    dir: &dir,
+                    marker: &marker,
+                };
+                Isolated::create(place, deadline)
+                    .await
+                    .map(|(isolated, workdir)| (Jail::Isolated(isolated), workdir))
             }
-            Isolation::Plain => make_plain(site, &template, &dir, deadline).await,
+            Isolation::Plain => plain::make(&template, &site.workdir, &dir, deadline)
+                .await
+                .map(|paths| (Jail::Plain(paths), WorkdirMode::Copy)),
         };
         let (jail, workdir_copy) = match made {
             Ok(made) => made,
@@ -304,10 +240,6 @@ impl Sandbox {
             template: sandbox.template.name.clone(),
             isolation: site.isolation,
             workdir_copy,
-            init: match &sandbox.jail {
-                Jail::Namespaces(namespaced) => Some(namespaced.init.identity()),
-                Jail::Plain { .. } => None,
-            },
             created_at: unix_now(),
         };
         if let Err(error) = write_record(&sandbox.dir.join(SANDBOX_META), &meta) {
@@ -330,12 +262,11 @@ impl Sandbox {
     }
 
     /// Whether it can still run commands: a namespaced sandbox dies with its
-    /// init (dying counts: a command that ended because its init was killed
-    /// is reaped before the init exits).
+    /// init.
     pub(crate) fn is_alive(&self) -> bool {
         match &self.jail {
-            Jail::Namespaces(namespaced) => !namespaced.init.is_ending(),
-            Jail::Plain { .. } => true,
+            Jail::Isolated(isolated) => isolated.is_alive(),
+            Jail::Plain(_) => true,
         }
     }
 
@@ -351,31 +282,17 @@ impl Sandbox {
         }
     }
 
-    /// What a command (`program`) that ended came to for the sandbox: its
-    /// end is the sandbox's when the init died meanwhile (entering a dead
-    /// sandbox fails like a command would; told apart so the engine sees an
-    /// infrastructure error), and it was stopped when its writes passed the
-    /// disk limit (`disk_exceeded`: bytes written).
-    pub(crate) fn check_ran(
-        &self,
-        program: &str,
-        disk_exceeded: Option<u64>,
-    ) -> Result<(), LocalError> {
-        if !self.is_alive() {
-            return Err(LocalError::SandboxLost(format!(
+    /// Fails when the sandbox died while `program` ran: entering a dead
+    /// sandbox fails like a command would, and is told apart here so the
+    /// engine sees an infrastructure error.
+    pub(crate) fn check_ended_alive(&self, program: &str) -> Result<(), LocalError> {
+        if self.is_alive() {
+            Ok(())
+        } else {
+            Err(LocalError::SandboxLost(format!(
                 "sandbox {} ended while `{program}` ran",
                 self.id
-            )));
-        }
-        match disk_exceeded {
-            Some(used) => Err(LocalError::Failed(format!(
-                "sandbox {}: `{program}` was stopped: the sandbox's writes ({} MiB) passed its disk \
-                 limit of {} MiB (the template's disk_mib)",
-                self.id,
-                used >> 20,
-                self.template.resources.disk_mib
-            ))),
-            None => Ok(()),
+            )))
         }
     }
 
@@ -384,19 +301,25 @@ impl Sandbox {
     /// `/tmp` are (anything else is the host's).
     pub(crate) fn contains(&self, path: &str) -> bool {
         match &self.jail {
-            Jail::Namespaces(_) => true,
-            Jail::Plain { paths } => !path.starts_with('/') || paths.to_host(path).is_some(),
+            Jail::Isolated(_) => true,
+            Jail::Plain(paths) => !path.starts_with('/') || paths.to_host(path).is_some(),
         }
     }
 
     /// The bound on what commands may write, where it is enforced.
     pub(crate) fn disk_limit(&self) -> Option<DiskLimit> {
         match &self.jail {
-            Jail::Namespaces(_) => Some(DiskLimit {
-                dirs: namespace::writable_dirs(&self.dir).to_vec(),
-                bytes: self.template.resources.disk_bytes(),
-            }),
-            Jail::Plain { .. } => None,
+            Jail::Isolated(isolated) => {
+                let init = isolated.init().pid;
+                Some(DiskLimit {
+                    dirs: namespace::writable_dirs(&self.dir).to_vec(),
+                    bytes: self.template.resources.disk_bytes(),
+                    members: isolated.members(),
+                    init,
+                    mounts: vec![self.workdir.clone(), "/tmp".to_string()],
+                })
+            }
+            Jail::Plain(_) => None,
         }
     }
 
@@ -405,9 +328,12 @@ impl Sandbox {
     /// template's and the request's environment, or, for a plain sandbox,
     /// `env -i -C <workdir> VARS... ARGV...` with paths mapped.
     pub(crate) fn command(&self, request: &ExecRequest) -> Result<Prepared, LocalError> {
-        let program = request.argv.first().ok_or_else(|| {
-            LocalError::Rejected(format!("sandbox {}: a command needs an argv", self.id))
-        })?;
+        if request.argv.is_empty() {
+            return Err(LocalError::Rejected(format!(
+                "sandbox {}: a command needs an argv",
+                self.id
+            )));
+        }
         let extra_env = self.template.env.iter().chain(&request.env);
         if let Some((name, _)) = extra_env
             .clone()
@@ -425,13 +351,14 @@ impl Sandbox {
         };
         let mut vars = vec![("PATH".to_string(), SANDBOX_PATH.to_string())];
         match &self.jail {
-            Jail::Namespaces(namespaced) => {
+            Jail::Isolated(isolated) => {
                 vars.push(("HOME".to_string(), "/root".to_string()));
                 vars.extend(extra_env.cloned());
+                let cgroups = isolated.cgroup_dirs();
                 let entry = Entry {
-                    init: namespaced.init.identity(),
+                    init: isolated.init(),
                     own_network: !self.template.share_network,
-                    cgroups: namespaced.cgroup_dirs(),
+                    cgroups: &cgroups,
                     file_size_limit: Some(self.template.resources.disk_bytes()),
                 };
                 let action = Action::Exec {
@@ -444,27 +371,10 @@ impl Sandbox {
                     leader: Leader::Helper,
                 })
             }
-            Jail::Plain { paths } => {
-                if program.contains('=') {
-                    // `env` would take it for a variable.
-                    return Err(LocalError::Rejected(format!(
-                        "sandbox {}: program `{program}` contains `=`",
-                        self.id
-                    )));
-                }
-                vars.push(("HOME".to_string(), paths.host_dir("/root")));
-                vars.push(("TMPDIR".to_string(), paths.host_dir("/tmp")));
-                vars.extend(extra_env.cloned());
-                // Last, so no command environment can drop it and hide from reap.
-                vars.push((MARKER_ENV.to_string(), self.marker.clone()));
-                let mut command = Command::new("env");
-                command
-                    .env_clear()
-                    .env("PATH", SANDBOX_PATH)
-                    .args(["-i", "-C"])
-                    .arg(paths.map_arg(&workdir))
-                    .args(vars.iter().map(|(name, value)| format!("{name}={value}")))
-                    .args(request.argv.iter().map(|arg| paths.map_arg(arg)));
+            Jail::Plain(paths) => {
+                let command = paths
+                    .command(request, &workdir, vars, extra_env.cloned(), &self.marker)
+                    .map_err(|why| LocalError::Rejected(format!("sandbox {}: {why}", self.id)))?;
                 Ok(Prepared {
                     command,
                     stdin_prefix: Vec::new(),
@@ -474,111 +384,48 @@ impl Sandbox {
         }
     }
 
-    /// Stops every process in the sandbox but its init, and fails when its
-    /// mounts are not the ones it was offered with. Processes are found from
-    /// the host: every process in the sandbox's pid namespace, and every
-    /// process in its cgroups.
-    pub(crate) async fn scrub(&self) -> Result<(), LocalError> {
-        let namespaced = match &self.jail {
-            Jail::Namespaces(namespaced) => namespaced,
-            Jail::Plain { .. } => {
-                process::kill_all(self.marked_processes().await?, STOP_WAIT).await;
-                return Ok(());
+    /// Makes the sandbox fit for another task: a namespaced one is started
+    /// again over its workdir layer (every process, mount and write outside
+    /// the workdir goes; the reset check restores the workdir), a plain one
+    /// has its commands killed.
+    pub(crate) async fn scrub(&self, site: &Site) -> Result<(), LocalError> {
+        match &self.jail {
+            Jail::Isolated(isolated) => {
+                let place = Place {
+                    site,
+                    template: &self.template,
+                    id: &self.id,
+                    dir: &self.dir,
+                    marker: &self.marker,
+                };
+                isolated
+                    .restart(place, Instant::now() + RESTART_TIMEOUT)
+                    .await
             }
-        };
-        let init = namespaced.init.identity().pid;
-        let until = Instant::now() + STOP_WAIT;
-        // Killed until none is left: killed processes stay in the namespace
-        // as zombies until the init has reaped them, and a process forking
-        // meanwhile is caught on a later pass.
-        loop {
-            let cgroup = namespaced.cgroup.clone();
-            let left = blocking(move || {
-                let mut pids = process::pid_namespace_members(init);
-                if let Some((cgroups, relative, _)) = &cgroup {
-                    pids.extend(cgroups.processes(relative));
-                }
-                pids.retain(|&pid| pid != init);
-                pids.sort_unstable();
-                pids.dedup();
-                Ok(pids)
-            })
-            .await?;
-            if left.is_empty() {
-                break;
+            Jail::Plain(_) => {
+                process::kill_all(self.plain_processes().await?, STOP_WAIT).await;
+                Ok(())
             }
-            if Instant::now() >= until {
-                return Err(LocalError::Failed(format!(
-                    "sandbox {}: processes {left:?} are still in it after {STOP_WAIT:?} of killing",
-                    self.id
-                )));
-            }
-            for process in left
-                .into_iter()
-                .filter_map(|pid| ProcessIdentity::of(pid).and_then(Process::open))
-            {
-                process.kill();
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-        let path = format!("/proc/{init}/mountinfo");
-        let now =
-            fs::read_to_string(&path).context(|| format!("sandbox {}: reading {path}", self.id))?;
-        match first_difference(&namespaced.mounts, &now) {
-            Some(changed) => Err(LocalError::Failed(format!(
-                "sandbox {}: its mounts changed since it was made ({changed})",
-                self.id
-            ))),
-            None => Ok(()),
         }
     }
 
-    async fn marked_processes(&self) -> Result<Vec<Process>, LocalError> {
+    async fn plain_processes(&self) -> Result<Vec<process::Process>, LocalError> {
         let (run_id, id) = (self.run_id.clone(), self.id.clone());
-        blocking(move || {
-            Ok(process::find_marked(MarkerScope::Sandbox(&run_id, &id))
-                .into_iter()
-                .map(|marked| marked.process)
-                .collect())
-        })
-        .await
+        blocking(move || Ok(process::find_plain(MarkerScope::Sandbox(&run_id, &id)))).await
     }
 
     /// Kills everything running in the sandbox and removes its directory
     /// and cgroups. Safe to call more than once.
     pub(crate) async fn destroy(&self) -> Result<(), LocalError> {
         match &self.jail {
-            Jail::Namespaces(namespaced) => namespaced.shutdown().await?,
-            Jail::Plain { .. } => {
-                process::kill_all(self.marked_processes().await?, STOP_WAIT).await;
+            Jail::Isolated(isolated) => isolated.shutdown().await?,
+            Jail::Plain(_) => {
+                process::kill_all(self.plain_processes().await?, STOP_WAIT).await;
             }
         }
         let dir = self.dir.clone();
         blocking(move || remove_tree(&dir)).await?;
         Ok(())
-    }
-}
-
-impl Drop for Namespaced {
-    /// A sandbox dropped without `destroy` (its owner dropped the backend, or
-    /// a claim was cancelled, even while the sandbox was being probed) stops
-    /// running; its supervisor then exits, and its directory and cgroups are
-    /// left for `reap`.
-    fn drop(&mut self) {
-        self.init.kill();
-    }
-}
-
-/// The first line where two mount tables differ, for the error.
-fn first_difference(before: &str, now: &str) -> Option<String> {
-    let (mut old, mut new) = (before.lines(), now.lines());
-    loop {
-        match (old.next(), new.next()) {
-            (None, None) => return None,
-            (Some(a), Some(b)) if a == b => continue,
-            (Some(a), None) => return Some(format!("gone: {a}")),
-            (_, Some(b)) => return Some(format!("now: {b}")),
-        }
     }
 }
 
@@ -599,205 +446,18 @@ fn allocate_dir(site: &Site, template: &Template) -> Result<(String, PathBuf), L
     }
 }
 
-async fn make_namespaced(
-    site: &Site,
-    template: &Template,
-    id: &str,
-    dir: &Path,
-    marker: &str,
-    deadline: Instant,
-) -> Result<(Jail, WorkdirMode), LocalError> {
-    namespace::prepare_dir(dir, &site.ids)?;
-    let cgroup = match &site.cgroups {
-        Some(cgroups) => {
-            let relative = site.cgroup_of(&template.run_id, id);
-            let made = cgroups.clone();
-            let limits = template.resources.cgroup_limits();
-            let dirs = blocking(move || {
-                made.create(&relative, &limits)
-                    .context(|| format!("creating the cgroup of sandbox {}", relative.display()))
-            })
-            .await?;
-            Some((cgroups.clone(), site.cgroup_of(&template.run_id, id), dirs))
-        }
-        None => None,
-    };
-    let cgroup_dirs = cgroup
-        .as_ref()
-        .map_or(Vec::new(), |(_, _, dirs)| dirs.clone());
-    let spec = InitSpec {
-        sandbox_dir: dir,
-        image_dir: &template.image_dir,
-        workdir: &site.workdir,
-        sandbox_id: id,
-        marker,
-        share_network: template.share_network,
-        ids: site.ids,
-        etc: &site.etc,
-        sizes: TmpfsSizes {
-            root_mib: template.resources.limits.root_mib,
-            shm_mib: template.resources.limits.shm_mib,
-        },
-        cgroups: &cgroup_dirs,
-    };
-    let running = match namespace::start(&spec, deadline).await {
-        Ok(running) => running,
-        Err(error) => {
-            if let Some((cgroups, relative, _)) = cgroup {
-                let _ = remove_cgroup(cgroups, relative).await;
-            }
-            return Err(error);
-        }
-    };
-    let workdir = running.started.workdir;
-    let mut namespaced = Namespaced {
-        init: running.init,
-        supervisor: Mutex::new(Some(running.supervisor)),
-        cgroup,
-        mounts: String::new(),
-    };
-    match vet(site, template, id, &namespaced).await {
-        Ok(mounts) => {
-            namespaced.mounts = mounts;
-            Ok((Jail::Namespaces(Box::new(namespaced)), workdir))
-        }
-        Err(error) => {
-            if let Err(cleanup) = namespaced.shutdown().await {
-                tracing::warn!(sandbox = id, error = %cleanup, "stopping a sandbox that failed its probe");
-            }
-            Err(error)
-        }
-    }
-}
-
-/// Runs the isolation probe in a new sandbox and returns its mount table
-/// when the probe found nothing wrong.
-async fn vet(
-    site: &Site,
-    template: &Template,
-    id: &str,
-    namespaced: &Namespaced,
-) -> Result<String, LocalError> {
-    let entry = Entry {
-        init: namespaced.init.identity(),
-        own_network: !template.share_network,
-        cgroups: namespaced.cgroup_dirs(),
-        file_size_limit: None,
-    };
-    let mut hidden = site.hidden.clone();
-    hidden.push(template.image_dir.display().to_string());
-    let report = entry.probe(&site.workdir, hidden).await?;
-    if !report.failures.is_empty() {
-        return Err(LocalError::Isolation(format!(
-            "sandbox {id} failed its isolation probe and was destroyed: {}",
-            report.failures.join("; ")
-        )));
-    }
-    let pid = namespaced.init.identity().pid;
-    fs::read_to_string(format!("/proc/{pid}/mountinfo"))
-        .context(|| format!("sandbox {id}: reading its mount table"))
-}
-
-async fn make_plain(
-    site: &Site,
-    template: &Template,
-    dir: &Path,
-    deadline: Instant,
-) -> Result<(Jail, WorkdirMode), LocalError> {
-    let paths = PathMap::new(dir.join("rootfs"), &site.workdir);
-    let workdir = PathBuf::from(paths.host_dir(&site.workdir));
-    for created in [
-        workdir.as_path(),
-        Path::new(&paths.host_dir("/tmp")),
-        Path::new(&paths.host_dir("/root")),
-    ] {
-        std::fs::create_dir_all(created).context(|| format!("creating {}", created.display()))?;
-    }
-    let mut copy = Command::new("cp");
-    copy.args(["-a", "--reflink=auto"])
-        .arg(template.image_dir.join("."))
-        .arg(&workdir);
-    let budget = deadline.saturating_duration_since(Instant::now());
-    let what = format!(
-        "copying image `{}` into {}",
-        template.image,
-        workdir.display()
-    );
-    run_tool(copy, &what, budget).await?;
-    Ok((Jail::Plain { paths }, WorkdirMode::Copy))
-}
-
-/// Where a plain sandbox's paths are on the host.
-#[derive(Debug)]
-struct PathMap {
-    /// The directory standing for the sandbox's `/`.
-    rootfs: PathBuf,
-    /// Sandbox paths that are mapped: the workdir and `/tmp`.
-    mapped: [String; 2],
-}
-
-impl PathMap {
-    fn new(rootfs: PathBuf, workdir: &str) -> Self {
-        PathMap {
-            rootfs,
-            mapped: [workdir.to_string(), "/tmp".to_string()],
-        }
-    }
-
-    /// The host path of sandbox directory `dir`.
-    fn host_dir(&self, dir: &str) -> String {
-        format!("{}{dir}", self.rootfs.display())
-    }
-
-    /// The host path of `path`, when it is a mapped directory or inside one.
-    fn to_host(&self, path: &str) -> Option<String> {
-        self.mapped
-            .iter()
-            .any(|prefix| {
-                path.strip_prefix(prefix.as_str())
-                    .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
-            })
-            .then(|| self.host_dir(path))
-    }
-
-    /// `arg` with a mapped path rewritten; anything else unchanged.
-    fn map_arg(&self, arg: &str) -> String {
-        self.to_host(arg).unwrap_or_else(|| arg.to_string())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn plain_paths_map_the_workdir_and_tmp_only() {
-        let paths = PathMap::new(PathBuf::from("/s/sb-1/rootfs"), "/workspace");
-        assert_eq!(paths.map_arg("/workspace"), "/s/sb-1/rootfs/workspace");
-        assert_eq!(
-            paths.map_arg("/workspace/a/b.py"),
-            "/s/sb-1/rootfs/workspace/a/b.py"
-        );
-        assert_eq!(paths.map_arg("/tmp/x"), "/s/sb-1/rootfs/tmp/x");
-        assert_eq!(paths.map_arg("/workspacex"), "/workspacex");
-        assert_eq!(paths.map_arg("/etc/hosts"), "/etc/hosts");
-        assert_eq!(paths.map_arg("-c"), "-c");
-        assert_eq!(paths.map_arg("cat /workspace/a"), "cat /workspace/a");
-        assert_eq!(paths.to_host("/usr/bin"), None);
-    }
 
     #[test]
     fn id_prefixes_are_host_name_safe() {
         assert_eq!(Template::id_prefix("SWE/django__4.2"), "swe-django--4-2");
         assert_eq!(Template::id_prefix("--"), "sandbox");
         assert_eq!(Template::id_prefix(&"x".repeat(99)).len(), 32);
-    }
-
-    #[test]
-    fn mount_tables_are_compared_line_by_line() {
-        assert_eq!(first_difference("a\nb\n", "a\nb\n"), None);
-        assert_eq!(first_difference("a\nb\n", "a\nc\n"), Some("now: c".into()));
-        assert_eq!(first_difference("a\nb\n", "a\n"), Some("gone: b".into()));
-        assert_eq!(first_difference("a\n", "a\nx\n"), Some("now: x".into()));
+        for name in ["SWE/django__4.2", "--", "../..", "a b"] {
+            let id = format!("{}-17", Template::id_prefix(name));
+            assert!(crate::state::is_sandbox_id(&id), "{id}");
+        }
     }
 }

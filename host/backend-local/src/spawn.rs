@@ -19,8 +19,9 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::backend::Inner;
+use crate::disk::{DiskLimit, DiskWatch};
 use crate::error::{IoContext, LocalError};
-use crate::exec::{self, DISK_CHECK_INTERVAL, DiskLimit, KILL_GRACE, Launched, Leader};
+use crate::exec::{self, KILL_GRACE, Launched, Leader};
 use crate::process::group_gone_within;
 use crate::sandbox::Sandbox;
 
@@ -124,6 +125,7 @@ impl Inner {
             stderr,
         } = exec::launch(
             prepared.command,
+            prepared.leader,
             request.stdin || !header.is_empty(),
             request.merge_stderr,
         )
@@ -188,8 +190,7 @@ impl Watch {
         mut child: Child,
         mut killed: oneshot::Receiver<()>,
     ) -> Result<ExitStatus, LocalError> {
-        let mut disk_check = tokio::time::interval(DISK_CHECK_INTERVAL);
-        disk_check.reset();
+        let mut disk_watch = self.disk.as_ref().map(DiskWatch::new);
         let mut disk_exceeded = None;
         // Set once the group was killed: when to stop waiting for it.
         let mut grace: Option<Instant> = None;
@@ -202,9 +203,9 @@ impl Watch {
                 }
                 // A kill, or the Exit dropped.
                 _ = &mut killed, if grace.is_none() => true,
-                _ = disk_check.tick(), if self.disk.is_some() && grace.is_none() => {
-                    let disk = self.disk.as_ref().expect("checked by the guard");
-                    disk_exceeded = disk.exceeded().await;
+                usage = async { disk_watch.as_mut().expect("checked by the guard").tick().await },
+                    if disk_watch.is_some() && grace.is_none() => {
+                    disk_exceeded = usage;
                     disk_exceeded.is_some()
                 }
                 () = tokio::time::sleep_until(grace.unwrap_or_else(Instant::now)), if grace.is_some() => {
@@ -232,7 +233,15 @@ impl Watch {
         {
             tracing::warn!(group, "processes of a killed command outlived SIGKILL");
         }
-        self.sandbox.check_ran(&self.program, disk_exceeded)?;
-        Ok(status)
+        self.sandbox.check_ended_alive(&self.program)?;
+        match (disk_exceeded, &self.disk) {
+            (Some(usage), Some(disk)) => Err(LocalError::Failed(format!(
+                "sandbox {}: `{}` was stopped: {}",
+                self.sandbox.id(),
+                self.program,
+                disk.stopped_because(usage)
+            ))),
+            _ => Ok(status),
+        }
     }
 }

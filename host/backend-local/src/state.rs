@@ -9,7 +9,8 @@
 //!     templates/<template>.json         templates made ready by the run
 //!     pools/<template>.json             warm pools and their size
 //!     sandboxes/<sandbox-id>/            0700, owned by the sandbox's root
-//!       meta.json                       template, isolation, init pid and start time
+//!       meta.json                       template, isolation, creation time
+//!       init.json                       the init's pid and start time, written by the helper before the init runs
 //!       init.log                        stderr of the sandbox helper
 //!       rootfs/                         the root mount point
 //!       layer/upper/ layer/work/        the workdir overlay's upper and work dirs
@@ -19,28 +20,36 @@
 //! A run's sandboxes' cgroups are `<hierarchy>/<cgroup_parent>/<run-id>/<sandbox-id>`;
 //! `run.json` names the parent, so a reap removes them too.
 //!
+//! A reap learns what to kill and remove from these records, the cgroups
+//! and the directory's entries alone: never from anything a task can set,
+//! such as a process's name or environment (a task names its processes as
+//! it likes). Sandbox ids are checked against the form this backend gives
+//! them before they name anything, and trees are removed beneath their
+//! parent without following a link ([`crate::remove`]). The one exception
+//! is unisolated (`isolation = "none"`) sandboxes, whose commands are found
+//! by a marker in their environment to be killed, never to name a path.
+//!
 //! Records are small JSON files written whole (temporary file, then rename),
 //! so a crash never leaves half a record. They are written with blocking
 //! calls from async code on purpose: each is a few hundred bytes, and
 //! whole-tree work (hashing, copying, removing) goes to blocking threads.
 
-use std::collections::BTreeSet;
 use std::fs;
 use std::io;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sandfleet_core::{Labels, Owned, Reaped, RunId, file_stem};
 use sandfleet_jail::cgroup::Cgroups;
-use sandfleet_jail::protocol::WorkdirMode;
+use sandfleet_jail::protocol::{INIT_RECORD, ProcessRef, WorkdirMode};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::blocking;
 use crate::error::{IoContext, LocalError};
 use crate::process::{self, MarkerScope, Process, ProcessIdentity};
+use crate::remove::remove_beneath;
 use crate::sandbox::Isolation;
 
 /// How long reaping waits for killed processes to exit.
@@ -70,8 +79,13 @@ impl StateDir {
     /// The directory of run `run_id`.
     pub(crate) fn run(&self, run_id: &RunId) -> RunDir {
         RunDir {
-            root: self.root.join("runs").join(run_id.as_str()),
+            root: self.runs().join(run_id.as_str()),
         }
+    }
+
+    /// Where runs' directories are.
+    fn runs(&self) -> PathBuf {
+        self.root.join("runs")
     }
 }
 
@@ -150,9 +164,6 @@ pub(crate) struct SandboxMeta {
     pub(crate) template: String,
     pub(crate) isolation: Isolation,
     pub(crate) workdir_copy: WorkdirMode,
-    /// The sandbox's init (namespaced sandboxes only): killing it ends every
-    /// process of the sandbox.
-    pub(crate) init: Option<ProcessIdentity>,
     /// Seconds since the Unix epoch.
     pub(crate) created_at: u64,
 }
@@ -211,26 +222,34 @@ pub(crate) fn remove_record(path: &Path) -> Result<(), LocalError> {
     }
 }
 
-/// Removes a directory tree; true when it existed. Overlayfs leaves its work
-/// directory with mode 000, which stops a non-root owner from emptying it,
-/// so on a permission error the directories are made writable and the
-/// removal tried again.
-pub(crate) fn remove_tree(path: &Path) -> Result<bool, LocalError> {
-    let context = || format!("removing {}", path.display());
-    match fs::remove_dir_all(path) {
-        Ok(()) => Ok(true),
-        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(false),
-        Err(error) if error.kind() == io::ErrorKind::PermissionDenied => {
-            for entry in walkdir::WalkDir::new(path).into_iter().flatten() {
-                if entry.file_type().is_dir() {
-                    // Best effort: whatever stays unwritable fails the retry.
-                    let _ = fs::set_permissions(entry.path(), fs::Permissions::from_mode(0o700));
-                }
-            }
-            fs::remove_dir_all(path).context(context).map(|()| true)
+/// Whether `name` has the form of a sandbox id this backend gives: a
+/// template's id prefix and a number, lowercase letters, digits and `-`
+/// (so never a path, `.` or `..`).
+pub(crate) fn is_sandbox_id(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && !name.starts_with('-')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
+/// The sandbox ids among the directories of `sandboxes`; anything else
+/// there is reported and left to the removal of the run's directory.
+fn sandbox_ids(sandboxes: &Path) -> Result<Vec<String>, LocalError> {
+    let mut ids = entry_names(sandboxes, false)?;
+    ids.retain(|name| {
+        let valid = is_sandbox_id(name);
+        if !valid {
+            tracing::warn!(
+                entry = ?name,
+                dir = %sandboxes.display(),
+                "not a sandbox id; left to the run's removal"
+            );
         }
-        Err(error) => Err(error).context(context),
-    }
+        valid
+    });
+    Ok(ids)
 }
 
 /// Names of the directories or record files (without `.json`) in `dir`.
@@ -281,35 +300,29 @@ fn record_names<T: DeserializeOwned>(
 }
 
 /// What run `run_id` owns in `state_dir`: its templates, warm pools and
-/// sandboxes, including sandboxes whose processes are alive but whose
-/// directory is gone. Works for any run, live or crashed.
+/// sandboxes. Works for any run, live or crashed.
 pub async fn list_run(state_dir: &Path, run_id: &RunId) -> Result<Owned, LocalError> {
     let run = StateDir::new(state_dir.to_path_buf()).run(run_id);
-    let run_id = run_id.clone();
     blocking(move || {
-        let mut sandboxes: BTreeSet<String> =
-            entry_names(&run.sandboxes(), false)?.into_iter().collect();
-        sandboxes.extend(
-            process::find_marked(MarkerScope::Run(&run_id))
-                .into_iter()
-                .map(|marked| marked.sandbox_id),
-        );
         Ok(Owned {
             templates: record_names(&run.templates(), |r: TemplateRecord| r.name)?,
             pools: record_names(&run.pools(), |r: PoolRecord| r.template)?,
-            sandboxes: sandboxes.into_iter().collect(),
+            sandboxes: sandbox_ids(&run.sandboxes())?,
         })
     })
     .await
 }
 
 /// Removes everything run `run_id` owns in `state_dir`: kills its processes
-/// (the inits recorded in sandbox metas, every process carrying the run's
-/// marker, and every process in its cgroups), removes its cgroups, sandbox
-/// directories and records, and returns the counts. Idempotent: a second
-/// call finds nothing. Images are a cache shared by runs and stay.
+/// (the inits its sandboxes' helpers recorded, every process in its
+/// cgroups, and the commands of its unisolated sandboxes), removes its
+/// cgroups, sandbox directories and records, and returns the counts.
+/// Idempotent: a second call finds nothing. Images are a cache shared by
+/// runs and stay.
 pub async fn reap_run(state_dir: &Path, run_id: &RunId) -> Result<Reaped, LocalError> {
-    let run = StateDir::new(state_dir.to_path_buf()).run(run_id);
+    let state = StateDir::new(state_dir.to_path_buf());
+    let run = state.run(run_id);
+    let runs = state.runs();
     let scan_run = run.clone();
     let scan_id = run_id.clone();
     let (targets, sandboxes, cgroup) =
@@ -328,13 +341,14 @@ pub async fn reap_run(state_dir: &Path, run_id: &RunId) -> Result<Reaped, LocalE
         })
         .await?;
     }
+    let run_name = run_id.as_str().to_string();
     blocking(move || {
         let templates = entry_names(&run.templates(), true)?.len();
         let pools = entry_names(&run.pools(), true)?.len();
         for id in &sandboxes {
-            remove_tree(&run.sandboxes().join(id))?;
+            remove_beneath(&run.sandboxes(), id)?;
         }
-        remove_tree(&run.root)?;
+        remove_beneath(&runs, &run_name)?;
         Ok(Reaped {
             templates,
             pools,
@@ -353,10 +367,20 @@ fn open_all(pids: Vec<i32>) -> Vec<Process> {
 }
 
 /// What a reap of a run kills and removes.
-type RunRemains = (Vec<Process>, BTreeSet<String>, Option<(Cgroups, PathBuf)>);
+type RunRemains = (Vec<Process>, Vec<String>, Option<(Cgroups, PathBuf)>);
+
+/// The init a sandbox's helper recorded in directory `dir`, if it still
+/// runs.
+pub(crate) fn recorded_init(dir: &Path) -> Option<Process> {
+    let record: ProcessRef = read_record(&dir.join(INIT_RECORD)).ok()?;
+    Process::open(ProcessIdentity {
+        pid: record.pid,
+        start_time: record.start_time,
+    })
+}
 
 /// The live processes of a run, deduplicated, the ids of its sandboxes
-/// (directories and marked processes), and its cgroup.
+/// (from its directory only), and its cgroup.
 fn find_run_processes(run: &RunDir, run_id: &RunId) -> Result<RunRemains, LocalError> {
     let record = read_record::<RunRecord>(&run.record()).ok();
     if let Some(record) = &record
@@ -372,28 +396,14 @@ fn find_run_processes(run: &RunDir, run_id: &RunId) -> Result<RunRemains, LocalE
     let cgroup = record
         .and_then(|record| record.cgroup_parent)
         .map(|parent| (Cgroups::detect(), parent.join(run_id.as_str())));
-    let mut sandboxes = BTreeSet::new();
-    let mut targets: Vec<Process> = Vec::new();
-    for id in entry_names(&run.sandboxes(), false)? {
-        let meta_path = run.sandboxes().join(&id).join(SANDBOX_META);
-        // A sandbox without a readable meta died (or its owner did) before
-        // it was ready; the marker scan below finds its processes.
-        if let Ok(meta) = read_record::<SandboxMeta>(&meta_path)
-            && let Some(init) = meta.init.and_then(Process::open)
-        {
-            targets.push(init);
-        }
-        sandboxes.insert(id);
-    }
-    for marked in process::find_marked(MarkerScope::Run(run_id)) {
-        if !targets
-            .iter()
-            .any(|known| known.identity() == marked.process.identity())
-        {
-            targets.push(marked.process);
-        }
-        sandboxes.insert(marked.sandbox_id);
-    }
+    let sandboxes = sandbox_ids(&run.sandboxes())?;
+    // A sandbox without an init record never ran a command: its helper
+    // writes the record before the init is let go.
+    let mut targets: Vec<Process> = sandboxes
+        .iter()
+        .filter_map(|id| recorded_init(&run.sandboxes().join(id)))
+        .collect();
+    targets.extend(process::find_plain(MarkerScope::Run(run_id)));
     Ok((targets, sandboxes, cgroup))
 }
 

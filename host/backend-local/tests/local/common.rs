@@ -231,9 +231,12 @@ pub(crate) fn init_of(run_id: &RunId, id: &str) -> i32 {
 }
 
 /// Host pids of every process (zombies included) in the pid namespace of
-/// process `pid`.
+/// process `pid`; none when it is gone.
 pub(crate) fn pid_namespace_members(pid: i32) -> Vec<i32> {
-    let namespace = fs::read_link(format!("/proc/{pid}/ns/pid")).unwrap();
+    // A process that is gone has no namespace, and no members.
+    let Ok(namespace) = fs::read_link(format!("/proc/{pid}/ns/pid")) else {
+        return Vec::new();
+    };
     pids()
         .filter(|other| {
             fs::read_link(format!("/proc/{other}/ns/pid")).is_ok_and(|ns| ns == namespace)

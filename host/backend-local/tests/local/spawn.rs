@@ -214,10 +214,7 @@ async fn a_spawned_command_writing_past_the_disk_limit_is_stopped() {
         .expect("stopped in time")
         .unwrap_err();
     assert_eq!(error.kind(), ErrorKind::Failed, "{error}");
-    assert!(
-        error.to_string().contains("disk limit of 16 MiB"),
-        "{error}"
-    );
+    assert!(error.to_string().contains("disk limit (16 MiB"), "{error}");
     // An unknown sandbox is named.
     let mut gone = sandbox.clone();
     gone.id = "nowhere-1".into();

@@ -1,0 +1,64 @@
+//! Finding 11: a recycled sandbox kept what a task left outside the
+//! workdir, where no reset check looks: a `.pth` file in `/root/.local`
+//! that made every later Python exit 0, an `/etc/ld.so.preload` that loaded
+//! into every later command (the reset check's among them), and a daemon it
+//! started that lived into the next task. A scrub now starts the sandbox
+//! again over its workdir layer: everything else is new, every process
+//! gone, and the workdir is left for the reset check to restore.
+
+use super::setups;
+use crate::common::{init_of, pid_namespace_members};
+use sandfleet_core::Backend;
+
+/// What a task plants outside the workdir, and a change inside it.
+const PLANT: &str = r#"
+set -e
+site=$(python3 -c 'import site; print(site.getusersitepackages())')
+mkdir -p "$site"
+echo 'import os; os._exit(0)' > "$site/zz-poison.pth"
+echo /tmp/poison.so > /etc/ld.so.preload
+echo poison > /dev/shm/poison
+echo poison > /tmp/poison
+mkdir -p /var/lib/poison
+echo poison > /var/lib/poison/file
+echo 'alias git=true' >> /root/.bashrc
+setsid sh -c 'while :; do echo tampered > /workspace/tampered; sleep 0.2; done' </dev/null >/dev/null 2>&1 &
+echo task-change > /workspace/task-file
+"#;
+
+#[tokio::test]
+async fn finding_11_a_scrub_leaves_nothing_of_a_task_outside_the_workdir() {
+    for setup in setups().await {
+        let sandbox = setup.claim().await;
+        let init = init_of(&setup.run_id, &sandbox.id);
+        setup.sh_ok(&sandbox, PLANT).await;
+        // The poison works before the scrub: Python exits 0 whatever it runs.
+        let poisoned = setup.sh(&sandbox, "python3 -c 'raise SystemExit(3)'").await;
+        assert_eq!(poisoned.exit_code, 0, "{}: {poisoned:?}", setup.label);
+
+        setup.backend.scrub(&sandbox).await.unwrap();
+
+        assert!(pid_namespace_members(init).is_empty(), "{}", setup.label);
+        let fresh = init_of(&setup.run_id, &sandbox.id);
+        assert_eq!(pid_namespace_members(fresh), [fresh], "{}", setup.label);
+        let python = setup.sh(&sandbox, "python3 -c 'raise SystemExit(3)'").await;
+        assert_eq!(python.exit_code, 3, "{}: {python:?}", setup.label);
+        for gone in [
+            "/etc/ld.so.preload",
+            "/dev/shm/poison",
+            "/tmp/poison",
+            "/var/lib/poison",
+            "/root/.local",
+            "/root/.bashrc",
+        ] {
+            setup
+                .refused(&sandbox, &format!("test -e {gone} || test -L {gone}"))
+                .await;
+        }
+        // The workdir is the reset check's: the task's change is still
+        // there for it to see and undo.
+        let kept = setup.sh_ok(&sandbox, "cat /workspace/task-file").await;
+        assert_eq!(kept, "task-change\n", "{}", setup.label);
+        setup.backend.release(&sandbox).await.unwrap();
+    }
+}
