@@ -14,6 +14,7 @@ mod quickstart;
 mod serve;
 mod signals;
 mod telemetry;
+mod terminal;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};

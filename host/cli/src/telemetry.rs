@@ -1,6 +1,10 @@
 //! Where the command's events and spans go.
 //!
-//! Events go to stderr, filtered by `SANDFLEET_LOG` (default `warn`). When
+//! Events go to stderr, filtered by `SANDFLEET_LOG` (default `warn`), with
+//! every field's control characters escaped: fields carry task ids,
+//! commands' output and what tasks named their files, and none of it may
+//! move the cursor, rewrite the screen or forge a line of the operator's
+//! terminal. When
 //! an OTLP endpoint is configured the OpenTelemetry way
 //! (`OTEL_EXPORTER_OTLP_ENDPOINT`, or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`
 //! for traces alone), spans are also exported to it over OTLP/HTTP
@@ -12,6 +16,10 @@ use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{Protocol, WithExportConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::SdkTracerProvider;
+use sandfleet_engine::printable;
+use tracing_subscriber::field::MakeExt;
+use tracing_subscriber::fmt::FormatFields;
+use tracing_subscriber::fmt::format;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
@@ -41,6 +49,7 @@ impl Drop for Telemetry {
 /// Installs the global subscriber: stderr, and OTLP when configured.
 pub(crate) fn init() -> Telemetry {
     let stderr = tracing_subscriber::fmt::layer()
+        .fmt_fields(escaped_fields())
         .with_writer(std::io::stderr)
         .with_filter(filter("SANDFLEET_LOG", "warn"));
     let endpoint = ENDPOINT_VARIABLES
@@ -63,6 +72,21 @@ pub(crate) fn init() -> Telemetry {
         .with(export)
         .init();
     Telemetry { exporting }
+}
+
+/// Event and span fields as the default formatter writes them (the message
+/// bare, the others `name=value`), each value escaped.
+fn escaped_fields() -> impl for<'writer> FormatFields<'writer> + 'static {
+    format::debug_fn(|writer, field, value| {
+        let text = format!("{value:?}");
+        let text = printable(&text);
+        if field.name() == "message" {
+            write!(writer, "{text}")
+        } else {
+            write!(writer, "{}={text}", field.name())
+        }
+    })
+    .delimited(" ")
 }
 
 /// The filter in `variable`, or `default` when it is unset or invalid (an
@@ -97,4 +121,52 @@ fn provider() -> Result<SdkTracerProvider, opentelemetry_otlp::ExporterBuildErro
                 .build(),
         )
         .build())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    /// Everything the formatter wrote.
+    #[derive(Clone, Default)]
+    struct Written(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Written {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_tasks_text_cannot_drive_the_terminal() {
+        let written = Written::default();
+        let sink = written.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .fmt_fields(escaped_fields())
+            .with_ansi(false)
+            .with_writer(move || sink.clone())
+            .finish();
+        let hostile = "\u{1b}]0;owned\u{7}\u{1b}[2J\rforged\nERROR fake line";
+        tracing::subscriber::with_default(subscriber, || {
+            let span = tracing::warn_span!("task", task = hostile);
+            let _in = span.enter();
+            tracing::warn!(stderr = hostile, "quarantined: {hostile}");
+        });
+        let text = String::from_utf8(written.0.lock().unwrap().clone()).unwrap();
+        // One line, and no control character but its end.
+        assert_eq!(text.lines().count(), 1, "{text}");
+        assert!(
+            !text.trim_end_matches('\n').chars().any(char::is_control),
+            "{text:?}"
+        );
+        assert!(text.contains("\\u{1b}[2J"), "{text}");
+    }
 }

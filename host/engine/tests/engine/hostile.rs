@@ -65,12 +65,15 @@ async fn ids_that_sanitise_alike_get_their_own_logs() {
     let rows = vec![
         row("col/a", "img0", "echo from-slash", 30),
         row("col_a", "img0", "echo from-underscore", 30),
+        // `a b` once became `a_b-c8687a08`, a name a task may also have.
+        row("a b", "img0", "echo from-space", 30),
+        row("a_b-c8687a08", "img0", "echo from-lookalike", 30),
     ];
     let spec = fixture.spec(fixture.backend(), settings(), CancellationToken::new());
     let report = sandfleet_engine::run(spec, fixture.items(&rows))
         .await
         .unwrap();
-    assert_eq!(report.tasks.ok, 2, "{}", report.render());
+    assert_eq!(report.tasks.ok, 4, "{}", report.render());
     let logs: Vec<(String, String)> = std::fs::read_dir(fixture.out_dir().join("logs"))
         .unwrap()
         .map(|entry| {
@@ -79,7 +82,7 @@ async fn ids_that_sanitise_alike_get_their_own_logs() {
             (entry.file_name().to_string_lossy().into_owned(), text)
         })
         .collect();
-    assert_eq!(logs.len(), 2, "{logs:?}");
+    assert_eq!(logs.len(), 4, "{logs:?}");
     let log_of = |echoed: &str| {
         logs.iter()
             .find(|(_, text)| text.contains(echoed))
@@ -88,7 +91,9 @@ async fn ids_that_sanitise_alike_get_their_own_logs() {
             .as_str()
     };
     assert_eq!(log_of("from-underscore"), "col_a.log");
-    assert!(log_of("from-slash").starts_with("col_a-"), "{logs:?}");
+    assert!(log_of("from-slash").starts_with("col_a~"), "{logs:?}");
+    assert_eq!(log_of("from-lookalike"), "a_b-c8687a08.log");
+    assert!(log_of("from-space").starts_with("a_b~"), "{logs:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
