@@ -9,22 +9,23 @@ use super::setups;
 use sandfleet_core::Backend;
 
 /// Makes a private pseudo-terminal its own controlling terminal (a new
-/// session, then the first terminal it opens) and pushes a byte into it,
-/// with the request as the kernel reads it and with bits set above the
-/// 32 it reads; prints what each came to.
+/// session, then the first terminal it opens) and pushes a byte into it
+/// through the C library's `ioctl`, with the request as the kernel reads it
+/// and with bits set above the 32 it reads; prints what each came to.
 const INJECT: &str = r#"
-import errno, fcntl, os, pty, termios
+import ctypes, errno, os, pty, termios
+libc = ctypes.CDLL(None, use_errno=True)
 master, slave = pty.openpty()
 pid = os.fork()
 if pid == 0:
     os.setsid()
     fd = os.open(os.ttyname(slave), os.O_RDWR)
     for request in (termios.TIOCSTI, termios.TIOCSTI | (1 << 32)):
-        try:
-            fcntl.ioctl(fd, request, b"x")
+        byte = ctypes.c_char(b"x")
+        if libc.ioctl(fd, ctypes.c_ulong(request), ctypes.byref(byte)) == 0:
             print("injected", flush=True)
-        except OSError as e:
-            print(errno.errorcode[e.errno], flush=True)
+        else:
+            print(errno.errorcode[ctypes.get_errno()], flush=True)
     os._exit(0)
 os.waitpid(pid, 0)
 "#;
