@@ -1,11 +1,12 @@
-//! What the registry tests share: a real registry, images built and
-//! pushed in Rust, a counting proxy, a token service, and helpers to
+//! What the registry tests share: a real registry and images built and
+//! pushed in Rust (`sandfleet-registry-testing`, shared with the local
+//! backend's tests), a counting proxy, a token service, and helpers to
 //! look at a store.
 
-pub(crate) mod image;
 pub(crate) mod proxy;
-pub(crate) mod registry;
 pub(crate) mod token;
+
+pub(crate) use sandfleet_registry_testing::{image, registry};
 
 use std::path::Path;
 use std::time::Duration;

@@ -17,8 +17,9 @@ use ring::rand::SystemRandom;
 use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair};
 use serde_json::json;
 
-pub(crate) const SERVICE: &str = "sandfleet-test";
-pub(crate) const ISSUER: &str = "sandfleet-test-issuer";
+pub(crate) use sandfleet_registry_testing::registry::{
+    TOKEN_ISSUER as ISSUER, TOKEN_SERVICE as SERVICE,
+};
 pub(crate) const USER: &str = "alice";
 pub(crate) const PASSWORD: &str = "wonderland";
 

@@ -11,25 +11,37 @@ use sandfleet_images::Digest;
 
 const BINARY: &str = "/usr/bin/docker-registry";
 
+/// The service name a token registry expects in its tokens' audience.
+pub const TOKEN_SERVICE: &str = "sandfleet-test";
+
+/// The issuer a token registry expects of its tokens.
+pub const TOKEN_ISSUER: &str = "sandfleet-test-issuer";
+
 /// How the registry authenticates.
-pub(crate) enum Auth {
+pub enum Auth {
+    /// Anyone may pull and push.
     None,
     /// htpasswd basic auth with one user.
     Basic {
+        /// The user.
         user: String,
+        /// Its password.
         password: String,
     },
     /// Token auth against a token service.
     Token {
+        /// The token service's URL.
         realm: String,
+        /// The certificate the tokens are signed with.
         cert_pem: String,
     },
 }
 
 /// A running registry; killed when dropped.
-pub(crate) struct Registry {
+pub struct Registry {
     child: Child,
-    pub(crate) host: String,
+    /// `127.0.0.1:<port>`.
+    pub host: String,
     _dir: tempfile::TempDir,
     push_auth: Option<String>,
     http: reqwest::Client,
@@ -37,7 +49,7 @@ pub(crate) struct Registry {
 
 impl Registry {
     /// Starts a registry and waits (bounded) until it answers.
-    pub(crate) async fn start(auth: Auth) -> Registry {
+    pub async fn start(auth: Auth) -> Registry {
         assert!(
             Path::new(BINARY).exists(),
             "{BINARY} is missing: apt-get install docker-registry (.ci/run does)"
@@ -67,8 +79,8 @@ impl Registry {
                 (
                     format!(
                         "auth:\n  token:\n    realm: {realm}\n    service: {}\n    issuer: {}\n    rootcertbundle: {}\n",
-                        super::token::SERVICE,
-                        super::token::ISSUER,
+                        TOKEN_SERVICE,
+                        TOKEN_ISSUER,
                         file.display()
                     ),
                     None,
@@ -127,7 +139,7 @@ impl Registry {
     }
 
     /// Uses this `Authorization` value for pushes (a token registry's).
-    pub(crate) fn set_push_auth(&mut self, authorization: String) {
+    pub fn set_push_auth(&mut self, authorization: String) {
         self.push_auth = Some(authorization);
     }
 
@@ -140,7 +152,7 @@ impl Registry {
     }
 
     /// Pushes a blob (monolithic upload) and returns its digest.
-    pub(crate) async fn push_blob(&self, repo: &str, bytes: &[u8]) -> Digest {
+    pub async fn push_blob(&self, repo: &str, bytes: &[u8]) -> Digest {
         let digest = Digest::of(bytes);
         let start = self
             .request(
@@ -183,7 +195,7 @@ impl Registry {
     }
 
     /// Pushes a manifest or index under `tag` and returns its digest.
-    pub(crate) async fn push_manifest(
+    pub async fn push_manifest(
         &self,
         repo: &str,
         tag: &str,
@@ -218,7 +230,7 @@ impl Drop for Registry {
 }
 
 /// A loopback port nobody listens on right now.
-pub(crate) fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -227,7 +239,7 @@ pub(crate) fn free_port() -> u16 {
 }
 
 /// A Docker config file holding `auths` for `host`.
-pub(crate) fn docker_config(dir: &Path, host: &str, user: &str, password: &str) -> PathBuf {
+pub fn docker_config(dir: &Path, host: &str, user: &str, password: &str) -> PathBuf {
     let auth = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
     let path = dir.join(format!("config-{user}.json"));
     std::fs::write(

@@ -8,17 +8,25 @@ use sandfleet_images::Digest;
 use sandfleet_images::spec::{self, Compression};
 use serde_json::json;
 
-use super::registry::Registry;
+use crate::registry::Registry;
 
 /// Entries of one layer tar.
-pub(crate) struct Tar {
+pub struct Tar {
     builder: tar::Builder<Vec<u8>>,
 }
 
-pub(crate) const MTIME: u64 = 1_600_000_000;
+/// The modification time of every entry the builder makes.
+pub const MTIME: u64 = 1_600_000_000;
+
+impl Default for Tar {
+    fn default() -> Self {
+        Tar::new()
+    }
+}
 
 impl Tar {
-    pub(crate) fn new() -> Tar {
+    /// An empty tar.
+    pub fn new() -> Tar {
         Tar {
             builder: tar::Builder::new(Vec::new()),
         }
@@ -35,7 +43,8 @@ impl Tar {
         header
     }
 
-    pub(crate) fn dir(mut self, path: &str, mode: u32) -> Tar {
+    /// A directory entry.
+    pub fn dir(mut self, path: &str, mode: u32) -> Tar {
         let mut header = Tar::header(tar::EntryType::Directory, mode, 0, 0, 0);
         self.builder
             .append_data(&mut header, path, &[][..])
@@ -43,18 +52,13 @@ impl Tar {
         self
     }
 
-    pub(crate) fn file(self, path: &str, content: &[u8]) -> Tar {
+    /// A regular file owned by root, mode 0644.
+    pub fn file(self, path: &str, content: &[u8]) -> Tar {
         self.file_owned(path, content, 0o644, 0, 0)
     }
 
-    pub(crate) fn file_owned(
-        mut self,
-        path: &str,
-        content: &[u8],
-        mode: u32,
-        uid: u64,
-        gid: u64,
-    ) -> Tar {
+    /// A regular file with its mode and owners.
+    pub fn file_owned(mut self, path: &str, content: &[u8], mode: u32, uid: u64, gid: u64) -> Tar {
         let mut header = Tar::header(
             tar::EntryType::Regular,
             mode,
@@ -68,19 +72,22 @@ impl Tar {
         self
     }
 
-    pub(crate) fn symlink(mut self, path: &str, target: &str) -> Tar {
+    /// A symbolic link.
+    pub fn symlink(mut self, path: &str, target: &str) -> Tar {
         let mut header = Tar::header(tar::EntryType::Symlink, 0o777, 0, 0, 0);
         self.builder.append_link(&mut header, path, target).unwrap();
         self
     }
 
-    pub(crate) fn hardlink(mut self, path: &str, target: &str) -> Tar {
+    /// A hard link to an earlier entry.
+    pub fn hardlink(mut self, path: &str, target: &str) -> Tar {
         let mut header = Tar::header(tar::EntryType::Link, 0o644, 0, 0, 0);
         self.builder.append_link(&mut header, path, target).unwrap();
         self
     }
 
-    pub(crate) fn char_device(mut self, path: &str) -> Tar {
+    /// A character device (1:3, `/dev/null`'s numbers).
+    pub fn char_device(mut self, path: &str) -> Tar {
         let mut header = Tar::header(tar::EntryType::Char, 0o666, 0, 0, 0);
         header.set_device_major(1).unwrap();
         header.set_device_minor(3).unwrap();
@@ -90,15 +97,25 @@ impl Tar {
         self
     }
 
+    /// The host's file, directory or link at `host` (not followed), as
+    /// `path`, with its mode; owned by root.
+    pub fn host_entry(self, path: &str, host: &std::path::Path) -> Tar {
+        let meta = std::fs::symlink_metadata(host).unwrap();
+        let mode = std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o7777;
+        if meta.file_type().is_symlink() {
+            let target = std::fs::read_link(host).unwrap();
+            return self.symlink(path, target.to_str().unwrap());
+        }
+        if meta.is_dir() {
+            return self.dir(path, mode);
+        }
+        let content = std::fs::read(host).unwrap();
+        self.file_owned(path, &content, mode, 0, 0)
+    }
+
     /// An entry whose name (and link name) go into the header as given,
     /// without the checks tar writers make: how hostile layers are made.
-    pub(crate) fn raw(
-        mut self,
-        kind: tar::EntryType,
-        name: &str,
-        link: &str,
-        content: &[u8],
-    ) -> Tar {
+    pub fn raw(mut self, kind: tar::EntryType, name: &str, link: &str, content: &[u8]) -> Tar {
         let mut header = Tar::header(kind, 0o644, 0, 0, content.len() as u64);
         let gnu = header.as_gnu_mut().unwrap();
         gnu.name[..name.len()].copy_from_slice(name.as_bytes());
@@ -108,22 +125,28 @@ impl Tar {
         self
     }
 
-    pub(crate) fn finish(self) -> Vec<u8> {
+    /// The tar's bytes.
+    pub fn finish(self) -> Vec<u8> {
         self.builder.into_inner().unwrap()
     }
 }
 
 /// A layer as pushed: its tar, its blob, and their digests.
 #[derive(Clone)]
-pub(crate) struct Layer {
-    pub(crate) blob: Vec<u8>,
-    pub(crate) digest: Digest,
-    pub(crate) diff_id: Digest,
-    pub(crate) media_type: &'static str,
+pub struct Layer {
+    /// The blob as pushed (compressed or not).
+    pub blob: Vec<u8>,
+    /// The blob's digest.
+    pub digest: Digest,
+    /// The tar's digest.
+    pub diff_id: Digest,
+    /// The layer's media type.
+    pub media_type: &'static str,
 }
 
 impl Layer {
-    pub(crate) fn new(tar: Vec<u8>, compression: Compression) -> Layer {
+    /// A layer of `tar`, compressed as said.
+    pub fn new(tar: Vec<u8>, compression: Compression) -> Layer {
         let (blob, media_type) = match compression {
             Compression::Gzip => {
                 let mut encoder =
@@ -148,30 +171,49 @@ impl Layer {
         }
     }
 
-    pub(crate) fn gzip(tar: Vec<u8>) -> Layer {
+    /// A gzip layer of `tar`.
+    pub fn gzip(tar: Vec<u8>) -> Layer {
         Layer::new(tar, Compression::Gzip)
     }
 }
 
 /// An image's config and manifest, made from its layers.
-pub(crate) struct Built {
-    pub(crate) config: Vec<u8>,
-    pub(crate) manifest: Vec<u8>,
-    pub(crate) layers: Vec<Layer>,
+pub struct Built {
+    /// The config's bytes.
+    pub config: Vec<u8>,
+    /// The manifest's bytes.
+    pub manifest: Vec<u8>,
+    /// The layers, lowest first.
+    pub layers: Vec<Layer>,
 }
 
-pub(crate) fn build(layers: &[Layer], architecture: &str, diff_ids: Option<Vec<Digest>>) -> Built {
+/// An image of `layers` for `architecture`, its config naming `diff_ids`
+/// (the layers' own when `None`), with a fixed run config (`PATH`,
+/// `LANG`, working directory `/work`, user `1000:1000`).
+pub fn build(layers: &[Layer], architecture: &str, diff_ids: Option<Vec<Digest>>) -> Built {
+    let run = json!({
+        "Env": ["PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8"],
+        "WorkingDir": "/work",
+        "User": "1000:1000",
+        "Entrypoint": null,
+        "Cmd": ["sh", "-c", "true"],
+    });
+    build_with(layers, architecture, diff_ids, run)
+}
+
+/// Like [`build`], with `run` as the config's `config` object (`Env`,
+/// `WorkingDir`, `User`, …).
+pub fn build_with(
+    layers: &[Layer],
+    architecture: &str,
+    diff_ids: Option<Vec<Digest>>,
+    run: serde_json::Value,
+) -> Built {
     let diff_ids = diff_ids.unwrap_or_else(|| layers.iter().map(|l| l.diff_id.clone()).collect());
     let config = serde_json::to_vec(&json!({
         "architecture": architecture,
         "os": "linux",
-        "config": {
-            "Env": ["PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8"],
-            "WorkingDir": "/work",
-            "User": "1000:1000",
-            "Entrypoint": null,
-            "Cmd": ["sh", "-c", "true"],
-        },
+        "config": run,
         "rootfs": {"type": "layers", "diff_ids": diff_ids},
     }))
     .unwrap();
@@ -192,14 +234,15 @@ pub(crate) fn build(layers: &[Layer], architecture: &str, diff_ids: Option<Vec<D
 }
 
 /// Pushes an image's blobs and manifest as `repo:tag`.
-pub(crate) async fn push(registry: &Registry, repo: &str, tag: &str, built: &Built) -> Digest {
+pub async fn push(registry: &Registry, repo: &str, tag: &str, built: &Built) -> Digest {
     push_blobs(registry, repo, built).await;
     registry
         .push_manifest(repo, tag, spec::OCI_MANIFEST, &built.manifest)
         .await
 }
 
-pub(crate) async fn push_blobs(registry: &Registry, repo: &str, built: &Built) {
+/// Pushes an image's layers and config.
+pub async fn push_blobs(registry: &Registry, repo: &str, built: &Built) {
     for layer in &built.layers {
         registry.push_blob(repo, &layer.blob).await;
     }
@@ -207,7 +250,7 @@ pub(crate) async fn push_blobs(registry: &Registry, repo: &str, built: &Built) {
 }
 
 /// Pushes an index of already-pushed manifests (`(manifest, arch)`).
-pub(crate) async fn push_index(
+pub async fn push_index(
     registry: &Registry,
     repo: &str,
     tag: &str,
