@@ -2,8 +2,13 @@
 //!
 //! `claim/warm`: taking a ready sandbox from a warm pool (the pool is
 //! refilled, untimed, between iterations). `claim/cold`: making a namespaced
-//! sandbox on demand. `exec/namespaces` and `exec/plain`: one `true` round
-//! trip (nsenter + env, or env alone). Releases are not timed.
+//! sandbox of a directory image on demand; `claim/cold-oci`: the same of an
+//! OCI image already in the layer store (the host's programs and Python in
+//! four layers, pulled once from a registry on loopback before timing).
+//! `cold-true/directory` and `cold-true/oci`: a cold claim that then runs
+//! `true`, as `podman run --rm IMAGE true` does. `exec/namespaces`,
+//! `exec/oci` and `exec/plain`: one `true` round trip. Releases are not
+//! timed.
 //!
 //! Run: `cargo bench -p sandfleet-backend-local --bench sandbox`; results
 //! land in `target/criterion/<group>/<id>/new/estimates.json`.
@@ -18,7 +23,22 @@ use sandfleet_backend_local::{
 use sandfleet_core::{Backend, ExecRequest, RunId, TemplateRef, TemplateSpec};
 use tokio::runtime::Runtime;
 
+#[allow(
+    dead_code,
+    reason = "the tests' image fixture; the bench serves one image of it"
+)]
+#[path = "../tests/local/oci_image.rs"]
+mod oci_image;
+
 const PATIENCE: Duration = Duration::from_secs(30);
+
+/// What the bench's template runs.
+enum Source {
+    /// A small directory image.
+    Directory,
+    /// An OCI image, by reference.
+    Oci(String),
+}
 
 struct Bench {
     _dir: tempfile::TempDir,
@@ -28,7 +48,7 @@ struct Bench {
 }
 
 impl Bench {
-    fn new(runtime: &Runtime, isolation: IsolationMode) -> Self {
+    fn new(runtime: &Runtime, isolation: IsolationMode, source: &Source) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let image = dir.path().join("image");
         std::fs::create_dir_all(image.join("src")).unwrap();
@@ -50,7 +70,10 @@ impl Bench {
         let backend = LocalBackend::new("local", config).unwrap();
         let spec = TemplateSpec {
             name: "bench".into(),
-            image: "app".into(),
+            image: match source {
+                Source::Directory => "app".into(),
+                Source::Oci(reference) => reference.clone(),
+            },
             cpu_milli: 1000,
             memory_mib: 512,
             disk_mib: 1024,
@@ -75,8 +98,9 @@ impl Bench {
     }
 
     /// Times `iters` claims, releasing each (untimed); `warm` waits for a
-    /// ready sandbox before each claim.
-    async fn claims(&self, iters: u64, warm: bool) -> Duration {
+    /// ready sandbox before each claim; `run_true` runs `true` in each
+    /// before the clock stops.
+    async fn claims(&self, iters: u64, warm: bool, run_true: bool) -> Duration {
         let mut total = Duration::ZERO;
         for _ in 0..iters {
             if warm {
@@ -88,6 +112,14 @@ impl Bench {
                 .claim(&self.template, &self.run_id.labels(), start + PATIENCE)
                 .await
                 .unwrap();
+            if run_true {
+                let result = self
+                    .backend
+                    .exec(&sandbox, &true_request(), None)
+                    .await
+                    .unwrap();
+                assert_eq!(result.exit_code, 0);
+            }
             total += start.elapsed();
             self.backend.release(&sandbox).await.unwrap();
         }
@@ -100,16 +132,41 @@ impl Bench {
     }
 }
 
+fn true_request() -> ExecRequest {
+    ExecRequest {
+        argv: vec!["true".into()],
+        timeout: PATIENCE,
+        ..ExecRequest::default()
+    }
+}
+
+/// A registry on loopback serving the OCI image, for as long as the bench
+/// runs.
+fn oci_image(runtime: &Runtime) -> (oci_image::Served, Source) {
+    let served = runtime.block_on(oci_image::serve(
+        "bench/app",
+        &[],
+        oci_image::escape_config(),
+    ));
+    let source = Source::Oci(served.reference.clone());
+    (served, source)
+}
+
 fn claim(c: &mut Criterion) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .unwrap();
-    let bench = Bench::new(&runtime, IsolationMode::Namespaces);
+    let (_registry, oci) = oci_image(&runtime);
+    let bench = Bench::new(&runtime, IsolationMode::Namespaces, &Source::Directory);
+    let oci_bench = Bench::new(&runtime, IsolationMode::Namespaces, &oci);
     let mut group = c.benchmark_group("claim");
     group.sample_size(10);
     group.bench_function("cold", |b| {
-        b.iter_custom(|iters| runtime.block_on(bench.claims(iters, false)));
+        b.iter_custom(|iters| runtime.block_on(bench.claims(iters, false, false)));
+    });
+    group.bench_function("cold-oci", |b| {
+        b.iter_custom(|iters| runtime.block_on(oci_bench.claims(iters, false, false)));
     });
     runtime
         .block_on(
@@ -119,10 +176,22 @@ fn claim(c: &mut Criterion) {
         )
         .unwrap();
     group.bench_function("warm", |b| {
-        b.iter_custom(|iters| runtime.block_on(bench.claims(iters, true)));
+        b.iter_custom(|iters| runtime.block_on(bench.claims(iters, true, false)));
     });
     group.finish();
     bench.finish(&runtime);
+    let bench = Bench::new(&runtime, IsolationMode::Namespaces, &Source::Directory);
+    let mut group = c.benchmark_group("cold-true");
+    group.sample_size(10);
+    group.bench_function("directory", |b| {
+        b.iter_custom(|iters| runtime.block_on(bench.claims(iters, false, true)));
+    });
+    group.bench_function("oci", |b| {
+        b.iter_custom(|iters| runtime.block_on(oci_bench.claims(iters, false, true)));
+    });
+    group.finish();
+    bench.finish(&runtime);
+    oci_bench.finish(&runtime);
 }
 
 fn exec(c: &mut Criterion) {
@@ -130,13 +199,15 @@ fn exec(c: &mut Criterion) {
         .enable_all()
         .build()
         .unwrap();
+    let (_registry, oci) = oci_image(&runtime);
     let mut group = c.benchmark_group("exec");
     group.sample_size(20);
-    for (id, isolation) in [
-        ("namespaces", IsolationMode::Namespaces),
-        ("plain", IsolationMode::None),
+    for (id, isolation, source) in [
+        ("namespaces", IsolationMode::Namespaces, Source::Directory),
+        ("oci", IsolationMode::Namespaces, oci),
+        ("plain", IsolationMode::None, Source::Directory),
     ] {
-        let bench = Bench::new(&runtime, isolation);
+        let bench = Bench::new(&runtime, isolation, &source);
         let sandbox = runtime
             .block_on(bench.backend.claim(
                 &bench.template,
@@ -144,11 +215,7 @@ fn exec(c: &mut Criterion) {
                 Instant::now() + PATIENCE,
             ))
             .unwrap();
-        let request = ExecRequest {
-            argv: vec!["true".into()],
-            timeout: PATIENCE,
-            ..ExecRequest::default()
-        };
+        let request = true_request();
         group.bench_function(id, |b| {
             b.iter(|| {
                 let result = runtime

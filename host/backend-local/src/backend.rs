@@ -25,6 +25,7 @@ use crate::checks::{check_searchable, usable_cgroups};
 use crate::config::{IsolationMode, LocalConfig};
 use crate::error::{IoContext, LocalError};
 use crate::inventory::Live;
+use crate::oci::Images as OciImages;
 use crate::sandbox::{Isolation, Sandbox, Site};
 use crate::spawn::{SpawnRequest, Spawned};
 use crate::state::{self, StateDir};
@@ -56,6 +57,8 @@ pub(crate) struct Inner {
     /// Image directories by image name. Held across a build, so the same
     /// image is never built twice at once.
     pub(crate) images: tokio::sync::Mutex<HashMap<String, PathBuf>>,
+    /// OCI images: the state directory's layer store.
+    pub(crate) oci: OciImages,
     pub(crate) live: Mutex<Live>,
     /// Woken whenever a pool gains or loses a ready sandbox.
     pub(crate) pools_changed: Notify,
@@ -127,6 +130,7 @@ impl LocalBackend {
             },
             Isolation::Plain => None,
         };
+        let oci = OciImages::new(state.root(), config.sandbox_uid_base);
         let cores = machine::cores();
         let max_sandboxes = config.max_sandboxes(cores);
         let hidden = std::iter::once(state.root())
@@ -138,7 +142,6 @@ impl LocalBackend {
                 name: name.to_string(),
                 site: Site {
                     state,
-                    workdir: config.workdir.clone(),
                     isolation,
                     next_id: AtomicU64::new(1),
                     ids,
@@ -153,6 +156,7 @@ impl LocalBackend {
                 slots: Arc::new(Semaphore::new(max_sandboxes as usize)),
                 warm_creations: Semaphore::new(cores as usize),
                 images: tokio::sync::Mutex::new(HashMap::new()),
+                oci,
                 live: Mutex::new(Live::default()),
                 pools_changed: Notify::new(),
             }),
@@ -246,7 +250,14 @@ impl Inner {
                 ordered_merge: true,
                 kills_process_group: true,
             },
-            images: Images::Named(self.config.images.keys().cloned().collect::<BTreeSet<_>>()),
+            // Any reference can be pulled; without namespaces there is no
+            // root of its own to run one in.
+            images: match self.site.isolation {
+                Isolation::Namespaces => Images::AnyReference,
+                Isolation::Plain => {
+                    Images::Named(self.config.images.keys().cloned().collect::<BTreeSet<_>>())
+                }
+            },
         }
     }
 }

@@ -15,7 +15,7 @@ use crate::backend::{Inner, WARM_CREATE_TIMEOUT};
 use crate::error::{IoContext, LocalError};
 use crate::machine;
 use crate::namespace::SANDBOX_PATH;
-use crate::sandbox::{Isolation, Resources, Sandbox, Template};
+use crate::sandbox::{ImageRoot, Isolation, Resources, Sandbox, Template};
 use crate::state;
 
 /// Fails unless the sandboxes' root can reach `state_dir`: the mounts are
@@ -121,7 +121,8 @@ impl Inner {
             name: "isolation-probe".into(),
             run_id: preflight_run(),
             image: "isolation-probe".into(),
-            image_dir,
+            source: ImageRoot::Directory(image_dir),
+            workdir: self.config.workdir.clone(),
             share_network: false,
             env: Vec::new(),
             id_prefix: "isolation-probe".into(),

@@ -16,7 +16,12 @@
 //! [images]
 //! django = { path = "images/django", git = true, pids = 8192 }   # per-image limits override
 //! rootfs = "images/rootfs"           # short form: git = false
+//! python = { oci = "python:3.11", pids = 8192 }                # an OCI image, pulled on first use
 //! ```
+//!
+//! Any other image name a template asks for is taken as an OCI reference
+//! and pulled on first use (with namespaces; `isolation = "none"` runs
+//! directory images only).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -96,54 +101,46 @@ pub(crate) const DEFAULT_ETC: &[&str] = &[
 const DEFAULT_SANDBOXES_PER_CORE: u32 = 4;
 
 /// One local cluster's configuration (`[clusters.local]` in a fleet file).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// Every key may be left out; unknown keys are errors.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LocalConfig {
     /// Where runs, sandboxes and the image cache live. Default:
     /// `$XDG_STATE_HOME/sandfleet`, else `~/.local/state/sandfleet`.
-    #[serde(default)]
     pub state_dir: Option<PathBuf>,
     /// The absolute path, inside a sandbox, where its image appears and
     /// commands start.
-    #[serde(default = "default_workdir")]
     pub workdir: String,
     /// How sandboxes are isolated from the host and from each other.
-    #[serde(default)]
     pub isolation: IsolationMode,
     /// Whether templates may ask for the host's network. Sandboxes get it
     /// only when this is true and their template asks.
-    #[serde(default)]
     pub network: bool,
     /// Sandboxes that may exist at once, warm or claimed. Default: 4 per
     /// core.
-    #[serde(default)]
     pub max_sandboxes: Option<u32>,
     /// When sandfleet runs as root, the host uid and gid of the sandboxes'
     /// root: sandbox ids 0–65535 are host ids from here, so no file a
     /// sandbox writes is the host root's. Run unprivileged, the sandbox's
     /// root is the calling user.
-    #[serde(default = "default_uid_base")]
     pub sandbox_uid_base: u32,
     /// The cgroup (under each hierarchy) that sandboxes' cgroups are made
     /// in.
-    #[serde(default = "default_cgroup_parent")]
     pub cgroup_parent: String,
     /// Host `/etc` entries sandboxes see, besides the defaults (what
     /// programs need to run, and none of the host's secrets).
-    #[serde(default)]
     pub etc: Vec<String>,
     /// Host paths no sandbox may see (credentials, other users' homes):
     /// the probe every sandbox passes before it is offered checks each, as
     /// it checks the state directory and the image's directory.
-    #[serde(default)]
     pub hidden_paths: Vec<PathBuf>,
     /// Limits of every sandbox (the template's cpu, memory and disk come
     /// from the fleet file).
-    #[serde(default)]
     pub limits: SandboxLimits,
     /// Image names and the directories they come from.
-    #[serde(default)]
     pub images: BTreeMap<String, ImageSource>,
+    /// Image names and the OCI references they stand for (`{ oci = "REF"
+    /// }` entries of `[images]`).
+    pub oci_images: BTreeMap<String, OciSource>,
 }
 
 impl Default for LocalConfig {
@@ -160,12 +157,75 @@ impl Default for LocalConfig {
             hidden_paths: Vec::new(),
             limits: SandboxLimits::default(),
             images: BTreeMap::new(),
+            oci_images: BTreeMap::new(),
         }
     }
 }
 
-fn default_uid_base() -> u32 {
-    DEFAULT_UID_BASE
+impl<'de> Deserialize<'de> for LocalConfig {
+    /// Reads the table key by key onto the defaults, so `[images]` can hold
+    /// directory and OCI entries side by side; each value keeps its own
+    /// errors (and their positions).
+    fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        const FIELDS: &[&str] = &[
+            "state_dir",
+            "workdir",
+            "isolation",
+            "network",
+            "max_sandboxes",
+            "sandbox_uid_base",
+            "cgroup_parent",
+            "etc",
+            "hidden_paths",
+            "limits",
+            "images",
+        ];
+
+        struct ConfigVisitor;
+
+        impl<'de> Visitor<'de> for ConfigVisitor {
+            type Value = LocalConfig;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a local cluster's table")
+            }
+
+            fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<LocalConfig, M::Error> {
+                let mut config = LocalConfig::default();
+                while let Some(key) = map.next_key::<String>()? {
+                    match key.as_str() {
+                        "state_dir" => config.state_dir = map.next_value()?,
+                        "workdir" => config.workdir = map.next_value()?,
+                        "isolation" => config.isolation = map.next_value()?,
+                        "network" => config.network = map.next_value()?,
+                        "max_sandboxes" => config.max_sandboxes = map.next_value()?,
+                        "sandbox_uid_base" => config.sandbox_uid_base = map.next_value()?,
+                        "cgroup_parent" => config.cgroup_parent = map.next_value()?,
+                        "etc" => config.etc = map.next_value()?,
+                        "hidden_paths" => config.hidden_paths = map.next_value()?,
+                        "limits" => config.limits = map.next_value()?,
+                        "images" => {
+                            let entries: BTreeMap<String, ImageEntry> = map.next_value()?;
+                            for (name, entry) in entries {
+                                match entry {
+                                    ImageEntry::Directory(source) => {
+                                        config.images.insert(name, source);
+                                    }
+                                    ImageEntry::Oci(source) => {
+                                        config.oci_images.insert(name, source);
+                                    }
+                                }
+                            }
+                        }
+                        other => return Err(de::Error::unknown_field(other, FIELDS)),
+                    }
+                }
+                Ok(config)
+            }
+        }
+
+        deserializer.deserialize_struct("LocalConfig", FIELDS, ConfigVisitor)
+    }
 }
 
 fn default_cgroup_parent() -> String {
@@ -248,53 +308,98 @@ pub struct ImageSource {
     pub limits: LimitOverrides,
 }
 
-impl<'de> Deserialize<'de> for ImageSource {
-    /// Accepts `"path"` or `{ path = "...", git = true }`, with the table's
-    /// own errors (unknown keys, missing `path`) kept intact.
+/// An OCI image a name stands for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OciSource {
+    /// The reference, like `python:3.11` or `host:5000/repo@sha256:…`.
+    pub reference: String,
+    /// Limits of this image's sandboxes that differ from the cluster's.
+    pub limits: LimitOverrides,
+}
+
+/// One entry of `[images]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum ImageEntry {
+    Directory(ImageSource),
+    Oci(OciSource),
+}
+
+impl<'de> Deserialize<'de> for ImageEntry {
+    /// Accepts `"path"`, `{ path = "...", git = true }` or `{ oci = "REF"
+    /// }`, with the table's own errors (unknown keys, a missing `path`)
+    /// kept intact.
     fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         #[derive(Deserialize)]
         #[serde(deny_unknown_fields)]
         struct Table {
-            path: PathBuf,
-            #[serde(default)]
-            git: bool,
+            path: Option<PathBuf>,
+            oci: Option<String>,
+            git: Option<bool>,
             pids: Option<u32>,
             root_mib: Option<u32>,
             shm_mib: Option<u32>,
         }
 
-        struct SourceVisitor;
+        struct EntryVisitor;
 
-        impl<'de> Visitor<'de> for SourceVisitor {
-            type Value = ImageSource;
+        impl<'de> Visitor<'de> for EntryVisitor {
+            type Value = ImageEntry;
 
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a directory path or a table { path = \"...\", git = true }")
+                f.write_str(
+                    "a directory path, a table { path = \"...\", git = true } or a table { oci = \"REF\" }",
+                )
             }
 
-            fn visit_str<E: de::Error>(self, path: &str) -> Result<ImageSource, E> {
-                Ok(ImageSource {
+            fn visit_str<E: de::Error>(self, path: &str) -> Result<ImageEntry, E> {
+                Ok(ImageEntry::Directory(ImageSource {
                     path: PathBuf::from(path),
                     git: false,
                     limits: LimitOverrides::default(),
-                })
+                }))
             }
 
-            fn visit_map<M: MapAccess<'de>>(self, map: M) -> Result<ImageSource, M::Error> {
+            fn visit_map<M: MapAccess<'de>>(self, map: M) -> Result<ImageEntry, M::Error> {
                 let table = Table::deserialize(de::value::MapAccessDeserializer::new(map))?;
-                Ok(ImageSource {
-                    path: table.path,
-                    git: table.git,
-                    limits: LimitOverrides {
-                        pids: table.pids,
-                        root_mib: table.root_mib,
-                        shm_mib: table.shm_mib,
-                    },
-                })
+                let limits = LimitOverrides {
+                    pids: table.pids,
+                    root_mib: table.root_mib,
+                    shm_mib: table.shm_mib,
+                };
+                match (table.path, table.oci) {
+                    (Some(path), None) => Ok(ImageEntry::Directory(ImageSource {
+                        path,
+                        git: table.git.unwrap_or(false),
+                        limits,
+                    })),
+                    (None, Some(reference)) if table.git.is_none() => {
+                        Ok(ImageEntry::Oci(OciSource { reference, limits }))
+                    }
+                    (None, Some(_)) => Err(de::Error::custom(
+                        "`git` is for directory images; an `oci` image is used as it is",
+                    )),
+                    (Some(_), Some(_)) => Err(de::Error::custom(
+                        "an image is either a directory (`path`) or an OCI reference (`oci`), not both",
+                    )),
+                    (None, None) => Err(de::Error::missing_field("path")),
+                }
             }
         }
 
-        deserializer.deserialize_any(SourceVisitor)
+        deserializer.deserialize_any(EntryVisitor)
+    }
+}
+
+impl<'de> Deserialize<'de> for ImageSource {
+    /// A directory entry of `[images]`; an `oci` one is refused here.
+    fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        match ImageEntry::deserialize(deserializer)? {
+            ImageEntry::Directory(source) => Ok(source),
+            ImageEntry::Oci(source) => Err(de::Error::custom(format!(
+                "`{}` is an OCI image; a directory was expected here",
+                source.reference
+            ))),
+        }
     }
 }
 
@@ -445,18 +550,39 @@ impl LocalConfig {
                 ));
             }
         }
-        for (name, source) in &self.images {
+        let every_image = self
+            .images
+            .iter()
+            .map(|(name, source)| (name, source.limits))
+            .chain(
+                self.oci_images
+                    .iter()
+                    .map(|(name, source)| (name, source.limits)),
+            );
+        for (name, limits) in every_image {
             if name.is_empty() {
                 return Err("an image has an empty name".to_string());
             }
             let overrides = [
-                ("pids", source.limits.pids),
-                ("root_mib", source.limits.root_mib),
-                ("shm_mib", source.limits.shm_mib),
+                ("pids", limits.pids),
+                ("root_mib", limits.root_mib),
+                ("shm_mib", limits.shm_mib),
             ];
             if let Some((key, _)) = overrides.iter().find(|(_, value)| *value == Some(0)) {
                 return Err(format!("image `{name}`: {key} must be at least 1"));
             }
+        }
+        for (name, source) in &self.oci_images {
+            if self.images.contains_key(name) {
+                return Err(format!(
+                    "image `{name}` is both a directory and an OCI image"
+                ));
+            }
+            if let Err(error) = sandfleet_images::Reference::parse(&source.reference) {
+                return Err(format!("image `{name}`: {error}"));
+            }
+        }
+        for (name, source) in &self.images {
             if source.path.is_relative() {
                 return Err(format!(
                     "image `{name}`: path `{}` is relative; resolve it against the config file's directory",
@@ -507,6 +633,41 @@ mod tests {
             }
         );
         assert_eq!(config.max_sandboxes(2), 8);
+    }
+
+    #[test]
+    fn oci_entries_sit_beside_directories() {
+        let config = parse(
+            r#"
+            [images]
+            app = "images/app"
+            py = { oci = "python:3.11", pids = 100 }
+            "#,
+        )
+        .unwrap();
+        assert_eq!(config.images.len(), 1);
+        assert_eq!(
+            config.oci_images["py"],
+            OciSource {
+                reference: "python:3.11".into(),
+                limits: LimitOverrides {
+                    pids: Some(100),
+                    ..LimitOverrides::default()
+                },
+            }
+        );
+        for bad in [
+            "[images]\nx = { oci = \"a\", path = \"b\" }",
+            "[images]\nx = { oci = \"a\", git = true }",
+            "[images]\nx = { git = true }",
+        ] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
+        let mut config = parse("[images]\nx = { oci = \"UPPER/Case\" }").unwrap();
+        let error = config.validate().unwrap_err();
+        assert!(error.contains("image `x`"), "{error}");
+        config.oci_images.clear();
+        config.validate().unwrap();
     }
 
     #[test]

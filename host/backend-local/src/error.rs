@@ -38,9 +38,38 @@ pub enum LocalError {
     /// The sandbox is gone (its init died).
     #[error("{0}")]
     SandboxLost(String),
+    /// An OCI image could not be pulled or used; the message names the
+    /// reference and, for a pull, the registry and its HTTP status.
+    #[error("{0}")]
+    Image(sandfleet_images::Error),
     /// Anything else.
     #[error("{0}")]
     Failed(String),
+}
+
+/// The kind of an image failure: what the engine may do about it.
+fn image_kind(error: &sandfleet_images::Error) -> ErrorKind {
+    use sandfleet_images::Error;
+    match error {
+        Error::InvalidReference { .. }
+        | Error::Unauthorized { .. }
+        | Error::CredentialHelper { .. }
+        | Error::NoPlatform { .. } => ErrorKind::Invalid,
+        Error::NotFound { .. } | Error::NotPulled { .. } => ErrorKind::NotFound,
+        Error::Http {
+            status: 429,
+            retry_after,
+            ..
+        } => ErrorKind::Throttled {
+            retry_after: *retry_after,
+        },
+        Error::Unreachable { .. } | Error::DiskFull { .. } => ErrorKind::Unavailable,
+        Error::Http { status, .. } if *status >= 500 => ErrorKind::Unavailable,
+        Error::LockTimeout { .. } => ErrorKind::Timeout,
+        Error::InUse { .. } => ErrorKind::Conflict,
+        Error::Unsupported { .. } => ErrorKind::Unsupported,
+        _ => ErrorKind::Failed,
+    }
 }
 
 impl LocalError {
@@ -51,6 +80,7 @@ impl LocalError {
             LocalError::Rejected(_) => ErrorKind::Invalid,
             LocalError::Timeout { .. } => ErrorKind::Timeout,
             LocalError::SandboxLost(_) => ErrorKind::SandboxLost,
+            LocalError::Image(error) => image_kind(error),
             LocalError::Io { .. } | LocalError::Isolation(_) | LocalError::Failed(_) => {
                 ErrorKind::Failed
             }
@@ -58,6 +88,9 @@ impl LocalError {
         let message = self.to_string();
         match self {
             LocalError::Io { source, .. } => {
+                BackendError::new(kind, backend, message).with_source(source)
+            }
+            LocalError::Image(source) => {
                 BackendError::new(kind, backend, message).with_source(source)
             }
             _ => BackendError::new(kind, backend, message),

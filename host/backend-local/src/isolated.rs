@@ -277,8 +277,8 @@ async fn start(
     let cgroup_dirs = cgroup.map_or_else(Vec::new, |cgroup| cgroup.dirs.clone());
     let spec = InitSpec {
         sandbox_dir: dir,
-        image_dir: &template.image_dir,
-        workdir: &site.workdir,
+        image: template.source.to_request(),
+        workdir: &template.workdir,
         sandbox_id: id,
         marker,
         share_network: template.share_network,
@@ -304,8 +304,9 @@ async fn start(
         file_size_limit: None,
     };
     let mut hidden = site.hidden.clone();
-    hidden.push(template.image_dir.display().to_string());
-    let report = match entry.probe(&site.workdir, hidden).await {
+    hidden.push(template.source.host_dir().display().to_string());
+    let own_root = template.source.oci().is_some();
+    let report = match entry.probe(&template.workdir, hidden, own_root).await {
         Ok(report) => report,
         Err(error) => {
             init.stop().await;

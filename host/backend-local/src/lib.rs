@@ -2,7 +2,8 @@
 //!
 //! An image is a named local directory (a source tree or a root
 //! filesystem), optionally snapshotted into a one-commit git repository
-//! (module `image`). A sandbox is a private copy-on-write view of its image
+//! (module `image`), or an OCI image pulled into the state directory's
+//! layer store and run as its whole root filesystem (module `oci`). A sandbox is a private copy-on-write view of its image
 //! at the workdir, isolated by Linux namespaces, cgroups, dropped
 //! capabilities and seccomp, set up and entered by the embedded
 //! `sandfleet-jail` helper (`jail`, `namespace`, `sandbox`, `isolated`;
@@ -45,6 +46,7 @@ mod isolated;
 mod jail;
 mod machine;
 mod namespace;
+mod oci;
 mod plain;
 mod pool;
 mod process;
@@ -56,7 +58,9 @@ mod templates;
 mod warming;
 
 pub use backend::LocalBackend;
-pub use config::{ImageSource, IsolationMode, LimitOverrides, LocalConfig, SandboxLimits};
+pub use config::{
+    ImageSource, IsolationMode, LimitOverrides, LocalConfig, OciSource, SandboxLimits,
+};
 pub use error::LocalError;
 pub use spawn::{Exit, SpawnRequest, Spawned};
 pub use state::{list_run, reap_run};

@@ -22,8 +22,8 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use sandfleet_jail::protocol::{
-    Action, EnterRequest, IdMap, ProbeReport, ProbeRequest, ProcessRef, StartRequest, Started,
-    TmpfsSizes,
+    Action, EnterRequest, IdMap, Image, ProbeReport, ProbeRequest, ProcessRef, StartRequest,
+    Started, TmpfsSizes,
 };
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
@@ -51,8 +51,8 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 pub(crate) struct InitSpec<'a> {
     /// The sandbox's directory, laid out by [`prepare_dir`]; canonical.
     pub(crate) sandbox_dir: &'a Path,
-    /// The directory the workdir is a copy-on-write view of; canonical.
-    pub(crate) image_dir: &'a Path,
+    /// What the sandbox's files come from (every path canonical).
+    pub(crate) image: Image,
     /// The workdir inside the sandbox.
     pub(crate) workdir: &'a str,
     /// The sandbox id, also its host name.
@@ -75,13 +75,16 @@ pub(crate) struct InitSpec<'a> {
 }
 
 /// The parts of the writable layer every init gets new: the overlays' work
-/// directories, `/tmp`'s upper layer and its empty lower one. (`upper`, the
+/// directories, `/tmp`'s upper layer and its empty lower one, and an OCI
+/// image's root's upper layer (empty for a directory image). (`upper`, the
 /// workdir's, is the one part a started-again sandbox keeps.)
-const RENEWED: [(&str, u32); 4] = [
+const RENEWED: [(&str, u32); 6] = [
     ("work", 0o700),
     ("tmp", 0o1777),
     ("tmpwork", 0o700),
     ("empty", 0o755),
+    ("root", 0o755),
+    ("rootwork", 0o700),
 ];
 
 /// Makes `path` a directory of the sandbox's root with `mode`.
@@ -121,9 +124,9 @@ pub(crate) fn renew_layer(sandbox_dir: &Path, ids: &IdMap) -> Result<(), LocalEr
 }
 
 /// The directories a sandbox's writes land in, for its disk limit.
-pub(crate) fn writable_dirs(sandbox_dir: &Path) -> [PathBuf; 2] {
+pub(crate) fn writable_dirs(sandbox_dir: &Path) -> [PathBuf; 3] {
     let layer = sandbox_dir.join("layer");
-    [layer.join("upper"), layer.join("tmp")]
+    [layer.join("upper"), layer.join("tmp"), layer.join("root")]
 }
 
 /// A started sandbox init.
@@ -169,7 +172,7 @@ pub(crate) async fn start(spec: &InitSpec<'_>, deadline: Instant) -> Result<Runn
     let id = spec.sandbox_id;
     let request = StartRequest {
         sandbox_dir: spec.sandbox_dir.to_path_buf(),
-        image_dir: spec.image_dir.to_path_buf(),
+        image: spec.image.clone(),
         workdir: spec.workdir.to_string(),
         hostname: id.to_string(),
         marker: spec.marker.to_string(),
@@ -283,6 +286,7 @@ impl Entry<'_> {
         &self,
         workdir: &str,
         env: Vec<(String, String)>,
+        user: Option<String>,
         action: Action,
     ) -> Result<(Command, Vec<u8>), LocalError> {
         jail::enter_command(&EnterRequest {
@@ -294,6 +298,7 @@ impl Entry<'_> {
             cgroups: self.cgroups.to_vec(),
             workdir: workdir.to_string(),
             env,
+            user,
             file_size_limit: self.file_size_limit,
             action,
         })
@@ -305,15 +310,17 @@ impl Entry<'_> {
         &self,
         workdir: &str,
         hidden: Vec<String>,
+        own_root: bool,
     ) -> Result<ProbeReport, LocalError> {
         use std::os::unix::fs::MetadataExt;
         let root = fs::metadata("/").context(|| "stat /".into())?;
         let action = Action::Probe(ProbeRequest {
             host_root: (root.dev(), root.ino()),
             hidden,
+            own_root,
         });
         let env = vec![("PATH".to_string(), SANDBOX_PATH.to_string())];
-        let (mut command, header) = self.command(workdir, env, action)?;
+        let (mut command, header) = self.command(workdir, env, None, action)?;
         command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -20,7 +20,7 @@ use tokio::process::Command;
 use crate::error::{IoContext, LocalError};
 use crate::namespace::SANDBOX_PATH;
 use crate::process::{MARKER_ENV, run_tool};
-use crate::sandbox::Template;
+use crate::sandbox::{ImageRoot, Template};
 
 /// Where a plain sandbox's paths are on the host.
 #[derive(Debug)]
@@ -109,9 +109,15 @@ pub(crate) async fn make(
     ] {
         std::fs::create_dir_all(created).context(|| format!("creating {}", created.display()))?;
     }
+    let ImageRoot::Directory(image_dir) = &template.source else {
+        return Err(LocalError::Rejected(format!(
+            "image `{}`: OCI images need isolation = \"namespaces\"",
+            template.image
+        )));
+    };
     let mut copy = Command::new("cp");
     copy.args(["-a", "--reflink=auto"])
-        .arg(template.image_dir.join("."))
+        .arg(image_dir.join("."))
         .arg(&host_workdir);
     let budget = deadline.saturating_duration_since(Instant::now());
     let what = format!(

@@ -14,6 +14,11 @@
 //! directory's `layer/`, bounded by the template's disk ([`crate::disk`]).
 //! A scrub for reuse starts it again over its workdir layer.
 //!
+//! A sandbox of an OCI image ([`crate::oci`]) is confined the same way,
+//! but its root filesystem is its image's layers under a writable layer
+//! of its own, with nothing of the host's; writes anywhere in it count
+//! against its disk, and a scrub keeps only the workdir's.
+//!
 //! A **plain** sandbox (`isolation = "none"`, [`crate::plain`]) is a
 //! directory, and its commands run unisolated on the host.
 
@@ -24,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use sandfleet_core::{ExecRequest, RunId};
 use sandfleet_jail::cgroup::{Cgroups, Limits};
-use sandfleet_jail::protocol::{Action, IdMap, WorkdirMode};
+use sandfleet_jail::protocol::{Action, IdMap, Image, WorkdirMode};
 use tokio::process::Command;
 
 use crate::blocking;
@@ -34,6 +39,7 @@ use crate::error::{IoContext, LocalError};
 use crate::exec::Leader;
 use crate::isolated::{Isolated, Place};
 use crate::namespace::{self, Entry, SANDBOX_PATH};
+use crate::oci::OciImage;
 use crate::plain::{self, PathMap};
 use crate::process::{self, MarkerScope};
 use crate::remove::remove_tree;
@@ -91,8 +97,11 @@ pub(crate) struct Template {
     pub(crate) run_id: RunId,
     /// The image name.
     pub(crate) image: String,
-    /// The directory sandboxes are copies of (canonical).
-    pub(crate) image_dir: PathBuf,
+    /// What its sandboxes' files come from.
+    pub(crate) source: ImageRoot,
+    /// Where commands start, and the directory whose writes a scrub keeps:
+    /// the cluster's workdir, or an OCI image's own `WorkingDir`.
+    pub(crate) workdir: String,
     /// Whether its sandboxes keep the host's network.
     pub(crate) share_network: bool,
     /// Environment every command gets.
@@ -101,6 +110,46 @@ pub(crate) struct Template {
     pub(crate) id_prefix: String,
     /// What each sandbox may use.
     pub(crate) resources: Resources,
+}
+
+/// What a template's sandboxes are made of.
+#[derive(Debug, Clone)]
+pub(crate) enum ImageRoot {
+    /// A directory (canonical), seen at the workdir over the host's system
+    /// directories.
+    Directory(PathBuf),
+    /// An OCI image's layers as the whole root.
+    Oci(Arc<OciImage>),
+}
+
+impl ImageRoot {
+    /// What the helper is asked to build.
+    pub(crate) fn to_request(&self) -> Image {
+        match self {
+            ImageRoot::Directory(dir) => Image::Directory(dir.clone()),
+            ImageRoot::Oci(image) => Image::Layers {
+                dir: image.layers_dir.clone(),
+                layers: image.layers.clone(),
+            },
+        }
+    }
+
+    /// The host directory its files are in (a directory image's, or the
+    /// store's layers): no sandbox may see it.
+    pub(crate) fn host_dir(&self) -> &std::path::Path {
+        match self {
+            ImageRoot::Directory(dir) => dir,
+            ImageRoot::Oci(image) => &image.layers_dir,
+        }
+    }
+
+    /// The OCI image, if it is one.
+    pub(crate) fn oci(&self) -> Option<&OciImage> {
+        match self {
+            ImageRoot::Oci(image) => Some(image),
+            ImageRoot::Directory(_) => None,
+        }
+    }
 }
 
 impl Template {
@@ -127,8 +176,6 @@ impl Template {
 pub(crate) struct Site {
     /// The state directory (canonical).
     pub(crate) state: StateDir,
-    /// The workdir inside sandboxes.
-    pub(crate) workdir: String,
     /// How sandboxes are isolated.
     pub(crate) isolation: Isolation,
     /// The number in the next sandbox id.
@@ -212,7 +259,7 @@ impl Sandbox {
                     .await
                     .map(|(isolated, workdir)| (Jail::Isolated(isolated), workdir))
             }
-            Isolation::Plain => plain::make(&template, &site.workdir, &dir, deadline)
+            Isolation::Plain => plain::make(&template, &template.workdir, &dir, deadline)
                 .await
                 .map(|paths| (Jail::Plain(paths), WorkdirMode::Copy)),
         };
@@ -228,9 +275,9 @@ impl Sandbox {
         let sandbox = Sandbox {
             id,
             run_id: run_id.clone(),
+            workdir: template.workdir.clone(),
             template,
             dir,
-            workdir: site.workdir.clone(),
             marker,
             jail,
         };
@@ -311,12 +358,16 @@ impl Sandbox {
         match &self.jail {
             Jail::Isolated(isolated) => {
                 let init = isolated.init().pid;
+                let mut mounts = vec![self.workdir.clone(), "/tmp".to_string()];
+                if self.template.source.oci().is_some() {
+                    mounts.push("/".to_string());
+                }
                 Some(DiskLimit {
                     dirs: namespace::writable_dirs(&self.dir).to_vec(),
                     bytes: self.template.resources.disk_bytes(),
                     members: isolated.members(),
                     init,
-                    mounts: vec![self.workdir.clone(), "/tmp".to_string()],
+                    mounts,
                 })
             }
             Jail::Plain(_) => None,
@@ -349,10 +400,17 @@ impl Sandbox {
             Some(dir) if dir.starts_with('/') => dir.to_string(),
             Some(relative) => format!("{}/{relative}", self.workdir),
         };
-        let mut vars = vec![("PATH".to_string(), SANDBOX_PATH.to_string())];
+        let image = self.template.source.oci();
+        let path = image.and_then(OciImage::path).unwrap_or(SANDBOX_PATH);
+        let mut vars = vec![("PATH".to_string(), path.to_string())];
         match &self.jail {
             Jail::Isolated(isolated) => {
                 vars.push(("HOME".to_string(), "/root".to_string()));
+                // The image's environment, then the template's and the
+                // request's over it: a later entry of a name wins.
+                if let Some(image) = image {
+                    vars.extend(image.env.iter().cloned());
+                }
                 vars.extend(extra_env.cloned());
                 let cgroups = isolated.cgroup_dirs();
                 let entry = Entry {
@@ -364,7 +422,9 @@ impl Sandbox {
                 let action = Action::Exec {
                     argv: request.argv.clone(),
                 };
-                let (command, stdin_prefix) = entry.command(&workdir, vars, action)?;
+                let vars = last_wins(vars);
+                let user = image.and_then(|image| image.user.clone());
+                let (command, stdin_prefix) = entry.command(&workdir, vars, user, action)?;
                 Ok(Prepared {
                     command,
                     stdin_prefix,
@@ -429,6 +489,21 @@ impl Sandbox {
     }
 }
 
+/// `vars` with one entry per name, holding its last value, in the order
+/// names first appear: C libraries read the first of duplicates, and
+/// every layer of the environment (image, template, request) overrides the
+/// one before it.
+fn last_wins(vars: Vec<(String, String)>) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::with_capacity(vars.len());
+    for (name, value) in vars {
+        match out.iter_mut().find(|(known, _)| *known == name) {
+            Some(entry) => entry.1 = value,
+            None => out.push((name, value)),
+        }
+    }
+    out
+}
+
 /// Picks the next free sandbox id and creates its directory.
 fn allocate_dir(site: &Site, template: &Template) -> Result<(String, PathBuf), LocalError> {
     let parent = site.run(&template.run_id).sandboxes();
@@ -449,6 +524,20 @@ fn allocate_dir(site: &Site, template: &Template) -> Result<(String, PathBuf), L
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_later_variable_replaces_an_earlier_one_in_place() {
+        let vars = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert_eq!(
+            last_wins(vars(&[("PATH", "/a"), ("HOME", "/root"), ("PATH", "/b")])),
+            vars(&[("PATH", "/b"), ("HOME", "/root")])
+        );
+    }
 
     #[test]
     fn id_prefixes_are_host_name_safe() {

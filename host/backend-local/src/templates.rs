@@ -1,6 +1,7 @@
-//! Templates and their images: an image is prepared (snapshotted where it
-//! must be) once per backend, and a run's template records what its
-//! sandboxes are made of.
+//! Templates and their images: a directory image is prepared (snapshotted
+//! where it must be) once per backend, an OCI image pulled once into the
+//! layer store and pinned while templates use it, and a run's template
+//! records what its sandboxes are made of.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -8,25 +9,58 @@ use std::sync::Arc;
 use sandfleet_core::{TemplateRef, TemplateSpec, validate_labels};
 
 use crate::backend::Inner;
+use crate::config::ImageSource;
 use crate::error::{IoContext, LocalError};
 use crate::image;
 use crate::process::ProcessIdentity;
-use crate::sandbox::{Isolation, Resources, Template};
+use crate::sandbox::{ImageRoot, Isolation, Resources, Template};
 use crate::state::{RunRecord, TemplateRecord, unix_now, write_record};
 
 impl Inner {
-    async fn image_dir(&self, name: &str) -> Result<PathBuf, LocalError> {
-        let source = self.config.images.get(name).ok_or_else(|| {
-            let known: Vec<&str> = self.config.images.keys().map(String::as_str).collect();
-            LocalError::NotFound(format!(
-                "image `{name}` (this cluster's images: {})",
-                if known.is_empty() {
-                    "none".to_string()
-                } else {
-                    known.join(", ")
-                }
-            ))
-        })?;
+    /// What template image `name` is: a directory image of the config, an
+    /// OCI image of the config, or, with namespaces, any OCI reference.
+    async fn image_root(&self, name: &str) -> Result<ImageRoot, LocalError> {
+        if let Some(source) = self.config.images.get(name) {
+            return self.image_dir(name, source).await.map(ImageRoot::Directory);
+        }
+        let reference = match self.config.oci_images.get(name) {
+            Some(source) => source.reference.as_str(),
+            None => name,
+        };
+        let mapped = self.config.oci_images.contains_key(name);
+        let oci_here = self.site.isolation == Isolation::Namespaces;
+        if !oci_here || !(mapped || names_an_image(name)) {
+            let mut known: Vec<&str> = self.config.images.keys().map(String::as_str).collect();
+            known.extend(self.config.oci_images.keys().map(String::as_str));
+            let known = if known.is_empty() {
+                "none".to_string()
+            } else {
+                known.join(", ")
+            };
+            let why = if oci_here {
+                "; any other image is pulled when it names a registry, a repository path, a tag \
+                 or a digest, like `python:3.11` or `library/python`"
+            } else {
+                "; OCI images need isolation = \"namespaces\""
+            };
+            return Err(LocalError::NotFound(format!(
+                "image `{name}` (this cluster's images: {known}{why})"
+            )));
+        }
+        self.oci.get(reference).await.map(ImageRoot::Oci)
+    }
+}
+
+/// Whether `name`, one of no cluster image's names, is taken for an OCI
+/// reference: it names a registry, a path, a tag or a digest. A bare word
+/// (`calc`) is far likelier a mistyped image name than Docker Hub's
+/// `library/calc`, and is not pulled.
+fn names_an_image(name: &str) -> bool {
+    name.contains(['/', ':', '@'])
+}
+
+impl Inner {
+    async fn image_dir(&self, name: &str, source: &ImageSource) -> Result<PathBuf, LocalError> {
         let mut images = self.images.lock().await;
         if let Some(dir) = images.get(name) {
             return Ok(dir.clone());
@@ -116,28 +150,36 @@ impl Inner {
             };
         }
         self.record_run(&run_id)?;
-        let image_dir = self.image_dir(&spec.image).await?;
+        let source = self.image_root(&spec.image).await?;
         write_record(
             &self.site.run(&run_id).template(&spec.name),
             &TemplateRecord {
                 name: spec.name.clone(),
                 image: spec.image.clone(),
-                image_dir: image_dir.clone(),
+                image_dir: source.host_dir().to_path_buf(),
                 network: spec.network,
                 labels: spec.labels.clone(),
             },
         )?;
-        let overrides = self
-            .config
-            .images
-            .get(&spec.image)
-            .map(|source| source.limits)
-            .unwrap_or_default();
+        let overrides = match self.config.images.get(&spec.image) {
+            Some(source) => source.limits,
+            None => self
+                .config
+                .oci_images
+                .get(&spec.image)
+                .map(|source| source.limits)
+                .unwrap_or_default(),
+        };
+        let workdir = match source.oci() {
+            Some(image) => image.workdir(&self.config.workdir),
+            None => self.config.workdir.clone(),
+        };
         let template = Arc::new(Template {
             name: spec.name.clone(),
             run_id: run_id.clone(),
             image: spec.image.clone(),
-            image_dir,
+            source,
+            workdir,
             share_network: spec.network,
             env,
             id_prefix: Template::id_prefix(&spec.name),
@@ -154,5 +196,23 @@ impl Inner {
             .entry(spec.name.clone())
             .or_insert(template);
         Ok(reference)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::names_an_image;
+
+    #[test]
+    fn bare_words_are_not_pulled() {
+        for reference in [
+            "python:3.11",
+            "library/python",
+            "ghcr.io/a/b",
+            "x@sha256:00",
+        ] {
+            assert!(names_an_image(reference), "{reference}");
+        }
+        assert!(!names_an_image("calc"));
     }
 }

@@ -123,6 +123,11 @@ fn child(request: &EnterRequest) -> i32 {
     if let Err(error) = confine::apply(request.file_size_limit) {
         return fail(EXIT_SETUP, error);
     }
+    if let Some(user) = &request.user
+        && let Err(error) = crate::user::switch(user)
+    {
+        return fail(EXIT_SETUP, error);
+    }
     match &request.action {
         Action::Probe(probe) => {
             let report = probe::run(probe, &request.workdir);

@@ -33,6 +33,7 @@ pub mod cgroup;
 mod confine;
 mod creds;
 mod enter;
+mod image_root;
 mod pid1;
 mod probe;
 pub mod protocol;
@@ -40,6 +41,7 @@ mod rootfs;
 mod seccomp;
 mod supervise;
 mod sys;
+mod user;
 
 use std::io::Write;
 

@@ -21,7 +21,10 @@ pub(crate) fn run(request: &ProbeRequest, workdir: &str) -> ProbeReport {
     let writable = rootfs::writable_mounts(workdir);
     let mut failures = Vec::new();
     let mut fail = |message: String| failures.push(message);
-    check_mounts(&writable, &mut fail);
+    check_mounts(&writable, request.own_root, &mut fail);
+    if request.own_root {
+        check_own_root(&rootfs::own_root_mounts(workdir), &mut fail);
+    }
     check_root(request, &mut fail);
     check_status(&mut fail);
     check_proc(&mut fail);
@@ -78,8 +81,9 @@ fn unescape(field: &str) -> String {
 }
 
 /// Every mount but the sandbox's own writable ones is read-only, and stays
-/// so: writing fails, remounting fails.
-fn check_mounts(writable: &[String], fail: &mut impl FnMut(String)) {
+/// so: writing fails, remounting fails. Over the host's root, its `/usr`
+/// is one of them.
+fn check_mounts(writable: &[String], own_root: bool, fail: &mut impl FnMut(String)) {
     let mounts = match mounts() {
         Ok(mounts) => mounts,
         Err(error) => return fail(error),
@@ -102,11 +106,28 @@ fn check_mounts(writable: &[String], fail: &mut impl FnMut(String)) {
             fail(format!("{} could be remounted writable", mount.point));
         }
     }
-    if !mounts
-        .iter()
-        .any(|mount| mount.point == "/usr" && mount.read_only)
+    if !own_root
+        && !mounts
+            .iter()
+            .any(|mount| mount.point == "/usr" && mount.read_only)
     {
         fail("the host's /usr is not mounted read-only".into());
+    }
+}
+
+/// An image's sandbox has only the mounts it makes itself: any other one
+/// would show something of the host.
+fn check_own_root(expected: &[String], fail: &mut impl FnMut(String)) {
+    let Ok(mounts) = mounts() else {
+        return;
+    };
+    for mount in mounts {
+        if !expected.contains(&mount.point) {
+            fail(format!(
+                "{} is mounted in a sandbox whose root is its image's",
+                mount.point
+            ));
+        }
     }
 }
 

@@ -67,11 +67,14 @@ pub struct TmpfsSizes {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StartRequest {
     /// The sandbox's directory on the host, holding the empty mount point
-    /// `rootfs/`, the overlay's `layer/upper` and `layer/work`, and `tmp/`.
+    /// `rootfs/` and the writable layer `layer/` (the workdir's `upper` and
+    /// `work`, `/tmp`'s `tmp`, `tmpwork` and `empty`, and an image root's
+    /// `root` and `rootwork`).
     pub sandbox_dir: PathBuf,
-    /// The image: the lower layer of the workdir.
-    pub image_dir: PathBuf,
-    /// Where the image appears inside the sandbox.
+    /// What the sandbox's files come from.
+    pub image: Image,
+    /// Where the image appears inside the sandbox (a directory image), or
+    /// the directory whose writes outlive a restart (an OCI image).
     pub workdir: String,
     /// The sandbox's host name.
     pub hostname: String,
@@ -93,6 +96,32 @@ pub struct StartRequest {
     /// again.
     #[serde(default)]
     pub workdir_kept: bool,
+}
+
+/// What a sandbox's files come from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Image {
+    /// A directory, seen at the workdir over the host's system directories
+    /// (read-only) and the allowed entries of its `/etc`.
+    Directory(PathBuf),
+    /// An OCI image's unpacked layers as the whole root filesystem: nothing
+    /// of the host's root is visible.
+    Layers {
+        /// The directory holding the layers.
+        dir: PathBuf,
+        /// Each layer's directory, relative to `dir` (plain names, no `..`),
+        /// lowest first.
+        layers: Vec<String>,
+    },
+}
+
+impl Image {
+    /// Whether the sandbox's root is the image's own (no host directory in
+    /// it).
+    pub fn is_own_root(&self) -> bool {
+        matches!(self, Image::Layers { .. })
+    }
 }
 
 /// The file in the sandbox directory where `start` records its init as a
@@ -172,6 +201,11 @@ pub struct EnterRequest {
     pub workdir: String,
     /// The whole environment of the command.
     pub env: Vec<(String, String)>,
+    /// The user to run as, as an image's `User` names it (`name`, `uid`,
+    /// `uid:gid`, `name:group`), looked up in the sandbox's `/etc/passwd`
+    /// and `/etc/group`; `None` for the sandbox's root.
+    #[serde(default)]
+    pub user: Option<String>,
     /// `RLIMIT_FSIZE`: the largest file the command may write, in bytes.
     pub file_size_limit: Option<u64>,
     /// What to run.
@@ -187,6 +221,10 @@ pub struct ProbeRequest {
     /// Host paths that must not exist inside the sandbox (the state
     /// directory, the image's directory).
     pub hidden: Vec<String>,
+    /// The sandbox's root is an image's: no host directory may be mounted
+    /// anywhere in it (rather than the host's system directories read-only).
+    #[serde(default)]
+    pub own_root: bool,
 }
 
 /// What the isolation probe found wrong; empty when the sandbox is sound.
@@ -235,6 +273,7 @@ mod tests {
             cgroups: vec![PathBuf::from("/sys/fs/cgroup/pids/sandfleet/r/s")],
             workdir: "/workspace".into(),
             env: vec![("PATH".into(), "/usr/bin".into())],
+            user: Some("1000:1000".into()),
             file_size_limit: Some(1 << 30),
             action: Action::Exec {
                 argv: vec!["sh".into(), "-c".into(), "true".into()],

@@ -14,6 +14,10 @@
 //! <workdir>        overlay of the image (read-only) and layer/upper (nosuid, nodev)
 //! ```
 //!
+//! That is a directory image's root; an OCI image's is made by
+//! [`crate::image_root`] from the image's layers alone, with the same
+//! `/dev`, `/proc` and `/tmp`.
+//!
 //! Read-only binds are made with `open_tree` and `mount_setattr(AT_RECURSIVE)`
 //! on the detached copy before it is attached: every submount is read-only
 //! from the moment it is visible, and nothing matches paths against
@@ -36,7 +40,8 @@ use rustix::mount::{
 use rustix::process::Signal;
 
 use crate::creds;
-use crate::protocol::{StartRequest, WorkdirMode};
+use crate::image_root;
+use crate::protocol::{Image, StartRequest, WorkdirMode};
 use crate::supervise::supervisor_alive;
 use crate::sys::{self, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY};
 
@@ -71,7 +76,7 @@ const READ_ONLY_PROC: [&str; 5] = ["sys", "sysrq-trigger", "irq", "bus", "fs"];
 /// overlay), and `tmp`, `tmpwork` and `empty` (`/tmp`'s). The overlays keep
 /// their layers once the staging mounts are detached.
 const LOWER: &str = ".sandfleet-lower";
-const LAYER: &str = ".sandfleet-layer";
+pub(crate) const LAYER: &str = ".sandfleet-layer";
 
 /// The mount points of a sandbox that may be writable; the isolation probe
 /// requires every other mount to be read-only.
@@ -83,6 +88,18 @@ pub(crate) fn writable_mounts(workdir: &str) -> Vec<String> {
     .map(String::from)
     .chain(DEVICES.iter().map(|node| format!("/dev/{node}")))
     .collect()
+}
+
+/// Every mount point of a sandbox whose root is an image's: the writable
+/// ones and `/proc`'s masks. Anything else mounted there would be the
+/// host's.
+pub(crate) fn own_root_mounts(workdir: &str) -> Vec<String> {
+    let proc = MASKED_FILES
+        .iter()
+        .chain(&MASKED_DIRS)
+        .chain(&READ_ONLY_PROC)
+        .map(|name| format!("/proc/{name}"));
+    writable_mounts(workdir).into_iter().chain(proc).collect()
 }
 
 /// Runs in the child of `clone`; never returns.
@@ -135,6 +152,15 @@ fn build(request: &StartRequest) -> Result<WorkdirMode, String> {
         MountPropagationFlags::PRIVATE | MountPropagationFlags::REC,
     )
     .map_err(|e| format!("making / private: {e}"))?;
+    match &request.image {
+        Image::Directory(image_dir) => build_over_host(request, image_dir),
+        Image::Layers { dir, layers } => image_root::build(request, dir, layers),
+    }
+}
+
+/// The root of a directory image's sandbox: the host's system directories,
+/// and the image at the workdir.
+fn build_over_host(request: &StartRequest, image_dir: &Path) -> Result<WorkdirMode, String> {
     let root = request.sandbox_dir.join("rootfs");
     mount_tmpfs(
         &root,
@@ -169,7 +195,7 @@ fn build(request: &StartRequest) -> Result<WorkdirMode, String> {
     let (lower, layer) = (root.join(LOWER), root.join(LAYER));
     make_dir(&lower, 0o755)?;
     bind(
-        &request.image_dir,
+        image_dir,
         &lower,
         MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
     )?;
@@ -194,7 +220,7 @@ fn build(request: &StartRequest) -> Result<WorkdirMode, String> {
     Ok(workdir)
 }
 
-fn make_dir(path: &Path, mode: u32) -> Result<(), String> {
+pub(crate) fn make_dir(path: &Path, mode: u32) -> Result<(), String> {
     fs::DirBuilder::new()
         .recursive(true)
         .mode(mode)
@@ -233,7 +259,7 @@ fn mount_tmpfs(
 
 /// Binds `source` (with everything mounted below it) on `target`, with
 /// `attrs` set on the whole tree before it is attached.
-fn bind(source: &Path, target: &Path, attrs: u64) -> Result<(), String> {
+pub(crate) fn bind(source: &Path, target: &Path, attrs: u64) -> Result<(), String> {
     let tree = rustix::mount::open_tree(
         CWD,
         source,
@@ -306,7 +332,7 @@ fn build_etc(root: &Path, request: &StartRequest) -> Result<(), String> {
     Ok(())
 }
 
-fn build_dev(root: &Path, request: &StartRequest) -> Result<(), String> {
+pub(crate) fn build_dev(root: &Path, request: &StartRequest) -> Result<(), String> {
     let dev = root.join("dev");
     make_dir(&dev, 0o755)?;
     mount_tmpfs(
@@ -356,7 +382,7 @@ fn build_dev(root: &Path, request: &StartRequest) -> Result<(), String> {
     )
 }
 
-fn build_proc(root: &Path) -> Result<(), String> {
+pub(crate) fn build_proc(root: &Path) -> Result<(), String> {
     let proc = root.join("proc");
     make_dir(&proc, 0o555)?;
     mount_fs(
@@ -403,7 +429,7 @@ fn build_proc(root: &Path) -> Result<(), String> {
 }
 
 /// Makes `root` the root of the mount namespace and detaches the host's.
-fn pivot_into(root: &Path) -> Result<(), String> {
+pub(crate) fn pivot_into(root: &Path) -> Result<(), String> {
     let open_dir = |path: &Path| {
         rustix::fs::open(
             path,
@@ -468,7 +494,7 @@ fn make_workdir(workdir: &str, kept: bool) -> Result<WorkdirMode, String> {
 
 /// Mounts `/tmp` on the layer's `tmp`: through an overlay where overlayfs
 /// works, so that the mount table does not show the layer's host path.
-fn make_tmp() -> Result<(), String> {
+pub(crate) fn make_tmp() -> Result<(), String> {
     let target = Path::new("/tmp");
     make_dir(target, 0o1777)?;
     if overlay(target, &format!("{LAYER}/empty"), "tmp", "tmpwork").is_err() {

@@ -23,7 +23,7 @@ use rustix::process::{Pid, Signal, WaitOptions};
 
 use crate::creds::{self, Ended};
 use crate::protocol::{
-    EXIT_SETUP, INIT_RECORD, IdMap, ProcessRef, StartRequest, Started, WorkdirMode,
+    EXIT_SETUP, INIT_RECORD, IdMap, Image, ProcessRef, StartRequest, Started, WorkdirMode,
 };
 use crate::rootfs;
 use crate::sys::{self, Forked};
@@ -50,8 +50,15 @@ fn run() -> Result<i32, String> {
         .map_err(|e| format!("reading the request: {e}"))?;
     let request: StartRequest =
         serde_json::from_slice(&input).map_err(|e| format!("a malformed request: {e}"))?;
-    for path in [&request.sandbox_dir, &request.image_dir] {
-        check_canonical(path)?;
+    check_canonical(&request.sandbox_dir)?;
+    match &request.image {
+        Image::Directory(dir) => check_canonical(dir)?,
+        Image::Layers { dir, layers } => {
+            check_canonical(dir)?;
+            for layer in layers {
+                check_beneath(layer)?;
+            }
+        }
     }
     // The init executes this same program again as the sandbox's pid 1.
     let program = rustix::fs::open(
@@ -140,6 +147,20 @@ fn check_canonical(path: &Path) -> Result<(), String> {
     }
 }
 
+/// Refuses a layer name that could leave its directory: only plain
+/// components (the layers are opened beneath it without following links).
+fn check_beneath(name: &str) -> Result<(), String> {
+    let plain = !name.is_empty()
+        && Path::new(name)
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)));
+    if plain {
+        Ok(())
+    } else {
+        Err(format!("layer `{name}` is not a plain relative path"))
+    }
+}
+
 /// Writes the init's uid and gid maps. Unprivileged, only one id can be
 /// mapped, and `setgroups` must be denied first.
 fn write_id_maps(init: i32, ids: &IdMap) -> Result<(), String> {
@@ -215,6 +236,14 @@ mod tests {
             Err("executing the init: ENOENT".to_string())
         );
         assert!(parse_report("").unwrap_err().contains("exited"));
+    }
+
+    #[test]
+    fn layer_names_stay_beneath_their_directory() {
+        check_beneath("0123abcd/root").unwrap();
+        for bad in ["", "/abs", "../up", "a/../../b", "./a"] {
+            assert!(check_beneath(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

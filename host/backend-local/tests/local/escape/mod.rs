@@ -1,9 +1,15 @@
 //! The escape suite: commands an attacker would run in a sandbox, each
 //! tried under the shipped quickstart's own cluster config (its relative
 //! `state_dir`, resolved as `sandfleet run` resolves it, to a path with
-//! `..` in it) and again with an absolute one. Every attack must fail
-//! inside the sandbox and leave the host as it was. A probe that could
-//! change the host only ever writes back the value it read.
+//! `..` in it) and again with an absolute one, and each of those with the
+//! quickstart's `calc` image as a directory over the host's system
+//! directories and as an OCI image of its own (pulled from a registry on
+//! loopback, with the same tree as its workdir: [`crate::oci_image`]).
+//! Every attack must fail inside the sandbox and leave the host as it
+//! was. A probe that could change the host only ever writes back the value
+//! it read. Where the two kinds differ by design (an OCI image's root is
+//! its own and writable, a directory image's `/` a sized tmpfs), the test
+//! says what holds for each.
 //!
 //! Findings 1–8 are here; the later ones have a module each: the terminal
 //! (`terminal`), forged process names and the reap (`reap`), sandboxes
@@ -20,11 +26,32 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use sandfleet_backend_local::{LocalBackend, LocalConfig};
+use std::sync::Arc;
+
+use sandfleet_backend_local::{LimitOverrides, LocalBackend, LocalConfig, OciSource};
 use sandfleet_core::{Backend, ExecResult, RunId, SandboxHandle, TemplateRef, TemplateSpec};
 use serde::Deserialize;
 
 use crate::common::{self, init_of, pid_namespace_members};
+use crate::oci_image::{self, Served};
+
+/// What the escape image is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    /// The quickstart's directory, at the workdir over the host's system
+    /// directories (read-only).
+    Directory,
+    /// An OCI image of the same tree and the host's programs: its root is
+    /// its own, and writable in the sandbox's layer.
+    Oci,
+}
+
+impl Kind {
+    /// Whether the sandbox's system directories are the host's, read-only.
+    pub(super) fn host_system_dirs(self) -> bool {
+        self == Kind::Directory
+    }
+}
 
 /// The repository's `examples/` directory, reached the way a user's path
 /// might: through `..`.
@@ -46,12 +73,14 @@ pub(super) fn quickstart_config() -> LocalConfig {
 /// A backend under one of the two configs, and the quickstart's `calc`
 /// image as a template.
 pub(super) struct Setup {
-    pub(super) label: &'static str,
+    pub(super) label: String,
+    pub(super) kind: Kind,
     pub(super) run_id: RunId,
     pub(super) backend: LocalBackend,
     pub(super) template: TemplateRef,
     pub(super) state_dir: PathBuf,
     _absolute: Option<tempfile::TempDir>,
+    _registry: Option<Arc<Served>>,
 }
 
 impl Setup {
@@ -109,10 +138,25 @@ pub(super) async fn setups_with(
     config: impl Fn(&mut LocalConfig),
     template: impl Fn(&mut TemplateSpec),
 ) -> Vec<Setup> {
+    let served = Arc::new(oci_image::serve("escape/calc", &[], oci_image::escape_config()).await);
     let mut setups = Vec::new();
-    for label in ["relative state_dir", "absolute state_dir"] {
+    let every = [Kind::Directory, Kind::Oci]
+        .into_iter()
+        .flat_map(|kind| ["relative state_dir", "absolute state_dir"].map(|dir| (kind, dir)));
+    for (kind, dir) in every {
+        let label = format!("{kind:?} image, {dir}");
         let mut local = quickstart_config();
-        let absolute = (label == "absolute state_dir").then(|| tempfile::tempdir().unwrap());
+        if kind == Kind::Oci {
+            local.images.remove("calc");
+            local.oci_images.insert(
+                "calc".into(),
+                OciSource {
+                    reference: served.reference.clone(),
+                    limits: LimitOverrides::default(),
+                },
+            );
+        }
+        let absolute = (dir == "absolute state_dir").then(|| tempfile::tempdir().unwrap());
         if let Some(dir) = &absolute {
             local.state_dir = Some(dir.path().canonicalize().unwrap());
         } else {
@@ -135,11 +179,13 @@ pub(super) async fn setups_with(
             .unwrap();
         setups.push(Setup {
             label,
+            kind,
             run_id,
             backend,
             template,
             state_dir,
             _absolute: absolute,
+            _registry: (kind == Kind::Oci).then(|| Arc::clone(&served)),
         });
     }
     setups
@@ -188,10 +234,33 @@ async fn finding_1_host_system_directories_cannot_be_written() {
                 setup.label
             );
         }
-        // Existing host files cannot be changed either.
-        setup.refused(&sandbox, "echo x >> /usr/bin/env").await;
-        setup.refused(&sandbox, "echo x >> /etc/passwd").await;
+        // Existing host files cannot be changed either: they are the
+        // host's, read-only, or the image's, changed in the sandbox's own
+        // layer only.
+        let host_files = ["/usr/bin/env", "/etc/passwd"].map(|f| fs::read(f).unwrap());
+        for file in ["/usr/bin/env", "/etc/passwd"] {
+            let append = format!("echo x >> {file}");
+            if setup.kind.host_system_dirs() {
+                setup.refused(&sandbox, &append).await;
+            } else {
+                setup.sh_ok(&sandbox, &append).await;
+            }
+        }
+        assert_eq!(
+            ["/usr/bin/env", "/etc/passwd"].map(|f| fs::read(f).unwrap()),
+            host_files,
+            "{}",
+            setup.label
+        );
+        let other = setup.claim().await;
+        let tail = setup.sh_ok(&other, "tail -c 2 /etc/passwd").await;
+        assert_ne!(
+            tail, "x\n",
+            "{}: another sandbox saw the change",
+            setup.label
+        );
         setup.backend.release(&sandbox).await.unwrap();
+        setup.backend.release(&other).await.unwrap();
     }
 }
 
@@ -215,9 +284,15 @@ async fn finding_2_read_only_cannot_be_undone_from_inside() {
             setup.refused(&sandbox, &attack).await;
         }
         assert!(!Path::new(&host_file).exists(), "{}", setup.label);
-        // The host's directories are still there, and still read-only.
+        // The host's directories are still there, and still read-only (an
+        // image's are its own, and what is written there stays in it).
         setup.sh_ok(&sandbox, "test -x /usr/bin/env").await;
-        setup.refused(&sandbox, &format!("touch {host_file}")).await;
+        if setup.kind.host_system_dirs() {
+            setup.refused(&sandbox, &format!("touch {host_file}")).await;
+        } else {
+            setup.sh_ok(&sandbox, &format!("touch {host_file}")).await;
+            assert!(!Path::new(&host_file).exists(), "{}", setup.label);
+        }
         // Commands hold none of the capabilities that reach mounts.
         let status = setup
             .sh_ok(
@@ -617,17 +692,19 @@ async fn finding_7_writes_are_bounded_by_the_disk_and_tmpfs_sizes() {
             setup.label
         );
         setup.backend.release(&sandbox).await.unwrap();
-        // /dev/shm and the root filesystem are sized.
+        // /dev/shm and the root filesystem are sized: a directory image's
+        // root is a tmpfs, an OCI image's writes count against the disk.
         let sandbox = setup.claim().await;
         for target in ["/dev/shm/x", "/root/x"] {
             let stderr = setup
-                .refused(&sandbox, &format!("head -c 16M /dev/zero > {target}"))
+                .refused(&sandbox, &format!("head -c 32M /dev/zero > {target}"))
                 .await;
-            assert!(
-                stderr.contains("No space left on device"),
-                "{}: {target}: {stderr}",
-                setup.label
-            );
+            let sized = if target == "/root/x" && !setup.kind.host_system_dirs() {
+                stderr.contains("File size limit exceeded") || stderr.contains("disk limit")
+            } else {
+                stderr.contains("No space left on device")
+            };
+            assert!(sized, "{}: {target}: {stderr}", setup.label);
         }
         setup.backend.release(&sandbox).await.unwrap();
     }

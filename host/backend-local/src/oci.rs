@@ -1,0 +1,213 @@
+//! OCI images: pulled on first use into the layer store of the state
+//! directory (`sandfleet-images`), pinned while a template or sandbox of
+//! them lives, and run as their config says.
+//!
+//! A sandbox of an OCI image is its image's unpacked layers as overlay
+//! lower layers (no copy per sandbox) under a writable layer of its own,
+//! and nothing of the host's root filesystem (the helper's
+//! `image_root`). Layers are unpacked as the store's [`Ownership`] says:
+//! as root, owners shifted into the sandboxes' id range, so a file the
+//! image gives uid `n` is the sandbox's uid `n`; unprivileged, every file
+//! the caller's, which is the sandbox's root, as rootless runtimes without
+//! a subordinate id range do. The image's config is honoured: its `Env`
+//! (with its `PATH`) under the template's and the command's, its `User`
+//! for every command, and its `WorkingDir` as the sandbox's workdir.
+
+use std::collections::HashMap;
+use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, OnceLock, Weak};
+
+use sandfleet_images::{Image, Ownership, Pin, PullOptions, PullPolicy, Reference, Store};
+
+use crate::error::LocalError;
+
+/// Where sandboxes may not keep their workdir: what each init mounts anew.
+const PRIVATE_DIRS: [&str; 3] = ["/dev", "/proc", "/tmp"];
+
+/// An image made ready for sandboxes, pinned in the store while it lives.
+#[derive(Debug)]
+pub(crate) struct OciImage {
+    /// The store's directory of unpacked layers (canonical).
+    pub(crate) layers_dir: PathBuf,
+    /// Each layer's directory beneath `layers_dir`, lowest first.
+    pub(crate) layers: Vec<String>,
+    /// The config's `Env`, in order.
+    pub(crate) env: Vec<(String, String)>,
+    /// The config's `User`, when it names one.
+    pub(crate) user: Option<String>,
+    /// The config's `WorkingDir`, when it names one.
+    pub(crate) working_dir: Option<String>,
+    _pin: Pin,
+}
+
+impl OciImage {
+    /// The workdir of its sandboxes: the image's `WorkingDir` where one
+    /// can be (an absolute path below `/` outside the directories every
+    /// init mounts anew), else the cluster's.
+    pub(crate) fn workdir(&self, cluster_workdir: &str) -> String {
+        self.working_dir
+            .as_deref()
+            .filter(|dir| usable_workdir(dir))
+            .unwrap_or(cluster_workdir)
+            .trim_end_matches('/')
+            .to_string()
+    }
+
+    /// The `PATH` its config sets, if any.
+    pub(crate) fn path(&self) -> Option<&str> {
+        self.env
+            .iter()
+            .rev()
+            .find(|(name, _)| name == "PATH")
+            .map(|(_, value)| value.as_str())
+    }
+}
+
+fn usable_workdir(dir: &str) -> bool {
+    let path = Path::new(dir.trim_end_matches('/'));
+    path.is_absolute()
+        && path != Path::new("/")
+        && path
+            .components()
+            .all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
+        && !PRIVATE_DIRS.iter().any(|private| path.starts_with(private))
+}
+
+/// The state directory's layer store, opened on first use (a cluster of
+/// directory images never makes one), and the images made ready from it.
+pub(crate) struct Images {
+    state_dir: PathBuf,
+    ownership: Ownership,
+    store: OnceLock<Store>,
+    /// By reference; held weakly, so an image no template or sandbox uses
+    /// is unpinned.
+    ready: tokio::sync::Mutex<HashMap<String, Weak<OciImage>>>,
+}
+
+impl Images {
+    /// The store under `state_dir`, for sandboxes whose ids start at
+    /// `uid_base` when run as root.
+    pub(crate) fn new(state_dir: &Path, uid_base: u32) -> Self {
+        Images {
+            state_dir: state_dir.to_path_buf(),
+            ownership: Ownership::for_sandboxes(uid_base),
+            store: OnceLock::new(),
+            ready: tokio::sync::Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn store(&self) -> Result<&Store, LocalError> {
+        if let Some(store) = self.store.get() {
+            return Ok(store);
+        }
+        let store = Store::open(&self.state_dir, self.ownership).map_err(LocalError::Image)?;
+        Ok(self.store.get_or_init(|| store))
+    }
+
+    /// The image `reference` names, pulled when the store does not have
+    /// it yet, and pinned.
+    ///
+    /// # Errors
+    ///
+    /// [`LocalError::Image`] naming the reference and what failed (the
+    /// registry and its HTTP status, for a pull).
+    pub(crate) async fn get(&self, reference: &str) -> Result<Arc<OciImage>, LocalError> {
+        let parsed = Reference::parse(reference).map_err(LocalError::Image)?;
+        let mut ready = self.ready.lock().await;
+        if let Some(image) = ready.get(reference).and_then(Weak::upgrade) {
+            return Ok(image);
+        }
+        let store = self.store()?.clone();
+        let image = pull(store.clone(), parsed).await?;
+        let pin = store.pin(&image).map_err(LocalError::Image)?;
+        let made = Arc::new(ready_image(reference, &image, pin)?);
+        ready.retain(|_, image| image.strong_count() > 0);
+        ready.insert(reference.to_string(), Arc::downgrade(&made));
+        Ok(made)
+    }
+}
+
+/// Pulls `reference` into `store` unless it is there already. The pull
+/// runs on a blocking thread that drives it on the caller's runtime: its
+/// future is not `Send`, as the backend's operations must be.
+async fn pull(store: Store, reference: Reference) -> Result<Image, LocalError> {
+    let runtime = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || {
+        let options = PullOptions {
+            policy: PullPolicy::IfNotPresent,
+            ..PullOptions::default()
+        };
+        runtime.block_on(store.pull(&reference, &options, &|_| {}))
+    })
+    .await
+    .map_err(|e| LocalError::Failed(format!("a pull failed: {e}")))?
+    .map_err(LocalError::Image)
+}
+
+/// What sandboxes need of `image`.
+fn ready_image(reference: &str, image: &Image, pin: Pin) -> Result<OciImage, LocalError> {
+    let dirs = image.layer_dirs();
+    let layers_dir = match dirs.first() {
+        Some(first) => first
+            .ancestors()
+            .nth(2)
+            .map(Path::to_path_buf)
+            .unwrap_or_default(),
+        None => {
+            return Err(LocalError::Rejected(format!(
+                "image `{reference}` has no layers"
+            )));
+        }
+    };
+    let mut layers = Vec::with_capacity(dirs.len());
+    for dir in &dirs {
+        let relative = dir.strip_prefix(&layers_dir).map_err(|_| {
+            LocalError::Failed(format!(
+                "image `{reference}`: layer {} is not in {}",
+                dir.display(),
+                layers_dir.display()
+            ))
+        })?;
+        layers.push(relative.to_string_lossy().into_owned());
+    }
+    let layers_dir = layers_dir.canonicalize().map_err(|source| LocalError::Io {
+        context: format!("image `{reference}`: resolving {}", layers_dir.display()),
+        source,
+    })?;
+    let env = image
+        .config
+        .env
+        .iter()
+        .filter_map(|entry| entry.split_once('='))
+        .map(|(name, value)| (name.to_string(), value.to_string()))
+        .collect();
+    let nonempty = |text: &str| (!text.is_empty()).then(|| text.to_string());
+    Ok(OciImage {
+        layers_dir,
+        layers,
+        env,
+        user: nonempty(&image.config.user).filter(|user| user != "root" && user != "0"),
+        working_dir: nonempty(&image.config.working_dir),
+        _pin: pin,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_working_dir_is_the_workdir_where_it_can_be() {
+        for (working_dir, usable) in [
+            ("/testbed", true),
+            ("/opt/app/", true),
+            ("/", false),
+            ("/tmp/x", false),
+            ("/proc", false),
+            ("relative", false),
+            ("/a/../b", false),
+        ] {
+            assert_eq!(usable_workdir(working_dir), usable, "{working_dir}");
+        }
+    }
+}

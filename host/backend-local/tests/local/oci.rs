@@ -1,0 +1,238 @@
+//! Sandboxes of OCI images: pulled on first use, the image's layers as the
+//! whole root (nothing of the host's), its config honoured, its layers'
+//! whiteouts and opaque directories applied, hundreds of layers mounted,
+//! the image pinned while used, and a failed pull named.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use sandfleet_backend_local::{IsolationMode, LocalBackend, LocalConfig};
+use sandfleet_core::{Backend, ErrorKind, Images, RunId, TemplateSpec};
+use sandfleet_images::{Ownership, Reference, Store};
+use sandfleet_registry_testing::image::{Layer, Tar};
+use sandfleet_registry_testing::registry::free_port;
+use serde_json::json;
+
+use crate::common::{PATIENCE, sh, sh_ok};
+use crate::oci_image::{self, IMAGE_PATH};
+
+/// A namespaced backend over a state directory of its own, and a run.
+fn backend(state: &tempfile::TempDir) -> (LocalBackend, RunId) {
+    let config = LocalConfig {
+        state_dir: Some(state.path().to_path_buf()),
+        isolation: IsolationMode::Namespaces,
+        ..LocalConfig::default()
+    };
+    (
+        LocalBackend::new("local", config).unwrap(),
+        RunId::generate("oci"),
+    )
+}
+
+fn spec(run_id: &RunId, image: &str, env: &[(&str, &str)]) -> TemplateSpec {
+    TemplateSpec {
+        name: "oci".into(),
+        image: image.into(),
+        cpu_milli: 1000,
+        memory_mib: 512,
+        disk_mib: 256,
+        network: false,
+        env: env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect::<BTreeMap<_, _>>(),
+        labels: run_id.labels(),
+    }
+}
+
+#[tokio::test]
+async fn an_image_runs_as_its_config_says_with_nothing_of_the_host() {
+    let served = oci_image::serve(
+        "oci/config",
+        &[],
+        json!({
+            "Env": [format!("PATH={IMAGE_PATH}:/opt/tool/bin"), "FROM_IMAGE=1", "SHADOWED=image"],
+            "WorkingDir": "/workspace",
+        }),
+    )
+    .await;
+    let state = tempfile::tempdir().unwrap();
+    let (backend, run_id) = backend(&state);
+    assert_eq!(backend.capabilities().images, Images::AnyReference);
+    // No mapping: the reference itself is the image, pulled on first use.
+    let template = backend
+        .ensure_template(&spec(
+            &run_id,
+            &served.reference,
+            &[("SHADOWED", "template")],
+        ))
+        .await
+        .unwrap();
+    let sandbox = backend
+        .claim(&template, &run_id.labels(), Instant::now() + PATIENCE)
+        .await
+        .unwrap();
+    let seen = sh_ok(
+        &backend,
+        &sandbox,
+        "pwd; echo $PATH; echo $FROM_IMAGE $SHADOWED; cat /etc/hostname; ls tests",
+    )
+    .await;
+    assert_eq!(
+        seen,
+        format!(
+            "/workspace\n{IMAGE_PATH}:/opt/tool/bin\n1 template\n{}\n__init__.py\ntest_ops.py\n",
+            sandbox.id
+        )
+    );
+    // Nothing of the host's root: not this test's binary, not the host's
+    // /etc, not its tools beyond the image's.
+    let exe = std::env::current_exe().unwrap();
+    for host_only in [
+        exe.display().to_string(),
+        "/etc/os-release".into(),
+        "/usr/bin/nsenter".into(),
+        state.path().display().to_string(),
+    ] {
+        let found = sh(&backend, &sandbox, &format!("test -e {host_only}")).await;
+        assert_ne!(found.exit_code, 0, "{host_only} is visible in the sandbox");
+    }
+    // The image is pinned while a template uses it.
+    let store = Store::open(state.path(), Ownership::for_sandboxes(0x7000_0000)).unwrap();
+    let reference = Reference::parse(&served.reference).unwrap();
+    let busy = store.remove(&reference).await.unwrap_err();
+    assert!(busy.to_string().contains("in use"), "{busy}");
+    backend.release(&sandbox).await.unwrap();
+    drop(backend);
+    store.remove(&reference).await.unwrap();
+}
+
+#[tokio::test]
+async fn whiteouts_opaque_directories_and_hundreds_of_layers_are_the_images() {
+    let mut extra = vec![
+        Layer::new(
+            Tar::new()
+                .dir("data", 0o755)
+                .file("data/keep", b"keep")
+                .file("data/gone", b"gone")
+                .dir("data/dir", 0o755)
+                .file("data/dir/old", b"old")
+                .finish(),
+            sandfleet_images::Compression::Gzip,
+        ),
+        Layer::new(
+            Tar::new()
+                .file("data/.wh.gone", b"")
+                .file("data/dir/.wh..wh..opq", b"")
+                .file("data/dir/new", b"new")
+                .finish(),
+            sandfleet_images::Compression::Zstd,
+        ),
+    ];
+    // More layers than one page of mount options could name by path.
+    const MANY: usize = 260;
+    for n in 0..MANY {
+        let tar = Tar::new()
+            .dir("layers", 0o755)
+            .file(&format!("layers/{n}"), b"")
+            .file("layers/top", format!("{n}\n").as_bytes())
+            .finish();
+        extra.push(Layer::new(tar, sandfleet_images::Compression::None));
+    }
+    let served = oci_image::serve("oci/layers", &extra, oci_image::escape_config()).await;
+    let state = tempfile::tempdir().unwrap();
+    let (backend, run_id) = backend(&state);
+    let template = backend
+        .ensure_template(&spec(&run_id, &served.reference, &[]))
+        .await
+        .unwrap();
+    let sandbox = backend
+        .claim(&template, &run_id.labels(), Instant::now() + PATIENCE)
+        .await
+        .unwrap();
+    let seen = sh_ok(
+        &backend,
+        &sandbox,
+        "ls /data; ls /data/dir; ls /layers | wc -l; cat /layers/top",
+    )
+    .await;
+    assert_eq!(
+        seen,
+        format!("dir\nkeep\nnew\n{}\n{}\n", MANY + 1, MANY - 1)
+    );
+    // A sandbox's changes to the image stay in its own layer.
+    sh_ok(
+        &backend,
+        &sandbox,
+        "echo changed > /data/keep; rm /layers/top",
+    )
+    .await;
+    let other = backend
+        .claim(&template, &run_id.labels(), Instant::now() + PATIENCE)
+        .await
+        .unwrap();
+    let seen = sh_ok(&backend, &other, "cat /data/keep; cat /layers/top").await;
+    assert_eq!(seen, format!("keep{}\n", MANY - 1));
+    backend.release(&sandbox).await.unwrap();
+    backend.release(&other).await.unwrap();
+}
+
+#[tokio::test]
+async fn commands_run_as_the_images_user() {
+    let served = oci_image::serve(
+        "oci/user",
+        &[],
+        json!({"Env": [format!("PATH={IMAGE_PATH}")], "User": "agent"}),
+    )
+    .await;
+    let state = tempfile::tempdir().unwrap();
+    let (backend, run_id) = backend(&state);
+    let template = backend
+        .ensure_template(&spec(&run_id, &served.reference, &[]))
+        .await
+        .unwrap();
+    let sandbox = backend
+        .claim(&template, &run_id.labels(), Instant::now() + PATIENCE)
+        .await
+        .unwrap();
+    let result = sh(&backend, &sandbox, "id -u; id -g; pwd").await;
+    if rustix::process::geteuid().is_root() {
+        assert_eq!(
+            String::from_utf8_lossy(&result.stdout),
+            "1000\n1000\n/workspace\n",
+            "{result:?}"
+        );
+    } else {
+        // Unprivileged, a sandbox maps its root alone, and says so.
+        let stderr = String::from_utf8_lossy(&result.stderr);
+        assert!(stderr.contains("cannot be taken"), "{stderr}");
+    }
+    backend.release(&sandbox).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_failed_pull_names_the_reference_the_registry_and_the_status() {
+    let served = oci_image::serve("oci/present", &[], oci_image::escape_config()).await;
+    let state = tempfile::tempdir().unwrap();
+    let (backend, run_id) = backend(&state);
+    let missing = format!("{}/oci/absent:1", served.registry.host);
+    let error = backend
+        .ensure_template(&spec(&run_id, &missing, &[]))
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::NotFound, "{error}");
+    let message = error.to_string();
+    for said in [missing.as_str(), served.registry.host.as_str(), "404"] {
+        assert!(message.contains(said), "{said:?} is not said: {message}");
+    }
+    let down = format!("127.0.0.1:{}/oci/any:1", free_port());
+    let error = backend
+        .ensure_template(&spec(&run_id, &down, &[]))
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Unavailable, "{error}");
+    assert!(
+        error.to_string().contains(&down) && error.to_string().contains("unreachable"),
+        "{error}"
+    );
+}
