@@ -8,8 +8,10 @@ fn canary(task: &str) -> (bool, serde_json::Value) {
     let scratch = Scratch::new();
     let rows = vec![
         json!({"id": "stable", "image": "a", "test": "echo hello; git status --short"}),
-        // $HOME is outside what git-restore resets: the second run sees the first.
-        json!({"id": "leaky", "image": "a", "test": "echo run >> $HOME/runs; cat $HOME/runs"}),
+        // A file of its own inside .git/ is neither worktree, ref, config
+        // nor index, so git-restore leaves it and the scrub keeps the
+        // workdir: the second run sees the first.
+        json!({"id": "leaky", "image": "a", "test": "echo run >> .git/runs; cat .git/runs"}),
     ];
     let fleet = scratch.fleet(&rows, "\n[plugins]\nreset = \"git-restore\"\n");
     let output = sandfleet(&[

@@ -12,6 +12,8 @@
 //! claims and commands; `debug` adds every plugin call). Without an
 //! endpoint nothing is exported and no exporter is built.
 
+use std::io::IsTerminal;
+
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{Protocol, WithExportConfig};
 use opentelemetry_sdk::Resource;
@@ -50,6 +52,7 @@ impl Drop for Telemetry {
 pub(crate) fn init() -> Telemetry {
     let stderr = tracing_subscriber::fmt::layer()
         .fmt_fields(escaped_fields())
+        .with_ansi(colours_on_stderr())
         .with_writer(std::io::stderr)
         .with_filter(filter("SANDFLEET_LOG", "warn"));
     let endpoint = ENDPOINT_VARIABLES
@@ -72,6 +75,13 @@ pub(crate) fn init() -> Telemetry {
         .with(export)
         .init();
     Telemetry { exporting }
+}
+
+/// Whether levels are coloured: only on a terminal, and never under
+/// `NO_COLOR` (no-color.org). A log file or a CI console gets no escape
+/// sequences at all, so none can be mistaken for a task's.
+fn colours_on_stderr() -> bool {
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
 /// Event and span fields as the default formatter writes them (the message
