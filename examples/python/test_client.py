@@ -85,7 +85,7 @@ class ClientTest(unittest.TestCase):
     def test_errors_carry_kind_and_message(self):
         with self.assertRaises(SandfleetError) as caught:
             self.client.acquire(image="no-such-image")
-        self.assertEqual((caught.exception.status, caught.exception.kind), (422, "invalid_request"))
+        self.assertEqual((caught.exception.status, caught.exception.kind), (400, "invalid_request"))
         self.assertIn("no-such-image", caught.exception.message)
 
     def test_async_rollouts_run_at_once(self):

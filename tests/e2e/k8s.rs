@@ -18,13 +18,13 @@ use crate::{repo, results, run_id, stderr};
 const PATIENCE: Duration = Duration::from_secs(120);
 
 /// A `sandfleet devcluster k8s` process, stopped (SIGTERM) when dropped.
-struct Devcluster {
+pub(crate) struct Devcluster {
     child: Child,
     kubeconfig: PathBuf,
 }
 
 impl Devcluster {
-    fn start(dir: &Path, name: &str, extra: &[&str]) -> Self {
+    pub(crate) fn start(dir: &Path, name: &str, extra: &[&str]) -> Self {
         let kubeconfig = dir.join(format!("{name}.yaml"));
         let mut child = Command::new(env!("CARGO_BIN_EXE_sandfleet"))
             .args([
@@ -52,18 +52,8 @@ impl Devcluster {
     }
 
     /// `kubectl` against it.
-    fn kubectl(&self, args: &[&str]) -> String {
-        let output = Command::new("kubectl")
-            .args(args)
-            .env("KUBECONFIG", &self.kubeconfig)
-            .output()
-            .unwrap();
-        assert!(
-            output.status.success(),
-            "kubectl {args:?}: {}",
-            stderr(&output)
-        );
-        String::from_utf8_lossy(&output.stdout).into_owned()
+    pub(crate) fn kubectl(&self, args: &[&str]) -> String {
+        kubectl(&self.kubeconfig, args)
     }
 
     /// Names of the agent-sandbox objects and pods carrying `selector`.
@@ -85,6 +75,21 @@ impl Devcluster {
         let listed = self.kubectl(&["get", "sandboxes", "-A", "-o", "name"]);
         listed.lines().map(str::to_string).collect()
     }
+}
+
+/// `kubectl` with `kubeconfig`; its standard output, once it succeeded.
+pub(crate) fn kubectl(kubeconfig: &Path, args: &[&str]) -> String {
+    let output = Command::new("kubectl")
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "kubectl {args:?}: {}",
+        stderr(&output)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
 impl Drop for Devcluster {

@@ -3,6 +3,7 @@
 
 mod bad_input;
 mod canary;
+mod deploy;
 mod harness;
 mod hostile;
 mod k8s;
@@ -11,6 +12,7 @@ mod plan;
 mod plugin_projects;
 mod plugins_multilang;
 mod quickstart;
+mod reload;
 mod serve;
 mod signals;
 mod telemetry;
@@ -21,6 +23,21 @@ use std::process::{Command, Output};
 
 pub(crate) use sandfleet_test_support::quickstart::{repo, results};
 pub(crate) use sandfleet_test_support::{processes_running, sandbox_dirs};
+
+/// How long a condition an end-to-end test waits for may take.
+pub(crate) const PATIENCE: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// Polls `condition` until it holds; panics after [`PATIENCE`].
+pub(crate) fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
+    let until = std::time::Instant::now() + PATIENCE;
+    while !condition() {
+        assert!(
+            std::time::Instant::now() < until,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
 
 /// `sandfleet` with `args`, its output captured.
 pub(crate) fn sandfleet(args: &[&str]) -> Output {

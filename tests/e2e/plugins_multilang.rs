@@ -19,7 +19,7 @@ use sandfleet_test_support::quickstart::{expected_statuses, statuses};
 use crate::plugin_projects::{Builder, checked_component, readme_steps, step, text};
 use crate::{repo, run_id, sandfleet, stderr, stdout};
 
-fn builder() -> Builder {
+pub(crate) fn builder() -> Builder {
     Builder {
         sandfleet: PathBuf::from(env!("CARGO_BIN_EXE_sandfleet")),
         target: std::env::var_os("CARGO_TARGET_DIR")
@@ -43,14 +43,21 @@ fn checked_as_placement(outputs: &[(String, Output)]) {
 
 /// A run of the quickstart with `component` as its placement policy `name`:
 /// the output, the run id, the output directory and what holds them.
-struct QuickstartRun {
-    output: Output,
-    id: String,
-    out: PathBuf,
+pub(crate) struct QuickstartRun {
+    pub(crate) output: Output,
+    pub(crate) id: String,
+    pub(crate) out: PathBuf,
     _scratch: tempfile::TempDir,
 }
 
-fn run_quickstart_with(builder: &Builder, component: &Path, name: &str) -> QuickstartRun {
+/// Runs the quickstart with `component` as its placement policy `name`,
+/// and `plugin_lines` as more lines of its `[plugins]` table.
+pub(crate) fn run_quickstart_with(
+    builder: &Builder,
+    component: &Path,
+    name: &str,
+    plugin_lines: &str,
+) -> QuickstartRun {
     let scratch = tempfile::tempdir().unwrap();
     let plugins = scratch.path().join("plugins");
     std::fs::create_dir(&plugins).unwrap();
@@ -70,7 +77,10 @@ fn run_quickstart_with(builder: &Builder, component: &Path, name: &str) -> Quick
         .replace("\"../target/", &format!("\"{}/", builder.target.display()))
         .replace(
             placement,
-            &format!("placement = \"{name}\"\ndir = \"{}\"", plugins.display()),
+            &format!(
+                "placement = \"{name}\"\ndir = \"{}\"\n{plugin_lines}",
+                plugins.display()
+            ),
         );
     let fleet_path = scratch.path().join("quickstart.toml");
     std::fs::write(&fleet_path, fleet).unwrap();
@@ -91,7 +101,7 @@ fn run_quickstart_with(builder: &Builder, component: &Path, name: &str) -> Quick
 /// asserts the run's statuses and that the report names that component.
 fn serves_the_quickstart(builder: &Builder, component: &Path, name: &str) {
     // Bound whole: the run's directory lives as long as `run`.
-    let run = run_quickstart_with(builder, component, name);
+    let run = run_quickstart_with(builder, component, name, "");
     let (output, id, out) = (&run.output, &run.id, &run.out);
     assert!(output.status.success(), "{}", text(output));
     assert!(
@@ -233,11 +243,12 @@ fn a_new_python_policy_builds_outside_the_repository_and_serves_the_quickstart()
     // A run it places for stops with that trap in one line, after tearing
     // down what it made.
     let wasm = built.project.join("my-policy.wasm");
-    let run = run_quickstart_with(&builder, &wasm, "my-policy");
+    let run = run_quickstart_with(&builder, &wasm, "my-policy", "");
     assert_eq!(run.output.status.code(), Some(1), "{}", text(&run.output));
     let error = stderr(&run.output);
     assert!(
-        error.contains("error: plugin `my-policy` (sha256:") && error.contains("place: trapped"),
+        error.contains("error: placement: plugin `my-policy` (sha256:")
+            && error.contains("place: trapped"),
         "{error}"
     );
     assert!(error.contains("tearing down"), "{error}");

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::signals::{signal, wait};
-use crate::{processes_running, repo, sandbox_dirs, sandfleet, stderr};
+use crate::{eventually, processes_running, repo, sandbox_dirs, sandfleet, stderr};
 
 const PATIENCE: Duration = Duration::from_secs(60);
 const TOKEN: &str = "e2e-serve-token-7f3a";
@@ -142,14 +142,6 @@ impl Drop for Serving {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
-    }
-}
-
-fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
-    let until = Instant::now() + PATIENCE;
-    while !condition() {
-        assert!(Instant::now() < until, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

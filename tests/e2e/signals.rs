@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::{Scratch, processes_running, results, run_id, sandbox_dirs, sandfleet, stderr};
+use crate::{
+    Scratch, eventually, processes_running, results, run_id, sandbox_dirs, sandfleet, stderr,
+};
 
 const PATIENCE: Duration = Duration::from_secs(60);
 
@@ -36,14 +38,6 @@ fn start(fleet: &Path, out: &Path, id: &str) -> Child {
         .stderr(Stdio::null())
         .spawn()
         .unwrap()
-}
-
-fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
-    let until = Instant::now() + PATIENCE;
-    while !condition() {
-        assert!(Instant::now() < until, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 pub(crate) fn signal(child: &Child, name: &str) {

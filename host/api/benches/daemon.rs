@@ -53,12 +53,8 @@ async fn session(dir: &Path) -> Session {
         run_id: RunId::generate("bench-session"),
         settings: Default::default(),
         clusters,
-        adapter: plugins.adapter,
-        placement: plugins.placement,
-        sizing: plugins.sizing,
-        reset: None,
+        plugins,
         logs: dir.join("logs"),
-        on_plugin_fault: None,
     })
     .await
     .unwrap()

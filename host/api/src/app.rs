@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use tracing::Instrument;
 
-use crate::error::AppError;
+use crate::error::{AppError, ErrorKind};
 use crate::state::AppState;
 use crate::{ops, routes, runs, shared};
 
@@ -55,7 +55,7 @@ pub(crate) fn app(state: AppState) -> Router {
         .method_not_allowed_fallback(|| async {
             AppError::new(
                 StatusCode::METHOD_NOT_ALLOWED,
-                "invalid_request",
+                ErrorKind::InvalidRequest,
                 "this endpoint does not take that method; see /v1/openapi.json",
             )
         })
@@ -74,7 +74,7 @@ async fn around(State(state): State<AppState>, request: Request, next: Next) -> 
     {
         return AppError::new(
             StatusCode::UNAUTHORIZED,
-            "unauthorized",
+            ErrorKind::Unauthorized,
             "missing or wrong bearer token (`Authorization: Bearer <token>`)",
         )
         .into_response();

@@ -1,7 +1,7 @@
 //! Starting and stopping the daemon.
 //!
 //! Start: load the fleet file, refuse a non-loopback address without a
-//! token, load plugins (and watch their directory), build the clusters,
+//! token, load plugins (the session keeps their directory watched), build the clusters,
 //! preflight them, release whatever a previous instance with the same state
 //! directory left, then listen, and fill the shared pools in the background.
 //! Stop: stop accepting, let running requests finish for the grace period,
@@ -10,7 +10,6 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -24,7 +23,7 @@ use crate::leases::{LeaseTable, persisted};
 use crate::metrics::Metrics;
 use crate::runs::{Runs, runs_dir};
 use crate::shared::SharedPools;
-use crate::state::{AppState, Inner, fall_back};
+use crate::state::{AppState, Inner};
 
 /// How to start the daemon.
 #[derive(Debug, Clone)]
@@ -90,11 +89,6 @@ impl Daemon {
             anyhow::Ok((plugins, clusters, connections))
         })
         .await??;
-        let registry = plugins.registry.clone();
-        let watcher = match &config.plugins.dir {
-            Some(dir) => Some(registry.watch(dir)?),
-            None => None,
-        };
         let adapter_settings = setup::adapter_settings(&config);
         setup::check_settings(
             &plugins.adapter,
@@ -103,20 +97,12 @@ impl Daemon {
         )?;
 
         let run_id = RunId::generate(&format!("{}-serve", config.run.name));
-        let fallback = config.plugins.fallback;
-        let hook_registry = registry.clone();
         let session = Session::start(SessionSpec {
             run_id: run_id.clone(),
             settings: config.fleet.clone(),
             clusters,
-            adapter: plugins.adapter.clone(),
-            placement: plugins.placement,
-            sizing: plugins.sizing,
-            reset: plugins.reset,
+            plugins,
             logs: state_dir.join("logs"),
-            on_plugin_fault: Some(Arc::new(move |fault| {
-                fall_back(&hook_registry, fallback, fault)
-            })),
         })
         .await?;
         for pool in &config.shared_pools {
@@ -141,8 +127,6 @@ impl Daemon {
         let state = AppState::new(Inner {
             session,
             leases,
-            registry,
-            adapter: plugins.adapter,
             adapter_settings,
             metrics: Metrics::new(),
             runs: Runs::default(),
@@ -164,7 +148,7 @@ impl Daemon {
         tokio::spawn(crate::routes::expire_idle(state.clone(), sweep_every));
         // Filled in the background: the daemon serves while they fill.
         crate::shared::start(&state);
-        let serving = tokio::spawn(serve(state, listener, grace, watcher, lock));
+        let serving = tokio::spawn(serve(state, listener, grace, lock));
         Ok(Daemon {
             addr,
             run_id,
@@ -202,7 +186,6 @@ async fn serve(
     state: AppState,
     listener: tokio::net::TcpListener,
     grace: Duration,
-    watcher: Option<sandfleet_plugin::PluginWatcher>,
     lock: std::fs::File,
 ) -> anyhow::Result<()> {
     let stop = state.stopping.clone();
@@ -216,7 +199,6 @@ async fn serve(
         served = server => served?,
         () = grace_over => tracing::warn!("the grace period ended with requests still running"),
     }
-    drop(watcher);
     let released = release_everything(&state).await;
     // Only now may another daemon take the state directory over.
     drop(lock);

@@ -17,7 +17,7 @@ use tokio::sync::RwLock as AsyncRwLock;
 use crate::activity::{Activity, InUse};
 use crate::error::AppError;
 use crate::exec::{Executions, Target};
-use crate::model::LeaseView;
+use crate::model::{LeaseState, LeaseView};
 
 /// One lease and what the daemon knows about it.
 pub(crate) struct LeaseSlot {
@@ -65,6 +65,11 @@ impl LeaseSlot {
             run_id: self.run_id.clone(),
             labels: self.labels.clone(),
             reuses: lease.reuses(),
+            state: match lease.lost() {
+                Some(_) => LeaseState::Lost,
+                None => LeaseState::Ready,
+            },
+            lost: lease.lost().map(str::to_string),
         }
     }
 }

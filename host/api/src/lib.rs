@@ -29,11 +29,11 @@ mod shared;
 mod state;
 
 pub use daemon::{Daemon, Options};
-pub use error::AppError;
+pub use error::{AppError, ErrorKind};
 pub use model::{
     AcquireRequest, BatchRequest, EvaluateRequest, EvaluateResponse, ExecRequestBody, ExecResponse,
-    GradeView, HealView, LeaseList, LeaseView, PluginList, PluginView, PoolRequest, PoolView,
-    PoolsResponse, Ready, RecycleResponse, RenewRequest, RunList, RunRequest, RunView,
+    GradeView, HealView, LeaseList, LeaseState, LeaseView, PluginList, PluginView, PoolRequest,
+    PoolView, PoolsResponse, Ready, RecycleResponse, RenewRequest, RunList, RunRequest, RunView,
     SharedPoolList, SharedPoolView, SharedSessionView, SharedSlotView, TestView,
 };
 

@@ -72,8 +72,8 @@ pub(crate) struct RouteLabels {
 pub(crate) struct Snapshot {
     /// (image, cluster, desired, ready).
     pub(crate) pools: Vec<(String, String, u32, u32)>,
-    /// (plugin, version, tier, fallbacks).
-    pub(crate) plugins: Vec<(String, String, String, u64)>,
+    /// (plugin, version, tier).
+    pub(crate) plugins: Vec<(String, String, String)>,
     /// (loaded, failed) plugin loads.
     pub(crate) plugin_loads: (u64, u64),
     /// Calls and faults of every plugin version loaded.
@@ -265,7 +265,7 @@ impl prometheus_client::collector::Collector for Scraped {
             snapshot
                 .plugins
                 .iter()
-                .map(|(plugin, version, tier, _)| {
+                .map(|(plugin, version, tier)| {
                     (
                         vec![
                             ("plugin", plugin.clone()),
@@ -275,16 +275,6 @@ impl prometheus_client::collector::Collector for Scraped {
                         1,
                     )
                 })
-                .collect(),
-        )?;
-        family(
-            "plugin_fallbacks",
-            "Plugin faults at call time answered by a built-in, per plugin",
-            MetricType::Counter,
-            snapshot
-                .plugins
-                .iter()
-                .map(|(plugin, _, _, fallbacks)| (vec![("plugin", plugin.clone())], *fallbacks))
                 .collect(),
         )?;
         let by_version = |calls: &sandfleet_plugin::PluginCalls| {
@@ -311,6 +301,16 @@ impl prometheus_client::collector::Collector for Scraped {
                 .plugin_calls
                 .iter()
                 .map(|calls| (by_version(calls), calls.faults))
+                .collect(),
+        )?;
+        family(
+            "plugin_fallbacks",
+            "Calls of a plugin version the built-in fallback answered after it faulted, per plugin and version",
+            MetricType::Counter,
+            snapshot
+                .plugin_calls
+                .iter()
+                .map(|calls| (by_version(calls), calls.fallbacks))
                 .collect(),
         )?;
         let (loaded, failed) = snapshot.plugin_loads;

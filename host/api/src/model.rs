@@ -62,6 +62,22 @@ pub struct LeaseView {
     pub labels: BTreeMap<String, String>,
     /// Resets the sandbox went through.
     pub reuses: u32,
+    /// Whether the sandbox can serve.
+    pub state: LeaseState,
+    /// Why the sandbox is gone, when it is: every call on the lease but
+    /// `DELETE` answers 410 `sandbox_lost`.
+    pub lost: Option<String>,
+}
+
+/// A lease's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LeaseState {
+    /// Its sandbox serves.
+    Ready,
+    /// Its sandbox is gone (its lease lapsed, or a call said so); release
+    /// the lease and acquire another.
+    Lost,
 }
 
 /// `{"leases": [...]}`.
@@ -157,8 +173,14 @@ pub struct EvaluateResponse {
     pub grade: Option<GradeView>,
     /// An evaluate command overran its timeout.
     pub timed_out: bool,
-    /// Why there is no grade.
+    /// Why there is no grade, or why the adapter judged the environment
+    /// at fault.
     pub error: Option<String>,
+    /// The sign of the environment at fault the adapter found (e.g.
+    /// `out_of_memory`), when it made the evaluation an `infra_error`.
+    pub infra_failure: Option<String>,
+    /// The adapter version that prepared and graded it, `name@version`.
+    pub adapter: String,
     /// Wall time in milliseconds.
     pub duration_ms: u64,
 }
@@ -366,12 +388,19 @@ pub struct PluginView {
     pub source: Option<String>,
     /// When the serving version loaded (RFC 3339).
     pub loaded_at: Option<String>,
-    /// The last failed load or call-time fault after it loaded.
+    /// The last failed load after the serving version loaded (that
+    /// version keeps serving).
     pub last_error: Option<String>,
     /// When.
     pub last_error_at: Option<String>,
-    /// Calls that fell back to a built-in.
+    /// The fault after which the built-in fallback answers the serving
+    /// version's calls, naming the call and the built-in.
+    pub fault: Option<String>,
+    /// Calls of the serving version the built-in fallback answered.
     pub fallbacks: u64,
+    /// The plugin's file was removed and no built-in has its name: it
+    /// serves no new lookups.
+    pub removed: bool,
 }
 
 /// `{"plugins": [...]}`.

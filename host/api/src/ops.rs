@@ -16,7 +16,8 @@ pub(crate) async fn healthz() -> axum::Json<serde_json::Value> {
 #[utoipa::path(get, path = "/readyz", responses((status = 200, body = Ready), (status = 503, body = Ready)))]
 pub(crate) async fn readyz(State(state): State<AppState>) -> (StatusCode, axum::Json<Ready>) {
     let plugins = state
-        .registry
+        .session
+        .registry()
         .statuses()
         .iter()
         .filter(|status| status.serving.is_some())
@@ -49,9 +50,15 @@ fn rfc3339(at: std::time::SystemTime) -> String {
 }
 
 pub(crate) fn plugin_views(state: &AppState) -> Vec<PluginView> {
-    let fallbacks = state.registry.fallback_counts();
-    state
-        .registry
+    let registry = state.session.registry();
+    let calls = registry.call_counts();
+    let fallbacks = |name: &str, version: Option<&str>| {
+        calls
+            .iter()
+            .find(|c| c.name == name && Some(c.version.as_str()) == version)
+            .map_or(0, |c| c.fallbacks)
+    };
+    registry
         .statuses()
         .into_iter()
         .map(|status| PluginView {
@@ -68,7 +75,12 @@ pub(crate) fn plugin_views(state: &AppState) -> Vec<PluginView> {
             loaded_at: status.serving.as_ref().map(|s| rfc3339(s.loaded_at)),
             last_error: status.last_error,
             last_error_at: status.last_error_at.map(rfc3339),
-            fallbacks: fallbacks.get(&status.name).copied().unwrap_or(0),
+            fallbacks: fallbacks(
+                &status.name,
+                status.serving.as_ref().map(|s| &*s.plugin.version),
+            ),
+            fault: status.fault,
+            removed: status.removed,
             name: status.name,
         })
         .collect()
@@ -84,7 +96,8 @@ pub(crate) async fn plugins(State(state): State<AppState>) -> axum::Json<PluginL
 #[utoipa::path(get, path = "/metrics", responses((status = 200, content_type = "application/openmetrics-text", body = String)))]
 pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
     let pools = state.session.pools().await;
-    let loads = state.registry.load_counts();
+    let registry = state.session.registry();
+    let loads = registry.load_counts();
     {
         let mut snapshot = state
             .metrics
@@ -102,12 +115,11 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
                     p.name,
                     p.version.unwrap_or_default(),
                     p.tier.unwrap_or_default(),
-                    p.fallbacks,
                 )
             })
             .collect();
         snapshot.plugin_loads = (loads.loaded, loads.failed);
-        snapshot.plugin_calls = state.registry.call_counts();
+        snapshot.plugin_calls = registry.call_counts();
         snapshot.retries = state.session.retries().into_iter().collect();
         snapshot.releases = state.session.releases();
         snapshot.prepares = state.session.prepares();

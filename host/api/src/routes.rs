@@ -153,14 +153,11 @@ pub(crate) async fn acquire_batch(
                 }
             }
             let error = error.expect("one failed");
-            Err(AppError::new(
-                error.status(),
-                error.kind(),
-                format!(
-                    "leases[{index}] of {count}: {}; the others acquired were released",
-                    error.message()
-                ),
-            ))
+            let message = format!(
+                "leases[{index}] of {count}: {}; the others acquired were released",
+                error.message()
+            );
+            Err(error.with_message(message))
         }
     }
 }
@@ -348,6 +345,8 @@ pub(crate) fn evaluation_view(evaluation: Evaluation) -> EvaluateResponse {
         }),
         timed_out: evaluation.timed_out,
         error: evaluation.error,
+        infra_failure: evaluation.infra_failure.map(|infra| infra.reason),
+        adapter: format!("{}@{}", evaluation.adapter.name, evaluation.adapter.version),
         duration_ms: evaluation.duration.as_millis() as u64,
     }
 }

@@ -124,7 +124,7 @@ fn load(
     state: &AppState,
 ) -> anyhow::Result<(
     FleetConfig,
-    setup::Plugins,
+    sandfleet_engine::Plugins,
     Vec<sandfleet_engine::Cluster>,
     Vec<sandfleet_engine::WorkItem>,
 )> {
@@ -206,10 +206,7 @@ pub(crate) async fn start(
         run_id,
         settings: config.fleet,
         clusters,
-        adapter: plugins.adapter,
-        placement: plugins.placement,
-        sizing: plugins.sizing,
-        reset: plugins.reset,
+        plugins,
         out_dir,
         cancel: run.cancel.clone(),
         progress: Arc::new(Tracker(run.clone())),

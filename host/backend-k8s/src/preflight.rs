@@ -21,8 +21,10 @@ use crate::resources::{
 /// The field manager of everything the driver applies.
 pub(crate) const MANAGER: &str = "sandfleet";
 
-/// The verbs a run uses, per resource: (group, resource, subresource, verbs).
-const NEEDED: [(&str, &str, &str, &[&str]); 7] = [
+/// The verbs a run uses in its namespace, per resource: (API group,
+/// resource, subresource, verbs). The preflight reviews each with a
+/// `SelfSubjectAccessReview`; `deploy/rbac.yaml` grants them.
+pub const PREFLIGHT_ACCESS: [(&str, &str, &str, &[&str]); 7] = [
     (
         EXTENSIONS_GROUP,
         "sandboxtemplates",
@@ -194,7 +196,7 @@ async fn controller(client: &kube::Client, config: &K8sConfig, found: &mut Prefl
 async fn access(client: &kube::Client, config: &K8sConfig, found: &mut Preflight) {
     let reviews: Api<SelfSubjectAccessReview> = Api::all(client.clone());
     let mut asked = Vec::new();
-    for (group, resource, subresource, verbs) in NEEDED {
+    for (group, resource, subresource, verbs) in PREFLIGHT_ACCESS {
         for verb in verbs {
             let review = SelfSubjectAccessReview {
                 spec: SelfSubjectAccessReviewSpec {

@@ -88,7 +88,7 @@ pub(crate) fn run(args: ImagesArgs) -> anyhow::Result<ExitCode> {
                     _ => None,
                 })
                 .with_context(|| format!("{} has no local cluster", path.display()))?;
-            (local, Rewrites::new(config.run.image_rewrite.clone()))
+            (local, Rewrites::new(config.run.image_rewrite))
         }
         None => (LocalConfig::default(), Rewrites::default()),
     };

@@ -90,7 +90,7 @@ pub(crate) fn run(
 /// The engine's view of a loaded fleet file.
 fn spec(
     config: FleetConfig,
-    plugins: setup::Plugins,
+    plugins: sandfleet_engine::Plugins,
     run_id: RunId,
     clusters: Vec<sandfleet_engine::Cluster>,
     out_dir: PathBuf,
@@ -100,10 +100,7 @@ fn spec(
         run_id,
         settings: config.fleet,
         clusters,
-        adapter: plugins.adapter,
-        placement: plugins.placement,
-        sizing: plugins.sizing,
-        reset: plugins.reset,
+        plugins,
         out_dir,
         cancel,
         progress: progress_ui::for_stderr(),

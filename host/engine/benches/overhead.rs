@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use sandfleet_backend_local::LocalBackend;
 use sandfleet_core::{Backend, RunId, TemplateSpec};
 use sandfleet_engine::{
-    CancellationToken, Cluster, FleetSettings, LogProgress, RunSpec, Strategy, WorkItem,
+    CancellationToken, Cluster, FleetSettings, LogProgress, Plugins, RunSpec, Strategy, WorkItem,
 };
 use sandfleet_plugin::{HostConfig, PluginHost, Registry};
 
@@ -79,10 +79,14 @@ async fn overhead_per_task(pool: u32, label: &str) {
             weight: 1,
             backend: backend(dir.path(), pool + 8),
         }],
-        adapter,
-        placement: registry.placement("least-loaded").unwrap(),
-        sizing: registry.sizing("proportional").unwrap(),
-        reset: None,
+        plugins: Plugins::named(
+            registry.clone(),
+            "generic",
+            "least-loaded",
+            "proportional",
+            None,
+        )
+        .unwrap(),
         out_dir: dir.path().join("out"),
         cancel: CancellationToken::new(),
         progress: Arc::new(LogProgress),

@@ -19,7 +19,9 @@ use std::time::{Duration, Instant};
 use sandfleet_backend_local::LocalBackend;
 use sandfleet_core::{Backend, ExecRequest, RunId, SandboxHandle, TemplateSpec};
 use sandfleet_engine::reset::{ExecContext, Joined};
-use sandfleet_engine::{CancellationToken, Cluster, FleetSettings, LogProgress, RunSpec, WorkItem};
+use sandfleet_engine::{
+    CancellationToken, Cluster, FleetSettings, LogProgress, Plugins, RunSpec, WorkItem,
+};
 use sandfleet_plugin::adapter::{Command, CommandOutput, Task};
 use sandfleet_plugin::reset::Verdict;
 use sandfleet_plugin::{HostConfig, PluginHost, Registry};
@@ -111,7 +113,7 @@ fn backend(dir: &std::path::Path, max_sandboxes: u32) -> Arc<LocalBackend> {
 
 /// Runs the no-op tasks and prints one line.
 async fn engine_run(
-    registry: &Registry,
+    registry: &Arc<Registry>,
     tasks: usize,
     concurrency: usize,
     recycle: bool,
@@ -143,10 +145,14 @@ async fn engine_run(
             weight: 1,
             backend: backend(dir.path(), 2 * concurrency + 40),
         }],
-        adapter,
-        placement: registry.placement("least-loaded").unwrap(),
-        sizing: registry.sizing("proportional").unwrap(),
-        reset: Some(registry.reset_check("git-restore").unwrap()),
+        plugins: Plugins::named(
+            registry.clone(),
+            "generic",
+            "least-loaded",
+            "proportional",
+            Some("git-restore"),
+        )
+        .unwrap(),
         out_dir: dir.path().join("out"),
         cancel: CancellationToken::new(),
         progress: Arc::new(LogProgress),

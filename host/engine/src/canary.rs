@@ -5,18 +5,19 @@
 
 use std::sync::Arc;
 
+use sandfleet_core::file_stem;
 use sandfleet_plugin::adapter::CommandOutput;
 
-use crate::checks;
 use crate::error::RunError;
 use crate::fleet::{Fleet, FleetSpec};
 use crate::phases::PhaseTimes;
 use crate::reap::reap;
-use crate::recycle::Held;
+use crate::recycle::{Held, Recycler};
 use crate::release::ReleaseQueue;
 use crate::retry::Retries;
 use crate::run::RunSpec;
-use crate::task::{TaskRunner, WorkItem};
+use crate::task::WorkItem;
+use crate::{checks, commands};
 
 /// What a canary found.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -48,7 +49,7 @@ pub async fn canary(spec: RunSpec, item: WorkItem) -> Result<CanaryReport, RunEr
 }
 
 async fn run_twice(spec: &RunSpec, item: &WorkItem) -> Result<CanaryReport, RunError> {
-    let Some(reset) = spec.reset.clone() else {
+    let Some(reset) = spec.plugins.reset.clone() else {
         return Err(RunError::Internal(
             "a canary needs a reset check ([plugins] reset)".into(),
         ));
@@ -70,8 +71,8 @@ async fn run_twice(spec: &RunSpec, item: &WorkItem) -> Result<CanaryReport, RunE
             clusters: spec.clusters.clone(),
             capacity,
             images: vec![item.task.image.clone()],
-            settings: settings.clone(),
-            placement: spec.placement.clone(),
+            settings,
+            placement: spec.plugins.placement.clone(),
         },
         phases.clone(),
         retries.clone(),
@@ -82,18 +83,12 @@ async fn run_twice(spec: &RunSpec, item: &WorkItem) -> Result<CanaryReport, RunE
         retries.clone(),
         1,
     ));
-    let runner = TaskRunner {
-        fleet,
-        adapter: spec.adapter.clone(),
-        reset: Some(reset),
-        settings,
-        phases,
-        retries,
-        releases: releases.clone(),
-        logs: spec.out_dir.join("logs"),
-    };
-    std::fs::create_dir_all(&runner.logs)?;
+    let recycler = Recycler::new(fleet.clone(), releases.clone(), Some(reset));
+    let logs = spec.out_dir.join("logs");
+    std::fs::create_dir_all(&logs)?;
+    let log = logs.join(format!("{}.log", file_stem(&item.task.id)));
     let script = spec
+        .plugins
         .adapter
         .prepare(&item.task, item.solution.as_deref())
         .await?;
@@ -101,22 +96,17 @@ async fn run_twice(spec: &RunSpec, item: &WorkItem) -> Result<CanaryReport, RunE
     let mut held: Option<Held> = None;
     let mut runs = Vec::new();
     for _ in 0..2 {
-        runner
-            .sandbox_for(0, &item.task, &mut held)
-            .await
-            .map_err(RunError::Internal)?;
+        recycler.sandbox_for(0, &item.task, &mut held).await?;
         let current = held.as_mut().expect("sandbox_for leaves a sandbox");
         current.served += 1;
         let claimed = current.claimed.clone();
-        let outputs = runner
-            .execute(&claimed, item, &script)
-            .await
-            .map_err(RunError::Internal)?
+        let outputs = commands::execute(&fleet, &claimed, &script, Some(&log))
+            .await?
             .outputs;
         runs.push((claimed.handle.id, outputs));
     }
     if let Some(done) = held {
-        runner.release(done);
+        recycler.release(done);
     }
     releases.drain().await;
     let (second_sandbox, second) = runs.pop().expect("two runs");

@@ -13,11 +13,10 @@ use sandfleet_core::{
     SandboxHandle, TemplateRef, TemplateSpec, label_value, template_name,
 };
 use sandfleet_plugin::placement::{ClusterState, Clusters, Demand, DemandKind, PlacementPolicy};
-use sandfleet_plugin::{CallError, CallErrorKind};
 use tokio::sync::Mutex;
 use tracing::Instrument;
 
-use crate::error::RunError;
+use crate::error::{RunError, StepError};
 use crate::images::ImageTable;
 use crate::phases::{Phase, PhaseTimes};
 use crate::prepare::PreparedPools;
@@ -108,9 +107,6 @@ pub(crate) struct Fleet {
     failures: Vec<AtomicU32>,
     sequence: AtomicU64,
     pub(crate) counts: FleetCounts,
-    /// The last placement call that faulted, for a caller that can make
-    /// a built-in serve and ask again (the daemon's fallback).
-    pub(crate) placement_fault: std::sync::Mutex<Option<CallError>>,
 }
 
 /// What a fleet is made of.
@@ -153,7 +149,6 @@ impl Fleet {
             retries,
             books: Mutex::new(books),
             sequence: AtomicU64::new(0),
-            placement_fault: std::sync::Mutex::new(None),
             counts: FleetCounts::default(),
             prepared: PreparedPools::default(),
             warm_now: AtomicU64::new(0),
@@ -193,7 +188,7 @@ impl Fleet {
         while let Some(done) = prepared.join_next().await {
             let done = done
                 .map_err(|e| RunError::Internal(format!("filling a prepared pool failed: {e}")))
-                .and_then(|filled| filled);
+                .and_then(|filled| filled.map_err(RunError::from));
             if filled.is_ok() {
                 filled = done;
             }
@@ -255,7 +250,7 @@ impl Fleet {
                     .idempotent("warm", || backend.warm(template, size, &labels))
                     .await;
                 self.health(*cluster, &warmed);
-                warmed?;
+                warmed.map_err(|e| StepError::backend("warm", e))?;
                 self.note_warm(*image, *cluster, size).await;
             }
             self.phases.record(Phase::CreateWarmpool, started.elapsed());
@@ -306,7 +301,7 @@ impl Fleet {
     }
 
     /// Claims a sandbox of `image` for `task_id`, on the cluster placement picks.
-    pub(crate) async fn claim(&self, image: usize, task_id: &str) -> Result<Claimed, RunError> {
+    pub(crate) async fn claim(&self, image: usize, task_id: &str) -> Result<Claimed, StepError> {
         let started = Instant::now();
         let cluster = self.place(DemandKind::Claim, image, 1).await?;
         let span = tracing::info_span!(
@@ -337,7 +332,7 @@ impl Fleet {
                 .idempotent("claim", || backend.claim(&template, &labels, deadline))
                 .await;
             self.health(cluster, &claimed);
-            let handle = claimed?;
+            let handle = claimed.map_err(|e| StepError::backend("claim", e))?;
             recorded.record("sandbox", handle.id.as_str());
             tracing::debug!("claimed");
             self.books.lock().await.claimed[cluster] += 1;
@@ -385,7 +380,9 @@ impl Fleet {
         Ok(live)
     }
 
-    async fn place(&self, kind: DemandKind, image: usize, count: u32) -> Result<usize, RunError> {
+    /// The cluster placement picks; a fault is answered by the placement
+    /// handle's fallback, if it has one.
+    async fn place(&self, kind: DemandKind, image: usize, count: u32) -> Result<usize, StepError> {
         let clusters = self.table(image).await;
         let demand = Demand {
             kind,
@@ -393,18 +390,12 @@ impl Fleet {
             count,
             sequence: self.sequence.fetch_add(1, Ordering::Relaxed),
         };
-        match self.placement.place(&demand, &clusters).await {
-            Ok(index) => Ok(index as usize),
-            Err(fault) => {
-                if fault.is_plugin_fault() {
-                    *self
-                        .placement_fault
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner()) = Some(copy_fault(&fault));
-                }
-                Err(fault.into())
-            }
-        }
+        let index = self
+            .placement
+            .place(&demand, &clusters)
+            .await
+            .map_err(|e| StepError::plugin("placement", e))?;
+        Ok(index as usize)
     }
 
     /// The placement table for a decision about `image`: a cluster that
@@ -466,7 +457,7 @@ impl Fleet {
         &self,
         cluster: usize,
         image: usize,
-    ) -> Result<TemplateRef, RunError> {
+    ) -> Result<TemplateRef, StepError> {
         if let Some(template) = self.books.lock().await.templates.get(&(cluster, image)) {
             return Ok(template.clone());
         }
@@ -487,7 +478,7 @@ impl Fleet {
             .idempotent("ensure_template", || backend.ensure_template(&spec))
             .await;
         self.health(cluster, &made);
-        let template = made?;
+        let template = made.map_err(|e| StepError::backend("template", e))?;
         self.books
             .lock()
             .await
@@ -518,21 +509,5 @@ impl Fleet {
             .map_or(0, |(_, r)| r);
         drop(books);
         self.note_more_warm(replicas - before);
-    }
-}
-
-/// A copy of a plugin fault (call errors are not `Clone`): the plugin, the
-/// function, and the fault as it was said.
-fn copy_fault(fault: &CallError) -> CallError {
-    CallError {
-        plugin: fault.plugin.clone(),
-        function: fault.function,
-        kind: match &fault.kind {
-            CallErrorKind::Deadline(after) => CallErrorKind::Deadline(*after),
-            CallErrorKind::MemoryCap(cap) => CallErrorKind::MemoryCap(*cap),
-            CallErrorKind::OutOfFuel(fuel) => CallErrorKind::OutOfFuel(*fuel),
-            CallErrorKind::Contract(detail) => CallErrorKind::Contract(detail.clone()),
-            other => CallErrorKind::Trap(other.to_string()),
-        },
     }
 }

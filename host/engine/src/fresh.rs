@@ -14,24 +14,28 @@
 //!    grade, and is refused), a new sandbox of the work sandbox's image is
 //!    claimed, and the script (setup, files, evaluate) runs there; the new
 //!    sandbox is released as soon as its outputs are in
-//!    ([`TaskRunner::evaluate_fresh`]). The work sandbox is its owner's to
+//!    ([`Evaluator::evaluate_fresh`]). The work sandbox is its owner's to
 //!    release (or recycle).
 //!
-//! Runs (`task`) and daemon leases (`session`) call the same functions.
+//! Runs and daemon leases reach it through the one evaluation
+//! ([`crate::evaluation`]): a run has no agent, so its work is what setup
+//! left; a lease records the tree at setup and evaluates once its client's
+//! work is done.
 
 use std::time::{Duration, Instant};
 
-use sandfleet_core::{Backend, ExecRequest, SandboxHandle};
+use sandfleet_core::{Backend, BackendError, ErrorKind, ExecRequest, SandboxHandle};
 use sandfleet_plugin::adapter::Script;
 
-use crate::commands::Ran;
+use crate::commands::{self, Ran};
+use crate::error::StepError;
+use crate::evaluation::{EvaluationError, Evaluator, Request};
 use crate::fleet::Claimed;
 use crate::phases::Phase;
 use crate::prepare::Ready;
-use crate::task::{TaskRunner, WorkItem};
 
 /// The largest patch a work may hand over; more is refused rather than cut.
-pub const MAX_WORK_DIFF: u64 = 64 * 1024 * 1024;
+pub(crate) const MAX_WORK_DIFF: u64 = 64 * 1024 * 1024;
 
 /// Each git step in the work sandbox gets this long.
 const GIT_TIMEOUT: Duration = Duration::from_secs(300);
@@ -56,28 +60,8 @@ fi
 
 /// The work sandbox's workdir as git saw it after setup.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WorkTree {
+pub(crate) struct WorkTree {
     tree: String,
-}
-
-/// Why a work could not be evaluated in a fresh sandbox.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FreshError {
-    /// The infrastructure failed (a claim, an exec, a lost lease); the task
-    /// says nothing about the work and may be retried.
-    Infra(String),
-    /// The work cannot be evaluated: its workdir is no git repository, its
-    /// patch is not UTF-8 text or is too large, it comes with a solution as
-    /// well, or the adapter declines to prepare it.
-    Unusable(String),
-}
-
-impl std::fmt::Display for FreshError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            FreshError::Infra(message) | FreshError::Unusable(message) => f.write_str(message),
-        }
-    }
 }
 
 /// Runs [`SNAPSHOT`] in `sandbox` and returns what it printed.
@@ -86,7 +70,7 @@ async fn snapshot(
     sandbox: &SandboxHandle,
     workdir: &str,
     against: Option<&WorkTree>,
-) -> Result<Vec<u8>, FreshError> {
+) -> Result<Vec<u8>, EvaluationError> {
     let mut argv = vec![
         "bash".to_owned(),
         "-c".to_owned(),
@@ -111,23 +95,24 @@ async fn snapshot(
     let result = backend
         .exec(sandbox, &request, None)
         .await
-        .map_err(|e| FreshError::Infra(format!("{what} in {}: {e}", sandbox.id)))?;
+        .map_err(|e| StepError::backend(format!("{what} in {}", sandbox.id), e))?;
     if result.timed_out {
-        return Err(FreshError::Infra(format!(
-            "{what} in {} took over {} s",
-            sandbox.id,
-            GIT_TIMEOUT.as_secs()
-        )));
+        let overran = BackendError::new(
+            ErrorKind::Timeout,
+            &sandbox.cluster,
+            format!("took over {} s", GIT_TIMEOUT.as_secs()),
+        );
+        return Err(StepError::backend(format!("{what} in {}", sandbox.id), overran).into());
     }
     if result.stdout_dropped > 0 {
-        return Err(FreshError::Unusable(format!(
+        return Err(EvaluationError::Unusable(format!(
             "{what}: the patch is larger than {MAX_WORK_DIFF} bytes"
         )));
     }
     if result.exit_code != 0 {
         let stderr = String::from_utf8_lossy(&result.stderr);
         let last = stderr.lines().rev().find(|line| !line.trim().is_empty());
-        return Err(FreshError::Unusable(format!(
+        return Err(EvaluationError::Unusable(format!(
             "{what} in `{workdir}` failed (exit {}): {}; fresh evaluation needs the workdir to be a git repository",
             result.exit_code,
             last.unwrap_or("no message")
@@ -141,17 +126,18 @@ async fn snapshot(
 ///
 /// # Errors
 ///
-/// [`FreshError::Infra`] when the exec fails; [`FreshError::Unusable`] when
-/// git fails there (no repository, no git).
-pub async fn record_work_tree(
+/// [`EvaluationError::Infra`] when the exec fails;
+/// [`EvaluationError::Unusable`] when git fails there (no repository, no
+/// git) or takes too long.
+pub(crate) async fn record_work_tree(
     backend: &dyn Backend,
     sandbox: &SandboxHandle,
     workdir: &str,
-) -> Result<WorkTree, FreshError> {
+) -> Result<WorkTree, EvaluationError> {
     let printed = snapshot(backend, sandbox, workdir, None).await?;
     let tree = String::from_utf8_lossy(&printed).trim().to_owned();
     if tree.is_empty() || !tree.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(FreshError::Unusable(format!(
+        return Err(EvaluationError::Unusable(format!(
             "recording the work tree in `{workdir}` printed `{tree}`, not a tree id"
         )));
     }
@@ -163,17 +149,17 @@ pub async fn record_work_tree(
 ///
 /// # Errors
 ///
-/// As [`record_work_tree`], and [`FreshError::Unusable`] when the patch is
-/// larger than [`MAX_WORK_DIFF`] or not UTF-8 (a solution is text).
-pub async fn work_diff(
+/// As [`record_work_tree`], and [`EvaluationError::Unusable`] when the
+/// patch is larger than [`MAX_WORK_DIFF`] or not UTF-8 (a solution is text).
+pub(crate) async fn work_diff(
     backend: &dyn Backend,
     sandbox: &SandboxHandle,
     workdir: &str,
     since: &WorkTree,
-) -> Result<String, FreshError> {
+) -> Result<String, EvaluationError> {
     let patch = snapshot(backend, sandbox, workdir, Some(since)).await?;
     String::from_utf8(patch).map_err(|error| {
-        FreshError::Unusable(format!(
+        EvaluationError::Unusable(format!(
             "the work's changes in `{workdir}` are not UTF-8 text (byte {}), which a solution must be",
             error.utf8_error().valid_up_to()
         ))
@@ -191,73 +177,52 @@ pub(crate) struct FreshRun {
     pub(crate) sandbox: String,
 }
 
-impl TaskRunner {
-    /// A run's task whose script evaluates in a fresh sandbox: setup runs in
-    /// the work sandbox, its tree is recorded, and the work is evaluated by
-    /// [`TaskRunner::evaluate_fresh`]. A run has no agent, so the work is
-    /// what setup left; a daemon lease records the tree at setup and calls
-    /// `evaluate_fresh` once its client's work is done.
-    pub(crate) async fn set_up_then_evaluate_fresh(
-        &self,
-        work: &Claimed,
-        item: &WorkItem,
-        script: &Script,
-    ) -> Result<FreshRun, FreshError> {
-        let setup_only = Script {
-            files: Vec::new(),
-            evaluate: Vec::new(),
-            ..script.clone()
-        };
-        self.execute(work, item, &setup_only)
-            .await
-            .map_err(FreshError::Infra)?;
-        let backend = &self.fleet.clusters[work.cluster].backend;
-        let since = record_work_tree(backend.as_ref(), &work.handle, &script.workdir).await?;
-        self.evaluate_fresh(work, &since, item, script).await
-    }
-
+impl Evaluator {
     /// Evaluates the work done in `work` since `since` in a fresh sandbox of
     /// the same image: takes the changes, has the adapter prepare the task
-    /// for them (`script` is `item`'s own, reused when there are none),
-    /// claims the fresh sandbox, runs the script there (setup, files,
-    /// evaluate, logged to the task's log) and releases it.
+    /// for them (`script` is the request's own, reused when there are
+    /// none), claims the fresh sandbox, runs the script there (setup,
+    /// files, evaluate, logged to the request's log) and releases it.
     ///
     /// # Errors
     ///
-    /// [`FreshError::Infra`] when a claim, an exec or the fresh sandbox's
-    /// lease fails; [`FreshError::Unusable`] when the work cannot be
-    /// evaluated (see [`work_diff`]), comes with a solution as well, or the
-    /// adapter declines to prepare it.
+    /// [`EvaluationError::Infra`] when a claim, an exec or the fresh
+    /// sandbox's lease fails; [`EvaluationError::Unusable`] when the work
+    /// cannot be evaluated (see [`work_diff`]), comes with a solution as
+    /// well, or the adapter declines to prepare it.
     pub(crate) async fn evaluate_fresh(
         &self,
         work: &Claimed,
         since: &WorkTree,
-        item: &WorkItem,
+        request: &Request<'_>,
         script: &Script,
-    ) -> Result<FreshRun, FreshError> {
+    ) -> Result<FreshRun, EvaluationError> {
         let backend = &self.fleet.clusters[work.cluster].backend;
         let workdir = script.workdir.as_str();
         let changes = work_diff(backend.as_ref(), &work.handle, workdir, since).await?;
-        let given = item.solution.as_deref().filter(|patch| !patch.is_empty());
+        let given = request.solution.filter(|patch| !patch.is_empty());
         let solution = match (changes.is_empty(), given) {
-            (true, _) => item.solution.clone(),
+            (true, _) => request.solution.map(str::to_owned),
             (false, None) => Some(changes),
             (false, Some(_)) => {
-                return Err(FreshError::Unusable(format!(
+                return Err(EvaluationError::Unusable(format!(
                     "task `{}` has a solution and its work sandbox has changes too; a fresh evaluation grades one of them",
-                    item.task.id
+                    request.task.id
                 )));
             }
         };
-        let prepared = if solution == item.solution {
+        let prepared = if solution.as_deref() == request.solution {
             None
         } else {
-            let prepared = self.adapter.prepare(&item.task, solution.as_deref()).await;
+            let prepared = request
+                .adapter
+                .prepare(request.task, solution.as_deref())
+                .await;
             Some(prepared.map_err(|e| {
                 if e.is_plugin_fault() {
-                    FreshError::Infra(format!("prepare: {e}"))
+                    EvaluationError::Infra(StepError::plugin("prepare", e))
                 } else {
-                    FreshError::Unusable(format!(
+                    EvaluationError::Unusable(format!(
                         "the adapter cannot prepare the work's changes: {e}"
                     ))
                 }
@@ -270,23 +235,19 @@ impl TaskRunner {
         let Ready {
             claimed: fresh,
             lease,
-        } = self
-            .fleet
-            .claim_ready(work.image, &item.task.id)
-            .await
-            .map_err(|e| FreshError::Infra(format!("claiming a fresh sandbox: {e}")))?;
+        } = self.fleet.claim_ready(work.image, &request.task.id).await?;
         let started = Instant::now();
-        let ran = self.execute(&fresh, item, script).await;
-        self.phases.record(Phase::Process, started.elapsed());
-        let lost = lease.lost().map(str::to_owned);
+        let ran = commands::execute(&self.fleet, &fresh, script, Some(request.log)).await;
+        self.fleet.phases.record(Phase::Process, started.elapsed());
+        let lost = lease.lost().or_else(|| fresh.lost()).map(str::to_owned);
         drop(lease);
         let sandbox = fresh.handle.id.clone();
         self.releases.submit(fresh);
         match (ran, lost) {
-            (_, Some(lost)) => Err(FreshError::Infra(format!(
-                "fresh sandbox {sandbox}: {lost}"
-            ))),
-            (Err(error), None) => Err(FreshError::Infra(error)),
+            (_, Some(lost)) => {
+                Err(StepError::Lost(format!("fresh sandbox {sandbox}: {lost}")).into())
+            }
+            (Err(error), None) => Err(error.into()),
             (Ok(ran), None) => Ok(FreshRun {
                 ran,
                 solution,
@@ -303,15 +264,13 @@ mod tests {
     //! own eval script as 5.x rows have): a work sandbox where an agent
     //! works, evaluated in a fresh sandbox.
 
-    use std::path::Path;
     use std::sync::Arc;
 
-    use sandfleet_backend_local::{
-        ImageSource, IsolationMode, LimitOverrides, LocalBackend, LocalConfig,
-    };
+    use sandfleet_backend_local::LocalBackend;
     use sandfleet_core::{Capacity, RunId};
-    use sandfleet_plugin::adapter::{EvaluationSite, GradeResult, Setting, Task};
+    use sandfleet_plugin::adapter::{EvaluationSite, GradeResult, Setting, Task, TaskAdapter};
     use sandfleet_plugin::{HostConfig, KindLimits, Limits, PluginHost, Registry};
+    use sandfleet_test_support::calc;
 
     use super::*;
     use crate::fleet::{Cluster, Fleet, FleetSpec};
@@ -320,53 +279,17 @@ mod tests {
     use crate::retry::Retries;
     use crate::settings::FleetSettings;
 
-    /// A repository whose `add` is broken, with the test that checks it.
-    fn write_image(dir: &Path) {
-        std::fs::create_dir_all(dir.join("tests")).unwrap();
-        std::fs::write(dir.join("calc.py"), "def add(a, b):\n    return a - b\n").unwrap();
-        std::fs::write(
-            dir.join("tests/test_add.sh"),
-            "grep -q 'return a + b' calc.py\n",
-        )
-        .unwrap();
-    }
-
-    /// As SWE-bench's eval scripts do, the test file is checked out from the
-    /// base commit before the tests run (and after).
-    const EVAL_SCRIPT: &str = "#!/bin/bash\nset -uxo pipefail\ncd /testbed\n\
-        git checkout HEAD -- tests/test_add.sh\n\
-        : '>>>>> Start Test Output'\n\
-        if bash tests/test_add.sh; then echo 'PASSED tests/test_add.sh::test_add'; \
-        else echo 'FAILED tests/test_add.sh::test_add'; fi\n\
-        : '>>>>> End Test Output'\n\
-        git checkout HEAD -- tests/test_add.sh\n";
-
     struct Harness {
         _dir: tempfile::TempDir,
-        runner: TaskRunner,
+        log: std::path::PathBuf,
+        evaluator: Evaluator,
+        adapter: TaskAdapter,
         task: Task,
     }
 
     fn harness() -> Harness {
         let dir = tempfile::tempdir().unwrap();
-        let image = dir.path().join("images/calc");
-        write_image(&image);
-        let config = LocalConfig {
-            state_dir: Some(dir.path().join("state")),
-            workdir: "/testbed".into(),
-            isolation: IsolationMode::Namespaces,
-            images: [(
-                "calc".to_owned(),
-                ImageSource {
-                    path: image,
-                    git: true,
-                    limits: LimitOverrides::default(),
-                },
-            )]
-            .into_iter()
-            .collect(),
-            ..LocalConfig::default()
-        };
+        let config = calc::local_config(dir.path());
         let backend: Arc<dyn Backend> = Arc::new(LocalBackend::new("local", config).unwrap());
         let limits = KindLimits::uniform(Limits {
             deadline: Duration::from_secs(30),
@@ -383,17 +306,7 @@ mod tests {
             .add_builtins(sandfleet_guests::BUILTINS.iter().map(|b| (b.name, b.wasm)))
             .unwrap();
         let adapter = registry.adapter("swebench").unwrap();
-        let row = serde_json::json!({
-            "instance_id": "calc__calc-1",
-            "repo": "calc/calc",
-            "version": "1.0",
-            "FAIL_TO_PASS": ["tests/test_add.sh::test_add"],
-            "PASS_TO_PASS": [],
-            "log_parser": "parse_log_pytest",
-            "eval_type": "pass_and_fail",
-            "image": "calc",
-            "eval_script": EVAL_SCRIPT,
-        });
+        let row = calc::row("calc__calc-1", calc::RUN_TEST);
         let settings = [
             ("grader-version", "swebench-5.0.2"),
             ("evaluation", "fresh"),
@@ -405,7 +318,6 @@ mod tests {
         let task = adapter.load_blocking(&row.to_string(), &settings).unwrap();
         let phases = Arc::new(PhaseTimes::default());
         let retries = Arc::new(Retries::new(8));
-        let fleet_settings = FleetSettings::default();
         let fleet = Arc::new(Fleet::new(
             FleetSpec {
                 run_id: RunId::generate("fresh-test"),
@@ -416,56 +328,43 @@ mod tests {
                     backend,
                 }],
                 capacity: vec![Capacity::default()],
-                images: vec!["calc".into()],
-                settings: fleet_settings.clone(),
+                images: vec![calc::IMAGE.into()],
+                settings: FleetSettings::default(),
                 placement: registry.placement("least-loaded").unwrap(),
             },
             phases.clone(),
             retries.clone(),
         ));
-        let releases = Arc::new(ReleaseQueue::start(
-            fleet.clone(),
-            phases.clone(),
-            retries.clone(),
-            4,
-        ));
-        let logs = dir.path().join("logs");
-        std::fs::create_dir_all(&logs).unwrap();
+        let releases = Arc::new(ReleaseQueue::start(fleet.clone(), phases, retries, 4));
         Harness {
-            runner: TaskRunner {
-                fleet,
-                adapter,
-                reset: None,
-                settings: fleet_settings,
-                phases,
-                retries,
-                releases,
-                logs,
-            },
+            evaluator: Evaluator { fleet, releases },
+            adapter,
             task,
+            log: dir.path().join("calc.log"),
             _dir: dir,
         }
     }
 
     impl Harness {
-        fn item(&self, solution: Option<&str>) -> WorkItem {
-            WorkItem {
-                task: self.task.clone(),
-                solution: solution.map(str::to_owned),
-                epoch: 0,
+        fn request<'a>(&'a self, solution: Option<&'a str>) -> Request<'a> {
+            Request {
+                task: &self.task,
+                solution,
+                adapter: &self.adapter,
+                log: &self.log,
             }
         }
 
         async fn script(&self) -> Script {
-            let script = self.runner.adapter.prepare(&self.task, None).await.unwrap();
+            let script = self.adapter.prepare(&self.task, None).await.unwrap();
             assert_eq!(script.evaluate_in, EvaluationSite::FreshSandbox);
             script
         }
 
         /// A work sandbox after setup, with its tree recorded.
         async fn work_sandbox(&self) -> (Claimed, WorkTree) {
-            let work = self.runner.fleet.claim(0, &self.task.id).await.unwrap();
-            let backend = &self.runner.fleet.clusters[work.cluster].backend;
+            let work = self.evaluator.fleet.claim(0, &self.task.id).await.unwrap();
+            let backend = &self.evaluator.fleet.clusters[work.cluster].backend;
             let tree = record_work_tree(backend.as_ref(), &work.handle, "/testbed")
                 .await
                 .unwrap();
@@ -474,7 +373,7 @@ mod tests {
 
         /// The agent's turn: a shell command in the work sandbox.
         async fn agent(&self, work: &Claimed, command: &str) {
-            let backend = &self.runner.fleet.clusters[work.cluster].backend;
+            let backend = &self.evaluator.fleet.clusters[work.cluster].backend;
             let request = ExecRequest {
                 argv: vec!["bash".into(), "-c".into(), command.into()],
                 workdir: Some("/testbed".into()),
@@ -497,12 +396,11 @@ mod tests {
         async fn fresh_grade(&self, work: &Claimed, tree: &WorkTree) -> (FreshRun, GradeResult) {
             let script = self.script().await;
             let fresh = self
-                .runner
-                .evaluate_fresh(work, tree, &self.item(None), &script)
+                .evaluator
+                .evaluate_fresh(work, tree, &self.request(None), &script)
                 .await
                 .unwrap();
             let grade = self
-                .runner
                 .adapter
                 .grade(&self.task, fresh.solution.as_deref(), &fresh.ran.outputs)
                 .await
@@ -548,7 +446,7 @@ mod tests {
     async fn the_work_diff_holds_the_work_since_the_tree_only() {
         let h = harness();
         let (work, _) = h.work_sandbox().await;
-        let backend = &h.runner.fleet.clusters[work.cluster].backend;
+        let backend = &h.evaluator.fleet.clusters[work.cluster].backend;
         // What happened before the tree was recorded (setup) is no work.
         h.agent(&work, "printf 'setup\\n' > setup.txt").await;
         let tree = record_work_tree(backend.as_ref(), &work.handle, "/testbed")
@@ -575,10 +473,12 @@ mod tests {
 
         // A work with changes and a solution too cannot say which to grade.
         let script = h.script().await;
-        let both = h.item(Some(&diff));
-        let refused = h.runner.evaluate_fresh(&work, &tree, &both, &script).await;
+        let refused = h
+            .evaluator
+            .evaluate_fresh(&work, &tree, &h.request(Some(&diff)), &script)
+            .await;
         assert!(
-            matches!(&refused, Err(FreshError::Unusable(m)) if m.contains("a solution and")),
+            matches!(&refused, Err(EvaluationError::Unusable(m)) if m.contains("a solution and")),
             "{:?}",
             refused.err()
         );
@@ -587,13 +487,13 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_workdir_that_is_no_git_repository_is_named() {
         let h = harness();
-        let work = h.runner.fleet.claim(0, "x").await.unwrap();
-        let backend = &h.runner.fleet.clusters[work.cluster].backend;
+        let work = h.evaluator.fleet.claim(0, "x").await.unwrap();
+        let backend = &h.evaluator.fleet.clusters[work.cluster].backend;
         let error = record_work_tree(backend.as_ref(), &work.handle, "/tmp")
             .await
             .unwrap_err();
         assert!(
-            matches!(&error, FreshError::Unusable(m) if m.contains("`/tmp`") && m.contains("git repository")),
+            matches!(&error, EvaluationError::Unusable(m) if m.contains("`/tmp`") && m.contains("git repository")),
             "{error:?}"
         );
     }

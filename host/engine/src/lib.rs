@@ -18,6 +18,7 @@ mod canary;
 mod checks;
 mod commands;
 mod error;
+mod evaluation;
 mod fleet;
 mod fresh;
 mod images;
@@ -25,6 +26,7 @@ mod lease;
 mod logs;
 mod phases;
 pub mod plan;
+mod plugins;
 mod prepare;
 mod progress;
 mod rate;
@@ -45,10 +47,11 @@ mod workers;
 
 pub use canary::{CanaryReport, canary};
 pub use checks::images_made as check_images;
-pub use error::RunError;
+pub use error::{RunError, StepError};
+pub use evaluation::Evaluation;
 pub use fleet::Cluster;
-pub use fresh::{FreshError, MAX_WORK_DIFF, WorkTree, record_work_tree, work_diff};
 pub use phases::{Phase, PhaseStats};
+pub use plugins::{PluginServed, Plugins};
 pub use prepare::{PREPARE_ATTEMPTS, PrepareHook, PrepareHooks};
 pub use progress::{LogProgress, Progress};
 pub use reap::reap;
@@ -57,13 +60,12 @@ pub use report::{
     TaskCounts, WarmCounts,
 };
 pub use results::{
-    AttemptRecord, GradeRecord, InfraFailureRecord, RESULTS_FILE, ResultsStore, TaskRecord,
-    TaskStatus, TestRecord, Timings,
+    AttemptRecord, GradeRecord, InfraFailureRecord, PluginUse, RESULTS_FILE, ResultsStore,
+    TaskPlugins, TaskRecord, TaskStatus, TestRecord, Timings,
 };
 pub use run::{REPORT_FILE, RunSpec, run};
 pub use session::{
-    DEFAULT_WORKDIR, Evaluation, FaultHandler, Lease, PoolState, Purpose, Recycled, Session,
-    SessionError, SessionSpec,
+    DEFAULT_WORKDIR, Lease, PoolState, Purpose, Recycled, Session, SessionError, SessionSpec,
 };
 pub use settings::{DiskCap, FleetSettings, ImageRewrite, Strategy, de as settings_de};
 pub use task::WorkItem;

@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use crate::error::RunError;
+use crate::error::StepError;
 use crate::fleet::{Claimed, Fleet};
 use crate::lease::LeaseKeeper;
 use crate::phases::Phase;
@@ -131,11 +131,9 @@ impl Fleet {
         self: &Arc<Self>,
         image: usize,
         task_id: &str,
-    ) -> Result<Ready, RunError> {
+    ) -> Result<Ready, StepError> {
         if self.hook(image).is_none() {
-            let claimed = self.claim(image, task_id).await?;
-            let lease = self.keep(&claimed);
-            return Ok(Ready { claimed, lease });
+            return self.prepare_new(image, task_id, None).await;
         }
         let taken = {
             let mut pools = self.prepared.lock();
@@ -160,13 +158,13 @@ impl Fleet {
     ///
     /// # Errors
     ///
-    /// [`RunError::Prepare`] when a sandbox of the pool could not be
+    /// [`StepError::Prepare`] when a sandbox of the pool could not be
     /// prepared (nor [`PREPARE_ATTEMPTS`] sandboxes in its place).
     pub(crate) async fn fill_prepared(
         self: &Arc<Self>,
         image: usize,
         target: u32,
-    ) -> Result<(), RunError> {
+    ) -> Result<(), StepError> {
         let budget = self.settings.warm_create_budget.max(1);
         {
             let mut pools = self.prepared.lock();
@@ -189,7 +187,7 @@ impl Fleet {
                     return Ok(());
                 }
                 if let Some(error) = pool.failed.take() {
-                    return Err(RunError::Prepare(error));
+                    return Err(StepError::Prepare(error));
                 }
                 let have = pool.ready.len() as u32 + pool.filling;
                 let room = budget.saturating_sub(pool.filling);
@@ -242,7 +240,7 @@ impl Fleet {
         self: &Arc<Self>,
         image: usize,
         stop: &CancellationToken,
-    ) -> Result<Option<Ready>, RunError> {
+    ) -> Result<Option<Ready>, StepError> {
         match self.prepare_new(image, "prepared-pool", Some(stop)).await {
             Ok(ready) => Ok(Some(ready)),
             Err(_) if stop.is_cancelled() => Ok(None),
@@ -250,23 +248,27 @@ impl Fleet {
         }
     }
 
-    /// Claims a sandbox of `image` and runs its hook, replacing each whose
+    /// Claims a sandbox of `image` and runs its hook (an image without one
+    /// needs nothing more than the claim), replacing each whose
     /// prepare fails, [`PREPARE_ATTEMPTS`] sandboxes in all. When `stop`
     /// is cancelled, a sandbox being prepared is released and the claim
-    /// fails.
+    /// fails. When the last attempt failed on a backend call, that call's
+    /// error is the answer (its kind says whether another try may pass).
     async fn prepare_new(
         &self,
         image: usize,
         task_id: &str,
         stop: Option<&CancellationToken>,
-    ) -> Result<Ready, RunError> {
-        let hook = self
-            .hook(image)
-            .cloned()
-            .ok_or_else(|| RunError::Internal("prepare_new without a hook".into()))?;
+    ) -> Result<Ready, StepError> {
+        let Some(hook) = self.hook(image).cloned() else {
+            return self.claim(image, task_id).await.map(|claimed| Ready {
+                lease: self.keep(&claimed),
+                claimed,
+            });
+        };
         let never = CancellationToken::new();
         let stop = stop.unwrap_or(&never);
-        let stopped = || RunError::Prepare("the prepared pool was stopped".into());
+        let stopped = || StepError::Prepare("the prepared pool was stopped".into());
         let mut failures = Vec::new();
         for _ in 0..PREPARE_ATTEMPTS {
             let claimed = tokio::select! {
@@ -278,7 +280,7 @@ impl Fleet {
             let span = tracing::info_span!("prepare", sandbox = %claimed.handle.id);
             let prepared = tokio::select! {
                 prepared = self.run_hook(&claimed, &hook).instrument(span) => prepared,
-                () = stop.cancelled() => Err(String::new()),
+                () = stop.cancelled() => Err(stopped()),
             };
             if stop.is_cancelled() {
                 drop(lease);
@@ -296,20 +298,30 @@ impl Fleet {
                     self.counts.prepare_failed.fetch_add(1, Ordering::Relaxed);
                     drop(lease);
                     self.release_now(&claimed).await;
-                    failures.push(format!("{}: {error}", claimed.handle.id));
+                    failures.push((claimed.handle.id.clone(), error));
                 }
             }
         }
-        Err(RunError::Prepare(format!(
-            "image `{}`: prepare failed on {PREPARE_ATTEMPTS} sandboxes: {}",
-            self.images[image],
-            failures.join("; ")
-        )))
+        let summary = failures
+            .iter()
+            .map(|(sandbox, error)| format!("{sandbox}: {error}"))
+            .collect::<Vec<_>>()
+            .join("; ");
+        let what = format!(
+            "image `{}`: prepare failed on {PREPARE_ATTEMPTS} sandboxes",
+            self.images[image]
+        );
+        Err(match failures.pop() {
+            Some((_, StepError::Backend { source, .. })) => {
+                StepError::backend(format!("{what} ({summary}); the last"), source)
+            }
+            _ => StepError::Prepare(format!("{what}: {summary}")),
+        })
     }
 
     /// Runs `hook` in the sandbox: every command must exit 0 within what is
     /// left of the hook's timeout.
-    async fn run_hook(&self, claimed: &Claimed, hook: &PrepareHook) -> Result<(), String> {
+    async fn run_hook(&self, claimed: &Claimed, hook: &PrepareHook) -> Result<(), StepError> {
         let backend = &self.clusters[claimed.cluster].backend;
         let deadline = Instant::now() + hook.timeout;
         let timeout = humantime::format_duration(hook.timeout);
@@ -317,9 +329,9 @@ impl Fleet {
             let shown = text::truncated(&argv.join(" "), 200);
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Err(format!(
+                return Err(StepError::Prepare(format!(
                     "the prepare timeout ({timeout}) ran out before command {index} `{shown}`"
-                ));
+                )));
             }
             let request = ExecRequest {
                 argv: argv.clone(),
@@ -335,17 +347,17 @@ impl Fleet {
                 .await
                 .map_err(|error| {
                     claimed.note(&error);
-                    format!("prepare command {index} `{shown}`: {error}")
+                    StepError::backend(format!("prepare command {index} `{shown}`"), error)
                 })?;
             if ran.timed_out {
-                return Err(format!(
+                return Err(StepError::Prepare(format!(
                     "prepare command {index} `{shown}` overran the prepare timeout ({timeout})"
-                ));
+                )));
             }
             if ran.exit_code != 0 {
                 let output = String::from_utf8_lossy(&ran.stdout);
                 let tail = text::tail(output.trim_end(), QUOTED_OUTPUT);
-                return Err(format!(
+                return Err(StepError::Prepare(format!(
                     "prepare command {index} `{shown}` exited {}{}",
                     ran.exit_code,
                     if tail.is_empty() {
@@ -353,7 +365,7 @@ impl Fleet {
                     } else {
                         format!(": {tail}")
                     }
-                ));
+                )));
             }
         }
         Ok(())

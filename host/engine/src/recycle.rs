@@ -1,29 +1,52 @@
-//! The sandbox a worker holds between tasks, and recycling it: a task of
-//! the same image reuses it only after the backend has scrubbed it and the
-//! reset check has reset it and judged it clean; a sandbox that fails any
-//! of that is quarantined (released, never reused).
+//! The sandbox a worker or a lease holds between tasks, and recycling it:
+//! a task of the same image reuses it only after the backend has scrubbed
+//! it, the reset check has reset it, the backend has scrubbed it again and
+//! the reset check has judged it clean; a sandbox that fails any of that is
+//! quarantined (released, never reused).
+//!
+//! A sandbox's baseline, resets and verdicts come from one version of the
+//! reset check, pinned when the baseline is taken: outputs one version
+//! recorded mean nothing to another. When that version faults and the
+//! built-in fallback answers its calls, a sandbox whose baseline the faulty
+//! version took cannot be judged by the built-in and is quarantined; every
+//! new sandbox gets the built-in's own baseline and recycles as usual.
 
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use sandfleet_plugin::adapter::{CommandOutput, Task};
+use sandfleet_plugin::adapter::{Command, CommandOutput, Task};
 use sandfleet_plugin::reset::{ResetCheck, Verdict};
 
-use crate::fleet::Claimed;
+use crate::commands::run_commands;
+use crate::error::StepError;
+use crate::fleet::{Claimed, Fleet};
 use crate::lease::LeaseKeeper;
 use crate::phases::Phase;
 use crate::prepare::Ready;
-use crate::task::TaskRunner;
+use crate::release::ReleaseQueue;
+use crate::reset::{ExecContext, Joined};
+use crate::results::PluginUse;
 
-/// A sandbox a worker holds, from its claim to its release.
+/// A sandbox held from its claim to its release.
 pub(crate) struct Held {
     pub(crate) claimed: Claimed,
     /// Tasks it has served.
     pub(crate) served: u32,
-    /// Outputs of the reset check's baseline commands; `None` when the
+    /// What its reset check recorded when it was fresh; `None` when the
     /// sandbox cannot be recycled.
-    baseline: Option<Vec<CommandOutput>>,
+    baseline: Option<Baseline>,
     /// Its renewals, where the backend's sandboxes expire.
     pub(crate) lease: LeaseKeeper,
+}
+
+/// A fresh sandbox's state as one version of the reset check recorded it.
+struct Baseline {
+    /// That version, pinned.
+    check: ResetCheck,
+    /// Whether its fallback answered the baseline: the outputs are then
+    /// the built-in's, and only the built-in can judge against them.
+    by_fallback: bool,
+    outputs: Vec<CommandOutput>,
 }
 
 impl Held {
@@ -32,32 +55,85 @@ impl Held {
     pub(crate) fn lost(&self) -> Option<&str> {
         self.lease.lost().or_else(|| self.claimed.lost())
     }
+
+    /// The reset check version that took its baseline, for the records.
+    pub(crate) fn reset_check(&self) -> Option<PluginUse> {
+        self.baseline
+            .as_ref()
+            .map(|baseline| PluginUse::of_reset(&baseline.check))
+    }
 }
 
-impl TaskRunner {
-    /// Gives a sandbox the worker no longer needs to the release queue.
+/// Why a held sandbox cannot serve another task.
+#[derive(Debug, thiserror::Error)]
+enum Unfit {
+    #[error(transparent)]
+    Step(#[from] StepError),
+    #[error("the reset commands' output cannot be read: {0}")]
+    Output(String),
+    #[error("dirty after reset: {0}")]
+    Dirty(String),
+    #[error(
+        "its baseline was recorded by {0}, which faulted since; the built-in answering for it cannot judge that baseline"
+    )]
+    ForeignBaseline(String),
+}
+
+/// Claims sandboxes for tasks and recycles the ones held between tasks.
+pub(crate) struct Recycler {
+    fleet: Arc<Fleet>,
+    releases: Arc<ReleaseQueue>,
+    /// The reset check, when recycling is on.
+    reset: Option<ResetCheck>,
+}
+
+impl Recycler {
+    /// Recycles through `reset` when the fleet's settings say `recycle`.
+    pub(crate) fn new(
+        fleet: Arc<Fleet>,
+        releases: Arc<ReleaseQueue>,
+        reset: Option<ResetCheck>,
+    ) -> Self {
+        let reset = reset.filter(|_| fleet.settings.recycle);
+        Recycler {
+            fleet,
+            releases,
+            reset,
+        }
+    }
+
+    /// Whether sandboxes are recycled.
+    pub(crate) fn recycles(&self) -> bool {
+        self.reset.is_some()
+    }
+
+    /// Gives a sandbox nobody needs any more to the release queue.
     pub(crate) fn release(&self, held: Held) {
         self.releases.submit(held.claimed);
     }
 
-    /// Leaves in `held` a sandbox of `image` ready for the task: the one
-    /// held after a verified reset, or a fresh claim.
+    /// Leaves in `held` a sandbox of `image` ready for `task`: the one held
+    /// after a verified reset, or a fresh claim (whose baseline the reset
+    /// check records when recycling is on).
+    ///
+    /// # Errors
+    ///
+    /// When no sandbox could be claimed; `held` is empty then.
     pub(crate) async fn sandbox_for(
         &self,
         image: usize,
         task: &Task,
         held: &mut Option<Held>,
-    ) -> Result<(), String> {
+    ) -> Result<(), StepError> {
         if let Some(current) = held.take() {
-            let reusable = self.settings.recycle
-                && current.claimed.image == image
-                && current.served <= self.settings.max_reuses
+            let reusable = current.claimed.image == image
+                && current.served <= self.fleet.settings.max_reuses
                 && current.baseline.is_some()
                 && current.lost().is_none();
             if reusable {
                 let started = Instant::now();
                 let verdict = self.reset_and_verify(&current, task).await;
-                self.phases.record(Phase::Reset, started.elapsed());
+                self.fleet.phases.record(Phase::Reset, started.elapsed());
                 match verdict {
                     Ok(()) => {
                         *held = Some(current);
@@ -65,8 +141,7 @@ impl TaskRunner {
                     }
                     Err(reason) => {
                         tracing::warn!(sandbox = %current.claimed.handle.id, task = %task.id, "quarantined: {reason}");
-                        self.phases
-                            .record(Phase::Quarantine, std::time::Duration::ZERO);
+                        self.fleet.phases.record(Phase::Quarantine, Duration::ZERO);
                         self.release(current);
                     }
                 }
@@ -75,22 +150,18 @@ impl TaskRunner {
             }
         }
         self.releases.room().await;
-        let Ready { claimed, lease } = self
-            .fleet
-            .claim_ready(image, &task.id)
-            .await
-            .map_err(|e| format!("claim: {e}"))?;
+        let Ready { claimed, lease } = self.fleet.claim_ready(image, &task.id).await?;
         // After the prepare hook: a reset keeps what it made.
-        let baseline = match (&self.reset, self.settings.recycle) {
-            (Some(check), true) => {
+        let baseline = match &self.reset {
+            Some(check) => {
                 let started = Instant::now();
-                let baseline = self.baseline(check, &claimed, task).await;
-                self.phases.record(Phase::Reset, started.elapsed());
+                let baseline = self.baseline(check.pin(), &claimed, task).await;
+                self.fleet.phases.record(Phase::Reset, started.elapsed());
                 baseline
                     .inspect_err(|e| tracing::warn!(sandbox = %claimed.handle.id, "no baseline, so no recycling: {e}"))
                     .ok()
             }
-            _ => None,
+            None => None,
         };
         *held = Some(Held {
             claimed,
@@ -103,13 +174,23 @@ impl TaskRunner {
 
     async fn baseline(
         &self,
-        check: &ResetCheck,
+        check: ResetCheck,
         claimed: &Claimed,
         task: &Task,
-    ) -> Result<Vec<CommandOutput>, String> {
-        let commands = check.baseline(task).await.map_err(|e| e.to_string())?;
-        self.run_reset_phase(claimed, &commands, &task.workdir)
+    ) -> Result<Baseline, Unfit> {
+        let commands = check
+            .baseline(task)
             .await
+            .map_err(|e| StepError::plugin("reset baseline", e))?;
+        let by_fallback = check.fell_back();
+        let outputs = self
+            .run_reset_phase(claimed, &commands, &task.workdir)
+            .await?;
+        Ok(Baseline {
+            check,
+            by_fallback,
+            outputs,
+        })
     }
 
     /// Scrubs the held sandbox (the backend stops whatever the last task
@@ -118,29 +199,76 @@ impl TaskRunner {
     /// again (whatever the reset's commands started, a task's trap among
     /// them, must not live into the next task) and asks the reset check
     /// whether it is clean.
-    async fn reset_and_verify(&self, held: &Held, task: &Task) -> Result<(), String> {
-        let check = self.reset.clone().ok_or("no reset check configured")?;
-        let baseline = held.baseline.clone().ok_or("no baseline was recorded")?;
+    async fn reset_and_verify(&self, held: &Held, task: &Task) -> Result<(), Unfit> {
+        let Some(baseline) = &held.baseline else {
+            return Err(Unfit::Dirty("no baseline was recorded".into()));
+        };
+        let check = &baseline.check;
+        let foreign = || {
+            let plugin = check.version().plugin;
+            Unfit::ForeignBaseline(format!("`{}` ({})", plugin.name, plugin.version))
+        };
         let backend = &self.fleet.clusters[held.claimed.cluster].backend;
         backend
             .scrub(&held.claimed.handle)
             .await
-            .map_err(|e| format!("scrub: {e}"))?;
+            .map_err(|e| StepError::backend("scrub", e))?;
         let commands = check
-            .reset(task, &baseline)
+            .reset(task, &baseline.outputs)
             .await
-            .map_err(|e| format!("reset: {e}"))?;
+            .map_err(|e| StepError::plugin("reset", e))?;
+        if check.fell_back() != baseline.by_fallback {
+            return Err(foreign());
+        }
         let outputs = self
             .run_reset_phase(&held.claimed, &commands, &task.workdir)
             .await?;
         backend
             .scrub(&held.claimed.handle)
             .await
-            .map_err(|e| format!("scrub after the reset: {e}"))?;
-        match check.verify(task, &baseline, &outputs).await {
-            Ok(Verdict::Clean) => Ok(()),
-            Ok(Verdict::Dirty(reason)) => Err(format!("dirty after reset: {reason}")),
-            Err(e) => Err(format!("verify: {e}")),
+            .map_err(|e| StepError::backend("scrub after the reset", e))?;
+        let verdict = check
+            .verify(task, &baseline.outputs, &outputs)
+            .await
+            .map_err(|e| StepError::plugin("reset verify", e))?;
+        if check.fell_back() != baseline.by_fallback {
+            return Err(foreign());
         }
+        match verdict {
+            Verdict::Clean => Ok(()),
+            Verdict::Dirty(reason) => Err(Unfit::Dirty(reason)),
+        }
+    }
+
+    /// Runs a reset phase's commands in `claimed` in one exec (one exec
+    /// each when they are too long for one script) and returns one output
+    /// per command; every command runs even when an earlier one fails.
+    async fn run_reset_phase(
+        &self,
+        claimed: &Claimed,
+        commands: &[Command],
+        workdir: &str,
+    ) -> Result<Vec<CommandOutput>, Unfit> {
+        let Some(joined) = Joined::new(commands) else {
+            let ran = run_commands(&self.fleet, claimed, commands, workdir, &[], None).await?;
+            return Ok(ran.outputs);
+        };
+        let context = ExecContext {
+            workdir,
+            env: &[],
+            max_output: self.fleet.settings.max_output,
+        };
+        let backend = &self.fleet.clusters[claimed.cluster].backend;
+        let result = backend
+            .exec(&claimed.handle, &joined.request(&context), None)
+            .await
+            .map_err(|e| {
+                claimed.note(&e);
+                StepError::backend(
+                    format!("exec of the {} joined reset commands", commands.len()),
+                    e,
+                )
+            })?;
+        joined.split(&result).map_err(Unfit::Output)
     }
 }

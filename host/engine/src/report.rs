@@ -1,6 +1,6 @@
 //! The run report: what happened, how long each phase took, and on what.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use crate::fleet::FleetCounts;
 use crate::phases::{Phase, PhaseStats};
+use crate::plugins::PluginServed;
 use crate::results::{TaskRecord, TaskStatus};
 use crate::run::Engine;
 
@@ -86,7 +87,8 @@ pub struct Environment {
     pub clusters: Vec<ClusterInfo>,
     /// The machine the host ran on.
     pub machine: Machine,
-    /// Plugin name → version serving at the start.
+    /// Role (`adapter`, `placement`, `sizing`, `reset`) → the plugin and
+    /// version serving it when the run started.
     pub plugins: BTreeMap<String, String>,
 }
 
@@ -147,6 +149,9 @@ pub struct RunReport {
     pub phases: BTreeMap<&'static str, PhaseStats>,
     /// Where it ran.
     pub environment: Environment,
+    /// Every plugin version that served the run, in the order they took
+    /// over their names: a file replaced mid-run shows both versions.
+    pub plugins: Vec<PluginServed>,
     /// Why the run stopped early, if it did.
     pub error: Option<String>,
 }
@@ -282,6 +287,32 @@ impl RunReport {
             )
             .expect("write to String");
         }
+        let reloaded: BTreeSet<&str> = {
+            let mut names = BTreeSet::new();
+            self.plugins
+                .iter()
+                .filter(|p| !names.insert(p.name.as_str()))
+                .map(|p| p.name.as_str())
+                .collect()
+        };
+        for plugin in self
+            .plugins
+            .iter()
+            .filter(|p| p.faults > 0 || reloaded.contains(p.name.as_str()))
+        {
+            writeln!(
+                out,
+                "plugin {} {} (from {}, serving since {}): {} calls, {} faults, {} answered by the built-in",
+                plugin.name,
+                plugin.version,
+                plugin.source,
+                plugin.took_over_at,
+                plugin.calls,
+                plugin.faults,
+                plugin.fallbacks
+            )
+            .expect("write to String");
+        }
         if !self.retries.is_empty() {
             let retried: Vec<String> = self
                 .retries
@@ -361,6 +392,7 @@ impl Engine {
             prepare_failed: fleet_count(|c| &c.prepare_failed),
             phases,
             environment: self.environment(),
+            plugins: self.calls_at_start.served(&self.spec.plugins),
             error,
         }
     }
@@ -378,20 +410,7 @@ impl Engine {
                 })
                 .collect(),
             machine: Machine::current(),
-            plugins: [
-                ("adapter", spec.adapter.version()),
-                ("placement", spec.placement.version()),
-                ("sizing", spec.sizing.version()),
-            ]
-            .into_iter()
-            .chain(spec.reset.as_ref().map(|r| ("reset", r.version())))
-            .map(|(role, info)| {
-                (
-                    role.to_string(),
-                    format!("{} {}", info.plugin.name, info.plugin.version),
-                )
-            })
-            .collect(),
+            plugins: self.plugins_at_start.clone(),
         }
     }
 }

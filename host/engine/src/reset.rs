@@ -29,8 +29,6 @@ use sandfleet_core::{ExecRequest, ExecResult};
 use sandfleet_plugin::adapter::{Command, CommandOutput};
 
 use crate::commands::DEFAULT_COMMAND_TIMEOUT;
-use crate::fleet::Claimed;
-use crate::task::TaskRunner;
 
 /// How long GNU `timeout` waits after its TERM before it KILLs.
 const KILL_AFTER_SECS: u64 = 5;
@@ -180,39 +178,6 @@ impl Joined {
             (out_at, err_at) = (out.end, err.end);
         }
         Ok(outputs)
-    }
-}
-
-impl TaskRunner {
-    /// Runs a reset phase's commands in `claimed` in one exec (one exec
-    /// each when they are too long for one script) and returns one output
-    /// per command; every command runs even when an earlier one fails.
-    pub(crate) async fn run_reset_phase(
-        &self,
-        claimed: &Claimed,
-        commands: &[Command],
-        workdir: &str,
-    ) -> Result<Vec<CommandOutput>, String> {
-        let Some(joined) = Joined::new(commands) else {
-            return self
-                .run_commands(claimed, commands, workdir, &[], None)
-                .await
-                .map(|ran| ran.outputs);
-        };
-        let context = ExecContext {
-            workdir,
-            env: &[],
-            max_output: self.settings.max_output,
-        };
-        let backend = &self.fleet.clusters[claimed.cluster].backend;
-        let result = backend
-            .exec(&claimed.handle, &joined.request(&context), None)
-            .await
-            .map_err(|e| {
-                claimed.note(&e);
-                format!("exec of the {} joined reset commands: {e}", commands.len())
-            })?;
-        joined.split(&result)
     }
 }
 

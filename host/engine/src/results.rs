@@ -8,7 +8,9 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use sandfleet_plugin::adapter::{GradeResult, GradeStatus, InfraFailure, TestTable};
+use sandfleet_plugin::PluginRef;
+use sandfleet_plugin::adapter::{GradeResult, GradeStatus, InfraFailure, TaskAdapter, TestTable};
+use sandfleet_plugin::reset::ResetCheck;
 use serde::{Deserialize, Serialize};
 
 /// The file name inside the output directory.
@@ -137,6 +139,22 @@ pub struct GradeRecord {
     pub report: serde_json::Value,
 }
 
+impl From<GradeResult> for GradeRecord {
+    fn from(grade: GradeResult) -> Self {
+        GradeRecord {
+            status: grade.status.name().to_string(),
+            reward: grade.reward,
+            detail: crate::text::truncated(&grade.detail, MAX_DETAIL),
+            tests: TestRecord::all(&grade.tests),
+            report: serde_json::from_str(&grade.report)
+                .unwrap_or(serde_json::Value::String(grade.report)),
+        }
+    }
+}
+
+/// Bytes of a grade's detail kept in a result line.
+const MAX_DETAIL: usize = 4096;
+
 /// One attempt of a task that ran more than once: the infrastructure
 /// failed an attempt (its sandbox was lost, its claim failed) and the task
 /// ran again on another sandbox.
@@ -197,8 +215,64 @@ pub struct TaskRecord {
     /// record's other fields are the last one's).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attempts: Vec<AttemptRecord>,
+    /// The plugin versions that prepared and graded the task and reset its
+    /// sandbox, each pinned when the task (or the sandbox) started.
+    #[serde(default)]
+    pub plugins: TaskPlugins,
     /// When it finished (RFC 3339).
     pub finished_at: String,
+}
+
+/// One plugin version a task used.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PluginUse {
+    /// The plugin's name.
+    pub name: String,
+    /// Its version (`sha256:` and 12 hex digits).
+    pub version: String,
+    /// The built-in (`name@version`) that answered some of its calls after
+    /// it faulted (`[plugins] fallback = "builtin"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<String>,
+}
+
+impl PluginUse {
+    /// The use of `serving`, whose calls `fallback` answered after a fault
+    /// when it is given.
+    pub fn new(serving: &PluginRef, fallback: Option<PluginRef>) -> Self {
+        PluginUse {
+            name: serving.name.to_string(),
+            version: serving.version.to_string(),
+            fallback: fallback.map(|builtin| format!("{}@{}", builtin.name, builtin.version)),
+        }
+    }
+
+    /// The use of the version pinned by `adapter`.
+    pub(crate) fn of_adapter(adapter: &TaskAdapter) -> Self {
+        PluginUse::new(
+            &adapter.version().plugin,
+            adapter.fallback().filter(|_| adapter.fell_back()),
+        )
+    }
+
+    /// The use of the version pinned by `check`.
+    pub(crate) fn of_reset(check: &ResetCheck) -> Self {
+        PluginUse::new(
+            &check.version().plugin,
+            check.fallback().filter(|_| check.fell_back()),
+        )
+    }
+}
+
+/// The plugin versions one task used.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskPlugins {
+    /// The adapter that prepared and graded it.
+    pub adapter: PluginUse,
+    /// The reset check that took its sandbox's baseline and reset it
+    /// before the task; absent when the sandbox is not recycled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reset: Option<PluginUse>,
 }
 
 /// The results file of an output directory.
@@ -308,6 +382,7 @@ mod tests {
             fresh_sandbox: None,
             infra_failure: None,
             attempts: Vec::new(),
+            plugins: TaskPlugins::default(),
             finished_at: "2026-01-01T00:00:00Z".to_string(),
         }
     }

@@ -9,19 +9,18 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use sandfleet_core::{Reaped, RunId};
-use sandfleet_plugin::adapter::TaskAdapter;
-use sandfleet_plugin::placement::PlacementPolicy;
-use sandfleet_plugin::reset::ResetCheck;
-use sandfleet_plugin::sizing::SizingPolicy;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::error::RunError;
+use crate::evaluation::Evaluator;
 use crate::fleet::{Cluster, Fleet, FleetSpec};
 use crate::phases::{Phase, PhaseTimes};
 use crate::plan::{self, Plan};
+use crate::plugins::{CallsAtStart, Plugins};
 use crate::progress::Progress;
 use crate::reap::reap;
+use crate::recycle::Recycler;
 use crate::release::ReleaseQueue;
 use crate::report::RunReport;
 use crate::results::{ResultsStore, TaskRecord};
@@ -41,14 +40,8 @@ pub struct RunSpec {
     pub settings: FleetSettings,
     /// The clusters, in configuration order (placement indices).
     pub clusters: Vec<Cluster>,
-    /// The task adapter.
-    pub adapter: TaskAdapter,
-    /// The placement policy.
-    pub placement: PlacementPolicy,
-    /// The sizing policy.
-    pub sizing: SizingPolicy,
-    /// The reset check, needed for recycling.
-    pub reset: Option<ResetCheck>,
+    /// The plugins; a watcher among them reloads them during the run.
+    pub plugins: Plugins,
     /// Where `results.jsonl`, `report.json` and `logs/` go.
     pub out_dir: PathBuf,
     /// Cancelled on SIGINT/SIGTERM: the run stops and tears down.
@@ -83,6 +76,8 @@ pub async fn run(spec: RunSpec, items: Vec<WorkItem>) -> Result<RunReport, RunEr
         let mut engine = Engine {
             total: pending.len(),
             retries: Arc::new(Retries::new(spec.settings.retry_budget)),
+            calls_at_start: CallsAtStart::take(&spec.plugins.registry),
+            plugins_at_start: spec.plugins.serving(),
             spec,
             results: results.clone(),
             phases: Arc::new(PhaseTimes::default()),
@@ -114,6 +109,10 @@ pub async fn run(spec: RunSpec, items: Vec<WorkItem>) -> Result<RunReport, RunEr
 
 pub(crate) struct Engine {
     pub(crate) spec: RunSpec,
+    /// Plugin calls before the run, so the report counts the run's own.
+    pub(crate) calls_at_start: CallsAtStart,
+    /// Each role's plugin version when the run started.
+    pub(crate) plugins_at_start: std::collections::BTreeMap<String, String>,
     pub(crate) results: Arc<ResultsStore>,
     pub(crate) phases: Arc<PhaseTimes>,
     pub(crate) records: Mutex<Vec<TaskRecord>>,
@@ -163,7 +162,7 @@ impl Engine {
                 capacity,
                 images: plan.images.clone(),
                 settings: self.spec.settings.clone(),
-                placement: self.spec.placement.clone(),
+                placement: self.spec.plugins.placement.clone(),
             },
             self.phases.clone(),
             self.retries.clone(),
@@ -184,13 +183,16 @@ impl Engine {
             self.spec.cancel.clone(),
         );
         let runner = Arc::new(TaskRunner {
-            fleet: fleet.clone(),
-            adapter: self.spec.adapter.clone(),
-            reset: self.spec.reset.clone(),
-            settings: self.spec.settings.clone(),
-            phases: self.phases.clone(),
-            retries: self.retries.clone(),
-            releases,
+            recycler: Recycler::new(
+                fleet.clone(),
+                releases.clone(),
+                self.spec.plugins.reset.clone(),
+            ),
+            evaluator: Evaluator {
+                fleet: fleet.clone(),
+                releases,
+            },
+            adapter: self.spec.plugins.adapter.clone(),
             logs,
         });
         let cancel = self.spec.cancel.clone();
@@ -218,7 +220,7 @@ impl Engine {
             .map(|item| item.task.image.as_str());
         let (images, tasks) = plan::image_table(images);
         Ok(plan::plan(
-            &self.spec.sizing,
+            &self.spec.plugins.sizing,
             &self.spec.settings,
             capacity,
             images,

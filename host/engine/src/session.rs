@@ -17,34 +17,27 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use sandfleet_core::{
     BackendError, Capacity, ErrorKind, ExecRequest, ExecResult, OutputSink, Reaped, RunId,
     SandboxHandle, file_stem,
 };
-use sandfleet_plugin::CallError;
-use sandfleet_plugin::adapter::{
-    EvaluationSite, GradeResult, GradeStatus, Task, TaskAdapter, TimeoutRule,
-};
-use sandfleet_plugin::placement::PlacementPolicy;
-use sandfleet_plugin::reset::ResetCheck;
-use sandfleet_plugin::sizing::SizingPolicy;
+use sandfleet_plugin::Registry;
+use sandfleet_plugin::adapter::{Task, TaskAdapter};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
-use crate::error::RunError;
+use crate::error::{RunError, StepError};
+use crate::evaluation::{Evaluation, EvaluationError, Evaluator, Request, SetUp};
 use crate::fleet::{Claimed, Cluster, Fleet, FleetSpec};
-use crate::fresh::{FreshError, WorkTree, record_work_tree};
-use crate::phases::{Phase, PhaseTimes};
+use crate::phases::PhaseTimes;
 use crate::plan::{self, Plan};
+use crate::plugins::Plugins;
 use crate::progress::LogProgress;
-use crate::recycle::Held;
+use crate::recycle::{Held, Recycler};
 use crate::release::ReleaseQueue;
-use crate::results::TaskStatus;
 use crate::retry::Retries;
 use crate::settings::{FleetSettings, Strategy};
-use crate::task::{TaskRunner, WorkItem};
 use crate::{checks, reap};
 
 /// Where an image lease's commands start and its reset check looks, unless
@@ -62,47 +55,41 @@ pub struct SessionSpec {
     pub settings: FleetSettings,
     /// The clusters, in configuration order (placement indices).
     pub clusters: Vec<Cluster>,
-    /// The task adapter, for task leases and evaluation.
-    pub adapter: TaskAdapter,
-    /// The placement policy.
-    pub placement: PlacementPolicy,
-    /// The sizing policy, for warm pools.
-    pub sizing: SizingPolicy,
-    /// The reset check, for recycling.
-    pub reset: Option<ResetCheck>,
+    /// The plugins (their handles answer faults with a built-in where the
+    /// registry was told to); a watcher among them reloads them while the
+    /// session lives.
+    pub plugins: Plugins,
     /// Where evaluation logs go, one file per lease.
     pub logs: PathBuf,
-    /// Told of every plugin fault the session meets in a placement,
-    /// adapter or sizing call; when it answers true (a built-in serves
-    /// now), the call (for placement, the claim) is made once more.
-    pub on_plugin_fault: Option<FaultHandler>,
 }
-
-/// See [`SessionSpec::on_plugin_fault`].
-pub type FaultHandler = Arc<dyn Fn(&CallError) -> bool + Send + Sync>;
 
 /// Why a session call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
     /// The request cannot be served as it is (an image no cluster makes, a
-    /// task of another image than the lease's).
+    /// task of another image than the lease's, work that cannot be
+    /// evaluated in a fresh sandbox).
     #[error("{0}")]
     Invalid(String),
-    /// No sandbox could be had (claim timed out, clusters full or down).
-    #[error("{0}")]
-    Unavailable(String),
     /// The lease's sandbox is gone; the lease cannot serve any more.
     #[error("{0}")]
     Lost(String),
-    /// A backend call failed.
+    /// A step failed: a claim, a backend call, a plugin call; the source
+    /// keeps its kind.
     #[error(transparent)]
-    Backend(#[from] BackendError),
-    /// A plugin call failed.
-    #[error(transparent)]
-    Plugin(#[from] CallError),
+    Step(#[from] StepError),
     /// The session's own machinery failed.
     #[error(transparent)]
     Run(#[from] RunError),
+}
+
+impl From<EvaluationError> for SessionError {
+    fn from(error: EvaluationError) -> Self {
+        match error {
+            EvaluationError::Infra(step) => SessionError::Step(step),
+            EvaluationError::Unusable(message) => SessionError::Invalid(message),
+        }
+    }
 }
 
 /// What a lease is for.
@@ -129,11 +116,9 @@ pub struct Lease {
     task: Task,
     /// Acquired for a task, whose setup runs in every sandbox it gets.
     for_task: bool,
-    /// The adapter's setup has run in this sandbox for this task.
-    set_up_for: Option<String>,
-    /// The workdir as setup left it, where the task's script evaluates in
-    /// a fresh sandbox: the work is what changed since.
-    work_tree: Option<WorkTree>,
+    /// The adapter's setup that ran in this sandbox, with the adapter
+    /// version (pinned) that evaluates its task here.
+    set_up: Option<SetUp>,
     /// Names this lease's log file.
     name: String,
 }
@@ -180,22 +165,6 @@ pub enum Recycled {
     Replaced,
 }
 
-/// An evaluation's outcome, as a run would record it.
-#[derive(Debug, Clone)]
-pub struct Evaluation {
-    /// `ok` when graded as passed, `failed` when graded otherwise or not
-    /// gradable, `infra_error` when the infrastructure failed.
-    pub status: TaskStatus,
-    /// The adapter's grade, when it graded.
-    pub grade: Option<GradeResult>,
-    /// An evaluate command overran its timeout.
-    pub timed_out: bool,
-    /// What went wrong, when there is no grade.
-    pub error: Option<String>,
-    /// Wall time of the evaluation.
-    pub duration: Duration,
-}
-
 /// A warm pool of the session.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PoolState {
@@ -214,11 +183,15 @@ pub struct PoolState {
 /// Leases and warm pools over a fleet, for a long-running service.
 pub struct Session {
     run_id: RunId,
-    runner: Arc<TaskRunner>,
-    sizing: SizingPolicy,
+    fleet: Arc<Fleet>,
+    releases: Arc<ReleaseQueue>,
+    retries: Arc<Retries>,
+    recycler: Recycler,
+    evaluator: Evaluator,
+    plugins: Plugins,
     capacity: Vec<Capacity>,
     settings: FleetSettings,
-    on_plugin_fault: Option<FaultHandler>,
+    logs: PathBuf,
     /// Image index → the fill of its pool (running or finished).
     pools: Mutex<BTreeMap<usize, PoolFill>>,
 }
@@ -243,7 +216,7 @@ impl Session {
         let retries = Arc::new(Retries::new(spec.settings.retry_budget));
         let mut settings = spec.settings.clone();
         // Recycling needs a baseline from each fresh sandbox.
-        settings.recycle = settings.recycle && spec.reset.is_some();
+        settings.recycle = settings.recycle && spec.plugins.reset.is_some();
         let fleet = Arc::new(Fleet::new(
             FleetSpec {
                 run_id: spec.run_id.clone(),
@@ -251,54 +224,43 @@ impl Session {
                 capacity: capacity.clone(),
                 images: Vec::new(),
                 settings: settings.clone(),
-                placement: spec.placement,
+                placement: spec.plugins.placement.clone(),
             },
-            phases.clone(),
+            phases,
             retries.clone(),
         ));
         let releases = Arc::new(ReleaseQueue::start(
             fleet.clone(),
-            phases.clone(),
+            fleet.phases.clone(),
             retries.clone(),
             RELEASE_BACKLOG,
         ));
-        let runner = TaskRunner {
-            fleet,
-            adapter: spec.adapter,
-            reset: spec.reset,
-            settings: settings.clone(),
-            phases,
-            retries,
-            releases,
-            logs: spec.logs,
-        };
         Ok(Session {
             run_id: spec.run_id,
-            runner: Arc::new(runner),
-            sizing: spec.sizing,
+            recycler: Recycler::new(fleet.clone(), releases.clone(), spec.plugins.reset.clone()),
+            evaluator: Evaluator {
+                fleet: fleet.clone(),
+                releases: releases.clone(),
+            },
+            fleet,
+            releases,
+            retries,
+            plugins: spec.plugins,
             capacity,
             settings,
-            on_plugin_fault: spec.on_plugin_fault,
+            logs: spec.logs,
             pools: Mutex::new(BTreeMap::new()),
         })
     }
 
-    /// Makes a pure plugin call, and once more after a fault the fault
-    /// handler answered by making a built-in serve.
-    async fn plugin_call<T, F, Fut>(&self, call: F) -> Result<T, CallError>
-    where
-        F: Fn() -> Fut,
-        Fut: std::future::Future<Output = Result<T, CallError>>,
-    {
-        match call().await {
-            Err(fault)
-                if fault.is_plugin_fault()
-                    && self.on_plugin_fault.as_ref().is_some_and(|h| h(&fault)) =>
-            {
-                call().await
-            }
-            answer => answer,
-        }
+    /// The registry the session's plugins come from.
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.plugins.registry
+    }
+
+    /// The task adapter (following reloads), for loading dataset rows.
+    pub fn adapter(&self) -> &TaskAdapter {
+        &self.plugins.adapter
     }
 
     /// The session's run id.
@@ -308,7 +270,7 @@ impl Session {
 
     /// The clusters.
     pub fn clusters(&self) -> &[Cluster] {
-        &self.runner.fleet.clusters
+        &self.fleet.clusters
     }
 
     /// Checks that some cluster can make `image`.
@@ -339,10 +301,9 @@ impl Session {
     ///
     /// # Errors
     ///
-    /// [`SessionError::Invalid`] for an image no cluster makes,
-    /// [`SessionError::Unavailable`] when no sandbox could be claimed, and
-    /// the adapter's or backend's error when setup could not run (the
-    /// sandbox is released then).
+    /// [`SessionError::Invalid`] for an image no cluster makes, the claim's
+    /// error when no sandbox could be had, and the adapter's or backend's
+    /// error when setup could not run (the sandbox is released then).
     pub async fn acquire(&self, name: &str, purpose: Purpose) -> Result<Lease, SessionError> {
         let (task, for_task) = match purpose {
             Purpose::Image { image, workdir } => (
@@ -357,37 +318,22 @@ impl Session {
             Purpose::Task(task) => (task, true),
         };
         self.check_image(&task.image)?;
-        let image = self.runner.fleet.images.intern(&task.image);
+        let image = self.fleet.images.intern(&task.image);
         let mut held = None;
         let labelled = Task {
             id: name.to_string(),
             ..task.clone()
         };
-        let mut claimed = self.runner.sandbox_for(image, &labelled, &mut held).await;
-        // Placement runs inside the claim: a fault it recorded may be
-        // answered by a built-in, and the claim made once more.
-        let fault = self
-            .runner
-            .fleet
-            .placement_fault
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        if claimed.is_err()
-            && let Some(fault) = fault
-            && self.on_plugin_fault.as_ref().is_some_and(|h| h(&fault))
-        {
-            claimed = self.runner.sandbox_for(image, &labelled, &mut held).await;
-        }
-        claimed.map_err(SessionError::Unavailable)?;
+        self.recycler
+            .sandbox_for(image, &labelled, &mut held)
+            .await?;
         let mut lease = Lease {
             held,
             image,
             image_name: task.image.clone(),
             task,
             for_task,
-            set_up_for: None,
-            work_tree: None,
+            set_up: None,
             name: name.to_string(),
         };
         if for_task && let Err(error) = self.set_up(&mut lease).await {
@@ -397,48 +343,25 @@ impl Session {
         Ok(lease)
     }
 
-    /// Runs the adapter's setup commands for the lease's task.
+    /// Runs the adapter's setup for the lease's task, with the adapter
+    /// version serving now, pinned for the task's evaluations here.
     async fn set_up(&self, lease: &mut Lease) -> Result<(), SessionError> {
-        let adapter = &self.runner.adapter;
-        let script = self
-            .plugin_call(|| adapter.prepare(&lease.task, None))
-            .await?;
-        let claimed = lease.held().claimed.clone();
-        let env: Vec<(String, String)> = script
-            .env
-            .iter()
-            .map(|s| (s.key.clone(), s.value.clone()))
-            .collect();
-        self.runner
-            .run_commands(
-                &claimed,
-                &script.setup,
-                &script.workdir,
-                &env,
-                Some(self.log_path(lease)),
+        let log = self.log_path(lease);
+        let set_up = self
+            .evaluator
+            .set_up(
+                &lease.held().claimed,
+                &lease.task,
+                self.plugins.adapter.pin(),
+                &log,
             )
-            .await
-            .map_err(|e| SessionError::Unavailable(format!("setup: {e}")))?;
-        lease.work_tree = match script.evaluate_in {
-            EvaluationSite::WorkSandbox => None,
-            EvaluationSite::FreshSandbox => {
-                let backend = &self.runner.fleet.clusters[claimed.cluster].backend;
-                match record_work_tree(backend.as_ref(), &claimed.handle, &script.workdir).await {
-                    Ok(tree) => Some(tree),
-                    Err(FreshError::Infra(e) | FreshError::Unusable(e)) => {
-                        return Err(SessionError::Unavailable(format!("setup: {e}")));
-                    }
-                }
-            }
-        };
-        lease.set_up_for = Some(lease.task.id.clone());
+            .await?;
+        lease.set_up = Some(set_up);
         Ok(())
     }
 
     fn log_path(&self, lease: &Lease) -> PathBuf {
-        self.runner
-            .logs
-            .join(format!("{}.log", file_stem(&lease.name)))
+        self.logs.join(format!("{}.log", file_stem(&lease.name)))
     }
 
     /// Runs one command in the lease's sandbox; output also goes to
@@ -462,12 +385,12 @@ impl Session {
             sandbox = %claimed.handle.id,
             program = request.argv.first().map_or("", String::as_str)
         );
-        let backend = &self.runner.fleet.clusters[claimed.cluster].backend;
+        let backend = &self.fleet.clusters[claimed.cluster].backend;
         backend
             .exec(&claimed.handle, request, output)
             .instrument(span)
             .await
-            .map_err(|error| noted(claimed, error))
+            .map_err(|error| noted(claimed, "exec", error))
     }
 
     /// Writes a file into the lease's sandbox.
@@ -483,11 +406,11 @@ impl Session {
         mode: u32,
     ) -> Result<(), SessionError> {
         let claimed = &lease.held().claimed;
-        self.runner.fleet.clusters[claimed.cluster]
+        self.fleet.clusters[claimed.cluster]
             .backend
             .put_file(&claimed.handle, path, contents, mode)
             .await
-            .map_err(|error| noted(claimed, error))
+            .map_err(|error| noted(claimed, "put_file", error))
     }
 
     /// Reads a file from the lease's sandbox.
@@ -497,16 +420,18 @@ impl Session {
     /// As [`Session::exec`].
     pub async fn get_file(&self, lease: &Lease, path: &str) -> Result<Vec<u8>, SessionError> {
         let claimed = &lease.held().claimed;
-        self.runner.fleet.clusters[claimed.cluster]
+        self.fleet.clusters[claimed.cluster]
             .backend
             .get_file(&claimed.handle, path)
             .await
-            .map_err(|error| noted(claimed, error))
+            .map_err(|error| noted(claimed, "get_file", error))
     }
 
     /// Evaluates `task` (default: the lease's) with `solution` in the
-    /// lease's sandbox, as a run would: the adapter's setup unless it ran
-    /// here already, its files, its evaluate commands, then its grade.
+    /// lease's sandbox, as a run would (see [`crate::evaluation`]): the
+    /// adapter's setup unless it ran here already, its files, its evaluate
+    /// commands, then its grade, by one adapter version (the one that set
+    /// the task up here, else the one serving now).
     ///
     /// # Errors
     ///
@@ -525,136 +450,26 @@ impl Session {
                 task.id, task.image, lease.image_name
             )));
         }
-        let started = Instant::now();
-        let span = tracing::info_span!("evaluate", task = %task.id, sandbox = %lease.handle().id);
-        let mut evaluation = self
-            .grade_in_lease(lease, &task, solution)
-            .instrument(span)
-            .await;
-        evaluation.duration = started.elapsed();
-        Ok(evaluation)
-    }
-
-    async fn grade_in_lease(
-        &self,
-        lease: &mut Lease,
-        task: &Task,
-        solution: Option<&str>,
-    ) -> Evaluation {
-        let ungraded = |status, error: String, timed_out| Evaluation {
-            status,
-            grade: None,
-            timed_out,
-            error: Some(error),
-            duration: Duration::ZERO,
+        let adapter = match &lease.set_up {
+            Some(set_up) if set_up.task_id() == task.id => set_up.adapter.clone(),
+            _ => self.plugins.adapter.pin(),
         };
-        let adapter = &self.runner.adapter;
-        let mut script = match self.plugin_call(|| adapter.prepare(task, solution)).await {
-            Ok(script) => script,
-            Err(e) if !e.is_plugin_fault() => {
-                return ungraded(
-                    TaskStatus::Failed,
-                    format!("the adapter cannot prepare this task: {e}"),
-                    false,
-                );
-            }
-            Err(e) => return ungraded(TaskStatus::InfraError, format!("prepare: {e}"), false),
-        };
-        let set_up_here = lease.set_up_for.as_deref() == Some(task.id.as_str());
         // The log is the lease's: many leases may evaluate one task at once.
-        let item = WorkItem {
-            task: Task {
-                id: lease.name.clone(),
-                ..task.clone()
-            },
-            solution: solution.map(str::to_string),
-            epoch: 0,
+        let log = self.log_path(lease);
+        let span = tracing::info_span!("evaluate", task = %task.id, sandbox = %lease.handle().id);
+        let Lease { held, set_up, .. } = lease;
+        let held = held.as_ref().expect("a lease holds a sandbox");
+        let request = Request {
+            task: &task,
+            solution,
+            adapter: &adapter,
+            log: &log,
         };
-        let claimed = lease.held().claimed.clone();
-        let started = Instant::now();
-        let mut solution = solution.map(str::to_string);
-        let ran = match (script.evaluate_in, &lease.work_tree) {
-            (EvaluationSite::WorkSandbox, _) => {
-                if set_up_here {
-                    script.setup.clear();
-                }
-                let ran = self.runner.execute(&claimed, &item, &script).await;
-                self.runner.phases.record(Phase::Process, started.elapsed());
-                ran
-            }
-            // The client's work since setup, graded in a sandbox it never touched.
-            (EvaluationSite::FreshSandbox, tree) => {
-                // The adapter prepares the task's changes: its own id.
-                let item = WorkItem {
-                    task: task.clone(),
-                    ..item
-                };
-                let fresh = match tree.as_ref().filter(|_| set_up_here) {
-                    Some(since) => {
-                        self.runner
-                            .evaluate_fresh(&claimed, since, &item, &script)
-                            .await
-                    }
-                    None => {
-                        self.runner
-                            .set_up_then_evaluate_fresh(&claimed, &item, &script)
-                            .await
-                    }
-                };
-                match fresh {
-                    Ok(fresh) => {
-                        solution = fresh.solution;
-                        Ok(fresh.ran)
-                    }
-                    Err(FreshError::Infra(error)) => Err(error),
-                    Err(FreshError::Unusable(error)) => {
-                        return ungraded(TaskStatus::Failed, error, false);
-                    }
-                }
-            }
-        };
-        let solution = solution.as_deref();
-        lease.set_up_for = Some(task.id.clone());
-        let outputs = match (ran, lease.lost()) {
-            (_, Some(lost)) => return ungraded(TaskStatus::InfraError, lost.to_string(), false),
-            (Err(error), None) => return ungraded(TaskStatus::InfraError, error, false),
-            (Ok(ran), None) => ran.outputs,
-        };
-        let timed_out = outputs.iter().any(|o| o.timed_out);
-        if timed_out && script.timeout_rule == TimeoutRule::Error {
-            let which = outputs.iter().position(|o| o.timed_out).unwrap_or_default();
-            return ungraded(
-                TaskStatus::Failed,
-                format!(
-                    "evaluate command {which} overran its timeout; not graded (timeout rule: error)"
-                ),
-                true,
-            );
-        }
-        let started = Instant::now();
-        let graded = self
-            .plugin_call(|| adapter.grade(task, solution, &outputs))
-            .await;
-        self.runner.phases.record(Phase::Grade, started.elapsed());
-        match graded {
-            Ok(grade) => Evaluation {
-                status: if grade.status == GradeStatus::Passed {
-                    TaskStatus::Ok
-                } else {
-                    TaskStatus::Failed
-                },
-                grade: Some(grade),
-                timed_out,
-                error: None,
-                duration: Duration::ZERO,
-            },
-            Err(e) if !e.is_plugin_fault() => ungraded(
-                TaskStatus::Failed,
-                format!("the adapter cannot grade this task: {e}"),
-                timed_out,
-            ),
-            Err(e) => ungraded(TaskStatus::InfraError, format!("grade: {e}"), timed_out),
-        }
+        Ok(self
+            .evaluator
+            .evaluate(held, set_up, request)
+            .instrument(span)
+            .await)
     }
 
     /// Makes the lease's sandbox fit for its next use: scrubbed, reset and
@@ -672,10 +487,9 @@ impl Session {
             id: lease.name.clone(),
             ..lease.task.clone()
         };
-        self.runner
+        self.recycler
             .sandbox_for(lease.image, &labelled, &mut lease.held)
-            .await
-            .map_err(SessionError::Unavailable)?;
+            .await?;
         let recycled = if lease.handle().id == before {
             if let Some(held) = lease.held.as_mut() {
                 held.served += 1;
@@ -684,8 +498,7 @@ impl Session {
         } else {
             Recycled::Replaced
         };
-        lease.set_up_for = None;
-        lease.work_tree = None;
+        lease.set_up = None;
         if lease.for_task {
             self.set_up(lease).await?;
         }
@@ -695,7 +508,7 @@ impl Session {
     /// Hands the lease's sandbox to the release queue; returns at once.
     pub fn release(&self, mut lease: Lease) {
         if let Some(held) = lease.held.take() {
-            self.runner.release(held);
+            self.recycler.release(held);
         }
         let _ = std::fs::remove_file(self.log_path(&lease));
     }
@@ -709,15 +522,14 @@ impl Session {
     /// The backend's error; [`SessionError::Lost`] when the sandbox is gone.
     pub async fn renew(&self, lease: &Lease) -> Result<(), SessionError> {
         let claimed = &lease.held().claimed;
-        let backend = &self.runner.fleet.clusters[claimed.cluster].backend;
+        let backend = &self.fleet.clusters[claimed.cluster].backend;
         let Some(ttl) = backend.capabilities().lease_ttl else {
             return Ok(());
         };
-        self.runner
-            .retries
+        self.retries
             .idempotent("renewal", || backend.renew(&claimed.handle, ttl))
             .await
-            .map_err(lost_or_backend)
+            .map_err(|error| lost_or_step("renewal", error))
     }
 
     /// Releases a sandbox found from a handle persisted by an earlier
@@ -737,11 +549,10 @@ impl Session {
                     handle.id, handle.cluster
                 ))
             })?;
-        self.runner
-            .retries
+        self.retries
             .idempotent("release", || cluster.backend.release(handle))
             .await
-            .map_err(SessionError::from)
+            .map_err(|error| StepError::backend("release", error).into())
     }
 
     /// Sizes warm pools for `images` (one entry per task, so an image's
@@ -762,17 +573,22 @@ impl Session {
         let mut settings = self.settings.clone();
         // Every pool at once: a service has no windows to slide through.
         settings.strategy = Strategy::Naive;
-        let plan = self
-            .plan(&settings, names, tasks)
-            .await
-            .map_err(RunError::from)?;
+        let plan = plan::plan(
+            &self.plugins.sizing,
+            &settings,
+            &self.capacity,
+            names,
+            tasks,
+        )
+        .await
+        .map_err(RunError::from)?;
         let mut pools = self.pools.lock().unwrap_or_else(|e| e.into_inner());
         for (name, &replicas) in plan.images.iter().zip(&plan.replicas) {
-            let image = self.runner.fleet.images.intern(name);
+            let image = self.fleet.images.intern(name);
             if let Some(previous) = pools.remove(&image) {
                 previous.filling.abort();
             }
-            let fleet = self.runner.fleet.clone();
+            let fleet = self.fleet.clone();
             let failed = Arc::new(Mutex::new(None));
             let noted = failed.clone();
             let filling = tokio::spawn(
@@ -791,33 +607,6 @@ impl Session {
         Ok(plan)
     }
 
-    /// The sizing plugin's plan, made once more after a fault as
-    /// [`Session::plugin_call`] does.
-    async fn plan(
-        &self,
-        settings: &FleetSettings,
-        names: Vec<String>,
-        tasks: Vec<u32>,
-    ) -> Result<Plan, plan::PlanError> {
-        let planned = plan::plan(
-            &self.sizing,
-            settings,
-            &self.capacity,
-            names.clone(),
-            tasks.clone(),
-        )
-        .await;
-        match planned {
-            Err(plan::PlanError::Policy(fault))
-                if fault.is_plugin_fault()
-                    && self.on_plugin_fault.as_ref().is_some_and(|h| h(&fault)) =>
-            {
-                plan::plan(&self.sizing, settings, &self.capacity, names, tasks).await
-            }
-            planned => planned,
-        }
-    }
-
     /// Removes the warm pool of `image` and its unclaimed sandboxes (leases
     /// already claimed from it are untouched). Returns whether there was one.
     ///
@@ -825,7 +614,7 @@ impl Session {
     ///
     /// When the backend could not remove the pool.
     pub async fn unwarm(&self, image: &str) -> Result<bool, SessionError> {
-        let fleet = &self.runner.fleet;
+        let fleet = &self.fleet;
         let Some(index) = fleet.images.lookup(image) else {
             return Ok(false);
         };
@@ -854,7 +643,7 @@ impl Session {
                 (image, failed.clone())
             })
             .collect();
-        let fleet = &self.runner.fleet;
+        let fleet = &self.fleet;
         let mut states = Vec::new();
         for (image, error) in asked {
             let mut state = PoolState {
@@ -887,12 +676,12 @@ impl Session {
 
     /// Retries spent so far, by the kind of error that caused them.
     pub fn retries(&self) -> BTreeMap<String, u64> {
-        self.runner.retries.spent()
+        self.retries.spent()
     }
 
     /// Sandboxes released through the queue, and releases that failed.
     pub fn releases(&self) -> (u64, u64) {
-        let counts = &self.runner.releases.counts;
+        let counts = &self.releases.counts;
         (
             counts.released.load(std::sync::atomic::Ordering::Relaxed),
             counts.failed.load(std::sync::atomic::Ordering::Relaxed),
@@ -902,7 +691,7 @@ impl Session {
     /// Sandboxes whose image's prepare hook passed, and those released
     /// because it failed or overran (`prepare_failed`), so far.
     pub fn prepares(&self) -> (u64, u64) {
-        let counts = &self.runner.fleet.counts;
+        let counts = &self.fleet.counts;
         (
             counts.prepared.load(std::sync::atomic::Ordering::Relaxed),
             counts
@@ -926,8 +715,8 @@ impl Session {
         for fill in &fills {
             fill.filling.abort();
         }
-        self.runner.releases.drain().await;
-        let fleet = &self.runner.fleet;
+        self.releases.drain().await;
+        let fleet = &self.fleet;
         let warm = fleet.warm_images().await;
         let unwarmed = fleet.unwarm(&warm).await;
         let reaped = reap::reap(self.clusters(), &self.run_id).await;
@@ -936,17 +725,17 @@ impl Session {
     }
 }
 
-/// [`lost_or_backend`], after noting on the sandbox that it is gone when
+/// [`lost_or_step`], after noting on the sandbox that it is gone when
 /// the error says so (the lease then answers every later call with it).
-fn noted(claimed: &Claimed, error: BackendError) -> SessionError {
+fn noted(claimed: &Claimed, what: &str, error: BackendError) -> SessionError {
     claimed.note(&error);
-    lost_or_backend(error)
+    lost_or_step(what, error)
 }
 
 /// A backend error, or [`SessionError::Lost`] when it says the sandbox is gone.
-fn lost_or_backend(error: BackendError) -> SessionError {
+fn lost_or_step(what: &str, error: BackendError) -> SessionError {
     match error.kind() {
         ErrorKind::SandboxLost => SessionError::Lost(error.to_string()),
-        _ => SessionError::Backend(error),
+        _ => StepError::backend(what, error).into(),
     }
 }

@@ -1,32 +1,24 @@
-//! One task: prepare its script, get a sandbox (a recycled one after a
-//! verified reset, or a fresh claim), run the script, grade the outputs,
-//! and make the task's record. The sandbox is released afterwards, off the
-//! task's path (`release`).
-//!
-//! Only the infrastructure (claims, exec, backend, a lost lease) or a grade
-//! whose adapter judged the environment at fault (`infra`) makes a task an
-//! `infra_error`; a task the adapter cannot prepare, a command that overruns
-//! under the `error` timeout rule, or any other grade of `error` make it
-//! `failed`.
+//! One task of a run: get it a sandbox (a recycled one after a verified
+//! reset, or a fresh claim), evaluate it there (see [`crate::evaluation`],
+//! which a daemon lease's evaluation shares), and make the task's record. A
+//! task whose sandbox was lost, or whose claim failed, runs again on
+//! another sandbox, `infra_retries` times at most. The sandbox is released
+//! afterwards, off the task's path (`release`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use sandfleet_plugin::adapter::{EvaluationSite, GradeResult, Task, TaskAdapter, TimeoutRule};
-use sandfleet_plugin::reset::ResetCheck;
+use sandfleet_core::file_stem;
+use sandfleet_plugin::adapter::{Task, TaskAdapter};
 use tracing::Instrument;
 
+use crate::evaluation::{Evaluation, Evaluator, Request};
 use crate::fleet::Fleet;
-use crate::fresh::FreshError;
-use crate::phases::{Phase, PhaseTimes};
-use crate::recycle::Held;
-use crate::release::ReleaseQueue;
+use crate::recycle::{Held, Recycler};
 use crate::results::{
-    AttemptRecord, GradeRecord, InfraFailureRecord, TaskRecord, TaskStatus, TestRecord, Timings,
+    AttemptRecord, GradeRecord, PluginUse, TaskPlugins, TaskRecord, TaskStatus, Timings,
 };
-use crate::retry::Retries;
-use crate::settings::FleetSettings;
 use crate::text;
 
 /// Bytes of an error or grade detail kept in a result line.
@@ -48,122 +40,97 @@ pub struct WorkItem {
     pub epoch: u32,
 }
 
+/// Runs a run's tasks, one at a time per worker.
 pub(crate) struct TaskRunner {
-    pub(crate) fleet: Arc<Fleet>,
+    pub(crate) recycler: Recycler,
+    pub(crate) evaluator: Evaluator,
     pub(crate) adapter: TaskAdapter,
-    pub(crate) reset: Option<ResetCheck>,
-    pub(crate) settings: FleetSettings,
-    pub(crate) phases: Arc<PhaseTimes>,
-    pub(crate) retries: Arc<Retries>,
-    pub(crate) releases: Arc<ReleaseQueue>,
     pub(crate) logs: PathBuf,
 }
 
-/// How far a task got, for its record.
-struct Progress {
-    started: Instant,
-    timings: Timings,
+/// One attempt of a task, before its record.
+struct Attempt {
+    evaluation: Evaluation,
+    claim_s: f64,
     cluster: Option<String>,
     sandbox: Option<String>,
     reuse: u32,
-    output_dropped: u64,
-    fresh_sandbox: Option<String>,
-    /// Set when the attempt failed in a way another sandbox can mend: its
-    /// sandbox was lost, or its claim failed. The reason, for the record.
+    /// The reset check that readied the sandbox.
+    reset: Option<PluginUse>,
+    /// Set when another sandbox may mend what failed: the reason.
     replaceable: Option<&'static str>,
 }
 
-enum Outcome {
-    Graded { grade: GradeResult, timed_out: bool },
-    Ungraded { error: String, timed_out: bool },
-    Infra(String),
-}
-
 impl TaskRunner {
+    pub(crate) fn fleet(&self) -> &Arc<Fleet> {
+        &self.evaluator.fleet
+    }
+
     /// Runs `item` in the sandbox `held` (replacing it when it cannot serve)
     /// and returns the task's record. Without recycling, a sandbox serves
     /// one task: the caller releases it once the record is written.
     pub(crate) async fn run(&self, item: &WorkItem, held: &mut Option<Held>) -> TaskRecord {
         let span = tracing::info_span!("task", task = %item.task.id, epoch = item.epoch);
-        let mut progress = Progress {
-            started: Instant::now(),
-            timings: Timings::default(),
-            cluster: None,
-            sandbox: None,
-            reuse: 0,
-            output_dropped: 0,
-            fresh_sandbox: None,
-            replaceable: None,
-        };
-        // Replace and retry: a task whose sandbox was lost, or whose claim
-        // failed, runs again on another sandbox (the lost one is released
-        // by then), `infra_retries` times at most.
+        let started = Instant::now();
+        // One adapter version prepares and grades the task, every attempt.
+        let adapter = self.adapter.pin();
         let mut attempts = Vec::new();
-        let outcome = loop {
-            let outcome = self
-                .attempt(item, held, &mut progress)
+        let last = loop {
+            let attempt = self
+                .attempt(item, &adapter, held)
                 .instrument(span.clone())
                 .await;
-            match (outcome, progress.replaceable.take()) {
-                (Outcome::Infra(error), Some(reason))
-                    if attempts.len() < self.settings.infra_retries as usize =>
-                {
+            match attempt.replaceable {
+                Some(reason) if attempts.len() < self.fleet().settings.infra_retries as usize => {
+                    let error = attempt.evaluation.error.clone().unwrap_or_default();
                     tracing::warn!(parent: &span, %error, "{reason}: running the task again on another sandbox");
                     attempts.push(AttemptRecord {
-                        sandbox: progress.sandbox.take(),
-                        cluster: progress.cluster.take(),
+                        sandbox: attempt.sandbox,
+                        cluster: attempt.cluster,
                         retried_for: Some(reason.to_string()),
                         error: Some(text::truncated(&error, MAX_ERROR)),
                     });
                 }
-                (outcome, _) => break outcome,
+                _ => break attempt,
             }
         };
-        progress.timings.total_s = progress.started.elapsed().as_secs_f64();
-        let mut infra_failure = None;
-        let (status, timed_out, error, grade) = match outcome {
-            Outcome::Graded { grade, timed_out } => {
-                let status = TaskStatus::of_grade(&grade);
-                infra_failure = grade.infra.as_ref().map(InfraFailureRecord::from);
-                let error = infra_failure.as_ref().map(|infra| {
-                    format!(
-                        "the adapter judged the environment at fault ({}, {}): {}",
-                        infra.reason,
-                        infra.tier(),
-                        grade.detail
-                    )
-                });
-                (status, timed_out, error, Some(grade_record(grade)))
-            }
-            Outcome::Ungraded { error, timed_out } => {
-                (TaskStatus::Failed, timed_out, Some(error), None)
-            }
-            Outcome::Infra(error) => (TaskStatus::InfraError, false, Some(error), None),
-        };
+        let evaluation = last.evaluation;
+        let error = evaluation
+            .error
+            .map(|error| text::truncated(&error, MAX_ERROR));
         if !attempts.is_empty() {
             attempts.push(AttemptRecord {
-                sandbox: progress.sandbox.clone(),
-                cluster: progress.cluster.clone(),
+                sandbox: last.sandbox.clone(),
+                cluster: last.cluster.clone(),
                 retried_for: None,
-                error: error.as_ref().map(|e| text::truncated(e, MAX_ERROR)),
+                error: error.clone(),
             });
         }
         TaskRecord {
             task_id: item.task.id.clone(),
             epoch: item.epoch,
-            status,
+            status: evaluation.status,
             image: item.task.image.clone(),
-            cluster: progress.cluster,
-            sandbox: progress.sandbox,
-            reuse: progress.reuse,
-            timed_out,
-            error: error.map(|error| text::truncated(&error, MAX_ERROR)),
-            output_dropped: progress.output_dropped,
-            timings: progress.timings,
-            grade,
-            infra_failure,
-            fresh_sandbox: progress.fresh_sandbox,
+            cluster: last.cluster,
+            sandbox: last.sandbox,
+            reuse: last.reuse,
+            timed_out: evaluation.timed_out,
+            error,
+            output_dropped: evaluation.output_dropped,
+            timings: Timings {
+                claim_s: last.claim_s,
+                process_s: evaluation.process.as_secs_f64(),
+                grade_s: evaluation.grading.as_secs_f64(),
+                total_s: started.elapsed().as_secs_f64(),
+            },
+            grade: evaluation.grade.map(GradeRecord::from),
+            infra_failure: evaluation.infra_failure,
+            fresh_sandbox: evaluation.fresh_sandbox,
             attempts,
+            plugins: TaskPlugins {
+                adapter: evaluation.adapter,
+                reset: last.reset,
+            },
             finished_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now())
                 .to_string(),
         }
@@ -172,124 +139,68 @@ impl TaskRunner {
     async fn attempt(
         &self,
         item: &WorkItem,
+        adapter: &TaskAdapter,
         held: &mut Option<Held>,
-        progress: &mut Progress,
-    ) -> Outcome {
+    ) -> Attempt {
         let task = &item.task;
-        let script = match self.adapter.prepare(task, item.solution.as_deref()).await {
-            Ok(script) => script,
-            Err(e) if !e.is_plugin_fault() => {
-                return Outcome::Ungraded {
-                    error: format!("the adapter cannot prepare this task: {e}"),
-                    timed_out: false,
-                };
-            }
-            Err(e) => return Outcome::Infra(format!("prepare: {e}")),
-        };
         let image = self
-            .fleet
+            .fleet()
             .images
             .iter()
             .position(|i| *i == task.image)
             .expect("images come from the tasks");
-
         let claim_started = Instant::now();
-        if let Err(error) = self.sandbox_for(image, task, held).await {
-            progress.replaceable = Some(CLAIM_FAILED);
-            return Outcome::Infra(error);
-        }
-        progress.timings.claim_s = claim_started.elapsed().as_secs_f64();
-        let current = held.as_mut().expect("sandbox_for leaves a sandbox");
-        progress.cluster = Some(self.fleet.clusters[current.claimed.cluster].name.clone());
-        progress.sandbox = Some(current.claimed.handle.id.clone());
-        progress.reuse = current.served;
-        current.served += 1;
-        let claimed = current.claimed.clone();
-
-        let process_started = Instant::now();
-        let mut solution = item.solution.clone();
-        let outputs = match script.evaluate_in {
-            EvaluationSite::WorkSandbox => {
-                let outputs = self.execute(&claimed, item, &script).await;
-                self.phases
-                    .record(Phase::Process, process_started.elapsed());
-                outputs
-            }
-            EvaluationSite::FreshSandbox => {
-                match self
-                    .set_up_then_evaluate_fresh(&claimed, item, &script)
-                    .await
-                {
-                    Ok(fresh) => {
-                        progress.fresh_sandbox = Some(fresh.sandbox);
-                        solution = fresh.solution;
-                        Ok(fresh.ran)
-                    }
-                    Err(FreshError::Infra(error)) => Err(error),
-                    Err(FreshError::Unusable(error)) => {
-                        return Outcome::Ungraded {
-                            error,
-                            timed_out: false,
-                        };
-                    }
-                }
-            }
-        };
-        progress.timings.process_s = process_started.elapsed().as_secs_f64();
-        let lost = held.as_ref().and_then(Held::lost).map(str::to_string);
-        if lost.is_some() {
-            progress.replaceable = Some(SANDBOX_LOST);
-        }
-        let outputs = match (outputs, lost) {
-            // Outputs from a sandbox whose lease lapsed are not graded.
-            (_, Some(lost)) | (Err(lost), None) => {
-                // The sandbox is in an unknown state: never reuse it.
-                if let Some(broken) = held.take() {
-                    self.release(broken);
-                }
-                return Outcome::Infra(lost);
-            }
-            (Ok(ran), None) => {
-                progress.output_dropped = ran.dropped;
-                ran.outputs
-            }
-        };
-        let timed_out = outputs.iter().any(|o| o.timed_out);
-        if timed_out && script.timeout_rule == TimeoutRule::Error {
-            let which = outputs.iter().position(|o| o.timed_out).unwrap_or_default();
-            return Outcome::Ungraded {
-                error: format!(
-                    "evaluate command {which} overran its timeout; not graded (timeout rule: error)"
-                ),
-                timed_out,
+        if let Err(error) = self.recycler.sandbox_for(image, task, held).await {
+            return Attempt {
+                evaluation: Evaluation::infra(error, adapter),
+                claim_s: claim_started.elapsed().as_secs_f64(),
+                cluster: None,
+                sandbox: None,
+                reuse: 0,
+                reset: None,
+                replaceable: Some(CLAIM_FAILED),
             };
         }
-
-        let grade_started = Instant::now();
-        let graded = self
-            .adapter
-            .grade(task, solution.as_deref(), &outputs)
-            .await;
-        progress.timings.grade_s = grade_started.elapsed().as_secs_f64();
-        self.phases.record(Phase::Grade, grade_started.elapsed());
-        match graded {
-            Ok(grade) => Outcome::Graded { grade, timed_out },
-            Err(e) if !e.is_plugin_fault() => Outcome::Ungraded {
-                error: format!("the adapter cannot grade this task: {e}"),
-                timed_out,
-            },
-            Err(e) => Outcome::Infra(format!("grade: {e}")),
+        let claim_s = claim_started.elapsed().as_secs_f64();
+        let current = held.as_mut().expect("sandbox_for leaves a sandbox");
+        let cluster = Some(self.fleet().clusters[current.claimed.cluster].name.clone());
+        let sandbox = Some(current.claimed.handle.id.clone());
+        let reuse = current.served;
+        let reset = current.reset_check();
+        current.served += 1;
+        let log = self.log_path(item);
+        let request = Request {
+            task,
+            solution: item.solution.as_deref(),
+            adapter,
+            log: &log,
+        };
+        let evaluation = self.evaluator.evaluate(current, &mut None, request).await;
+        let lost = current.lost().is_some();
+        if lost && let Some(broken) = held.take() {
+            // The sandbox is in an unknown state: never reuse it.
+            self.recycler.release(broken);
+        }
+        Attempt {
+            replaceable: (lost && evaluation.status == TaskStatus::InfraError)
+                .then_some(SANDBOX_LOST),
+            evaluation,
+            claim_s,
+            cluster,
+            sandbox,
+            reuse,
+            reset,
         }
     }
-}
 
-fn grade_record(grade: GradeResult) -> GradeRecord {
-    GradeRecord {
-        status: grade.status.name().to_string(),
-        reward: grade.reward,
-        detail: text::truncated(&grade.detail, MAX_ERROR),
-        tests: TestRecord::all(&grade.tests),
-        report: serde_json::from_str(&grade.report)
-            .unwrap_or(serde_json::Value::String(grade.report)),
+    /// The log file of `item`: distinct ids get distinct files (`col/a` and
+    /// `col_a` included).
+    fn log_path(&self, item: &WorkItem) -> PathBuf {
+        let name = if self.fleet().settings.epochs > 1 {
+            format!("{}.epoch{}.log", file_stem(&item.task.id), item.epoch)
+        } else {
+            format!("{}.log", file_stem(&item.task.id))
+        };
+        self.logs.join(name)
     }
 }

@@ -46,11 +46,11 @@ impl Engine {
                             .next(holding, &runner);
                         let Some(item) = next else { break };
                         let record = runner.run(&item, &mut held).await;
-                        if events.send(Event::Finished(record)).is_err() {
+                        if events.send(Event::Finished(Box::new(record))).is_err() {
                             break;
                         }
                         // Without recycling a sandbox serves one task.
-                        if !runner.settings.recycle
+                        if !runner.recycler.recycles()
                             && let Some(done) = held.take()
                         {
                             hand_back(&events, &runner, done);
@@ -68,7 +68,7 @@ impl Engine {
         while let Some(event) = received.recv().await {
             match event {
                 Event::Finished(record) if recorded.is_ok() => {
-                    recorded = self.record(record);
+                    recorded = self.record(*record);
                     if recorded.is_err() {
                         // Workers stop at their next task; what they hand
                         // back until then is still released.
@@ -76,7 +76,7 @@ impl Engine {
                     }
                 }
                 Event::Finished(_) => {}
-                Event::Done(held) => runner.release(held),
+                Event::Done(held) => runner.recycler.release(*held),
             }
         }
         while let Some(joined) = set.join_next().await {
@@ -90,18 +90,18 @@ impl Engine {
 /// What a worker tells the engine, in order.
 enum Event {
     /// A task's record, to append.
-    Finished(TaskRecord),
+    Finished(Box<TaskRecord>),
     /// A sandbox the worker is done with, to release.
-    Done(Held),
+    Done(Box<Held>),
 }
 
 /// Gives the engine a sandbox to release, or releases it here when the
 /// engine has stopped listening.
 fn hand_back(events: &UnboundedSender<Event>, runner: &TaskRunner, held: Held) {
-    if let Err(unsent) = events.send(Event::Done(held))
+    if let Err(unsent) = events.send(Event::Done(Box::new(held)))
         && let Event::Done(held) = unsent.0
     {
-        runner.release(held);
+        runner.recycler.release(*held);
     }
 }
 
@@ -125,7 +125,7 @@ impl Queue {
     /// The next task: of the held sandbox's image when there is one (so a
     /// recycled sandbox is reused), else from the image with most tasks left.
     fn next(&mut self, held_image: Option<usize>, runner: &TaskRunner) -> Option<WorkItem> {
-        let held = held_image.map(|index| runner.fleet.images[index].as_str());
+        let held = held_image.map(|index| runner.fleet().images[index].as_str());
         let image = held
             .filter(|image| self.by_image.get(*image).is_some_and(|q| !q.is_empty()))
             .map(str::to_string)

@@ -73,18 +73,6 @@ impl ApiConfig {
     }
 }
 
-/// What a plugin call that faults (trap, deadline, broken contract) falls
-/// back to (`[plugins] fallback`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum PluginFallback {
-    /// Nothing: the call fails.
-    #[default]
-    None,
-    /// The built-in plugin of the same name, or of the same kind.
-    Builtin,
-}
-
 fn kib<'de, D: Deserializer<'de>>(deserializer: D) -> Result<usize, D::Error> {
     positive(deserializer).map(|kib| (kib as usize) << 10)
 }
@@ -96,6 +84,7 @@ fn mib<'de, D: Deserializer<'de>>(deserializer: D) -> Result<usize, D::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::PluginFallback;
     use crate::test_fleet::{MINIMAL, parse};
 
     #[test]

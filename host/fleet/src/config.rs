@@ -18,7 +18,7 @@ use sandfleet_engine::{FleetSettings, ImageRewrite, PrepareHooks};
 use sandfleet_plugin::{Kind, KindLimits, Limits};
 use serde::{Deserialize, Deserializer};
 
-use crate::api::{ApiConfig, PluginFallback};
+use crate::api::ApiConfig;
 use crate::prepare::PrepareConfig;
 use crate::shared::SharedPoolConfig;
 
@@ -132,9 +132,26 @@ pub struct PluginsConfig {
     /// Limits per plugin kind.
     #[serde(default)]
     pub limits: LimitsConfig,
-    /// What a call that faults falls back to (the daemon).
+    /// What answers a call that faults, in every mode (`run`, `serve`,
+    /// the daemon's batch runs and leases).
     #[serde(default)]
     pub fallback: PluginFallback,
+}
+
+/// What answers a plugin call that faults (a trap, an overrun deadline or
+/// memory cap, an answer that breaks the contract): `[plugins] fallback`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PluginFallback {
+    /// Nothing: the call fails (a task is an `infra_error`, a placement or
+    /// sizing fault stops a run).
+    #[default]
+    None,
+    /// The built-in plugin of the same name, or of the same kind
+    /// (`least-loaded`, `proportional`, `git-restore`; an adapter only of
+    /// its own name), from the fault on, until a new version of the plugin
+    /// loads.
+    Builtin,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -12,10 +12,10 @@ mod shared;
 #[cfg(test)]
 mod test_fleet;
 
-pub use api::{ApiConfig, DEFAULT_LISTEN, PluginFallback};
+pub use api::{ApiConfig, DEFAULT_LISTEN};
 pub use config::{
     AdapterConfig, BackendConfig, ClusterConfig, ConfigError, FleetConfig, LimitsConfig,
-    PluginsConfig, RunConfig, SettingValue,
+    PluginFallback, PluginsConfig, RunConfig, SettingValue,
 };
 pub use prepare::PrepareConfig;
 pub use shared::SharedPoolConfig;

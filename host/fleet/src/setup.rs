@@ -9,32 +9,17 @@ use anyhow::{Context as _, bail};
 use sandfleet_backend_k8s::{K8sBackend, K8sClients};
 use sandfleet_backend_local::LocalBackend;
 use sandfleet_backend_opensandbox::OpenSandboxBackend;
-use sandfleet_engine::{Cluster, WorkItem};
+use sandfleet_engine::{Cluster, Plugins, WorkItem};
 use sandfleet_plugin::adapter::{Setting, TaskAdapter};
-use sandfleet_plugin::placement::PlacementPolicy;
-use sandfleet_plugin::reset::ResetCheck;
-use sandfleet_plugin::sizing::SizingPolicy;
 use sandfleet_plugin::{CallErrorKind, HostConfig, PluginHost, Registry};
 use sandfleet_transport::Clients;
 
-use crate::config::{BackendConfig, FleetConfig};
+use crate::config::{BackendConfig, FleetConfig, PluginFallback};
 
-/// The plugins a run uses, looked up and checked.
-pub struct Plugins {
-    /// The task adapter.
-    pub adapter: TaskAdapter,
-    /// The placement policy.
-    pub placement: PlacementPolicy,
-    /// The sizing policy.
-    pub sizing: SizingPolicy,
-    /// The reset check, when recycling is possible.
-    pub reset: Option<ResetCheck>,
-    /// The registry they come from (statuses, hot reload, fallbacks).
-    pub registry: Arc<Registry>,
-}
-
-/// Loads the built-in plugins and the plugin directory, and looks up the
-/// ones the configuration names.
+/// Loads the built-in plugins and the plugin directory, watches the
+/// directory (every mode reloads: `run`, `serve` and the daemon's batch
+/// runs), and looks up the plugins the configuration names, each with the
+/// built-in that answers its faults when `[plugins] fallback = "builtin"`.
 pub fn plugins(config: &FleetConfig) -> anyhow::Result<Plugins> {
     let host = PluginHost::new(HostConfig {
         limits: config.plugins.limits.resolve(),
@@ -47,6 +32,7 @@ pub fn plugins(config: &FleetConfig) -> anyhow::Result<Plugins> {
         ..HostConfig::default()
     })?;
     let registry = Registry::new(host);
+    registry.set_builtin_fallback(config.plugins.fallback == PluginFallback::Builtin);
     if let Err(errors) =
         registry.add_builtins(sandfleet_guests::BUILTINS.iter().map(|b| (b.name, b.wasm)))
     {
@@ -84,6 +70,10 @@ pub fn plugins(config: &FleetConfig) -> anyhow::Result<Plugins> {
                     .reset_check(name)
                     .with_context(|| named("reset", name))?,
             ),
+            None => None,
+        },
+        watcher: match &config.plugins.dir {
+            Some(dir) => Some(Arc::new(registry.watch(dir)?)),
             None => None,
         },
         registry,

@@ -19,8 +19,9 @@ use std::time::{Duration, Instant};
 use sandfleet_backend_opensandbox::OpenSandboxBackend;
 use sandfleet_core::RunId;
 use sandfleet_emulator_opensandbox::{Emulator, EmulatorConfig, Faults, images_from_fleet};
+use sandfleet_engine::Plugins;
 use sandfleet_engine::{CancellationToken, Cluster, LogProgress, RunSpec, WorkItem};
-use sandfleet_fleet::setup::{self, Connections, Plugins};
+use sandfleet_fleet::setup::{self, Connections};
 use sandfleet_fleet::{BackendConfig, FleetConfig};
 use sandfleet_test_support::quickstart::{expected_statuses, repo, results};
 
@@ -100,10 +101,7 @@ fn spec(loaded: &Loaded, clusters: Vec<Cluster>, run_id: &RunId, out: &Path) -> 
         run_id: run_id.clone(),
         settings: loaded.config.fleet.clone(),
         clusters,
-        adapter: loaded.plugins.adapter.clone(),
-        placement: loaded.plugins.placement.clone(),
-        sizing: loaded.plugins.sizing.clone(),
-        reset: loaded.plugins.reset.clone(),
+        plugins: loaded.plugins.clone(),
         out_dir: out.to_path_buf(),
         cancel: CancellationToken::new(),
         progress: Arc::new(LogProgress),

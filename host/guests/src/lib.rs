@@ -11,3 +11,8 @@ pub struct Builtin {
 }
 
 include!(concat!(env!("OUT_DIR"), "/guests.rs"));
+
+/// The component of the built-in plugin `name`, if there is one.
+pub fn builtin(name: &str) -> Option<&'static [u8]> {
+    BUILTINS.iter().find(|b| b.name == name).map(|b| b.wasm)
+}

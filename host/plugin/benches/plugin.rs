@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, SamplingMode, criterion_group, criterion_main};
 use sandfleet_plugin::placement::{ClusterState, Clusters, Demand, DemandKind};
 use sandfleet_plugin::{HostConfig, PluginHost, Registry, Source, Tier};
+use sandfleet_test_support::salted;
 
 const SIZES: [usize; 4] = [1, 16, 64, 256];
 
@@ -130,7 +131,11 @@ fn plugin_call(c: &mut Criterion) {
     let baseline_registry = registry(HostConfig::default());
     let host = baseline_registry.host();
     let compiled = host
-        .compile_quickly("baseline", builtin("least-loaded"), Source::Memory)
+        .compile_quickly(
+            "baseline",
+            sandfleet_guests::builtin("least-loaded").unwrap(),
+            Source::Memory,
+        )
         .unwrap();
     assert_eq!(compiled.tier, Tier::Baseline);
     baseline_registry.install(compiled).unwrap();
@@ -147,39 +152,6 @@ fn plugin_call(c: &mut Criterion) {
         })
     });
     group.finish();
-}
-
-/// `base` with a custom section holding `salt` appended, padded to
-/// `padding` bytes: the same code, but a new hash, so the cache has never
-/// seen it.
-fn salted(base: &[u8], salt: u64, padding: usize) -> Vec<u8> {
-    let name = b"sandfleet-bench-salt";
-    let mut payload = vec![name.len() as u8];
-    payload.extend_from_slice(name);
-    payload.extend_from_slice(&salt.to_le_bytes());
-    payload.resize(payload.len().max(padding), 0xa5);
-    let mut component = base.to_vec();
-    component.push(0); // custom section id
-    let mut size = payload.len();
-    loop {
-        let low = (size & 0x7f) as u8;
-        size >>= 7;
-        if size == 0 {
-            component.push(low);
-            break;
-        }
-        component.push(low | 0x80);
-    }
-    component.extend_from_slice(&payload);
-    component
-}
-
-fn builtin(name: &str) -> &'static [u8] {
-    sandfleet_guests::BUILTINS
-        .iter()
-        .find(|b| b.name == name)
-        .unwrap()
-        .wasm
 }
 
 /// What a swap is timed to.
@@ -227,7 +199,7 @@ fn hot_reload(c: &mut Criterion) {
         .sample_size(20)
         .sampling_mode(SamplingMode::Flat)
         .measurement_time(Duration::from_secs(5));
-    let base = builtin("swebench");
+    let base = sandfleet_guests::builtin("swebench").unwrap();
     assert!(
         base.len() > 900_000,
         "the SWE-bench adapter is {} bytes",
@@ -261,7 +233,7 @@ fn hot_reload(c: &mut Criterion) {
             })
         });
     }
-    let policy = builtin("least-loaded");
+    let policy = sandfleet_guests::builtin("least-loaded").unwrap();
     group.bench_function("cold-padded", |b| {
         b.iter_custom(|iterations| {
             let mut total = Duration::ZERO;

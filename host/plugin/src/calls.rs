@@ -3,7 +3,8 @@
 //! A fault is what [`crate::CallError::is_plugin_fault`] says: a trap, an
 //! overrun deadline or memory cap, an answer that breaks the contract. A
 //! plugin declining (its own `Err(failure)`) answered, so it is a call, not
-//! a fault.
+//! a fault. A fallback is a call the built-in answered in a faulting
+//! version's place: counted on that version, and as a call of the built-in.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,6 +16,7 @@ use std::sync::{Arc, Mutex};
 pub(crate) struct CallCounter {
     calls: AtomicU64,
     faults: AtomicU64,
+    fallbacks: AtomicU64,
 }
 
 impl CallCounter {
@@ -24,6 +26,11 @@ impl CallCounter {
         if faulted {
             self.faults.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Counts a call the fallback answered in this version's place.
+    pub(crate) fn record_fallback(&self) {
+        self.fallbacks.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -38,6 +45,9 @@ pub struct PluginCalls {
     pub calls: u64,
     /// Calls that faulted.
     pub faults: u64,
+    /// Calls the built-in fallback answered in this version's place (the
+    /// one that faulted and every later one).
+    pub fallbacks: u64,
 }
 
 /// The counters of every version a registry loaded, by (name, version).
@@ -67,6 +77,7 @@ impl CallCounters {
                 version: version.clone(),
                 calls: counter.calls.load(Ordering::Relaxed),
                 faults: counter.faults.load(Ordering::Relaxed),
+                fallbacks: counter.fallbacks.load(Ordering::Relaxed),
             })
             .collect()
     }

@@ -48,6 +48,18 @@ impl Kind {
         }
     }
 
+    /// The built-in that answers for a faulting plugin of this kind that
+    /// has no built-in of its own name; `None` for adapters, since another
+    /// adapter cannot read this one's tasks.
+    pub fn default_builtin(self) -> Option<&'static str> {
+        match self {
+            Kind::Placement => Some("least-loaded"),
+            Kind::Sizing => Some("proportional"),
+            Kind::Reset => Some("git-restore"),
+            Kind::Adapter => None,
+        }
+    }
+
     fn from_interface(name: &str) -> Option<Kind> {
         Kind::ALL.into_iter().find(|kind| kind.interface() == name)
     }

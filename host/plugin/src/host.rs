@@ -302,7 +302,7 @@ impl PluginHost {
         Ok(Compiled {
             plugin: PluginRef {
                 name: name.into(),
-                version: format!("sha256:{}", &sha256[..12]).into(),
+                version: version_of(sha256).into(),
             },
             sha256: sha256.to_string(),
             source,
@@ -314,6 +314,12 @@ impl PluginHost {
             component,
         })
     }
+}
+
+/// A component's version as [`PluginRef::version`] spells it, from the
+/// hex sha256 of its bytes.
+pub(crate) fn version_of(sha256: &str) -> String {
+    format!("sha256:{}", &sha256[..12])
 }
 
 fn new_engine(config: &HostConfig, tier: Tier, pooling: bool) -> wasmtime::Result<Engine> {

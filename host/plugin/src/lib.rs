@@ -67,7 +67,7 @@ pub use limits::{
     MEMORY_PER_INPUT_BYTE, WASM32_MEMORY_MAX,
 };
 pub use loaded::VersionInfo;
-pub use registry::{Builtin, LoadCounts, PluginStatus, Registry};
+pub use registry::{Builtin, LoadCounts, PluginStatus, Registry, Takeover};
 pub use wasmtime::component::Val;
 pub use wasmtime::component::types::Type;
 pub use watch::{DEBOUNCE, PluginWatcher, WatchError};

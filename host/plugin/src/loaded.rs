@@ -1,7 +1,7 @@
 //! One loaded version of a plugin: its pre-linked component, its limits and a
 //! small pool of idle instances, reused across calls until one traps.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use wasmtime::component::InstancePre;
@@ -61,6 +61,9 @@ pub(crate) struct Loaded<W: World> {
     limits: Limits,
     idle: Mutex<Vec<Live<W>>>,
     counter: Arc<CallCounter>,
+    /// The first fault a fallback answered for this version, and which
+    /// built-in answers its calls since.
+    fault: OnceLock<String>,
 }
 
 struct Live<W: World> {
@@ -111,6 +114,7 @@ impl<W: World> Loaded<W> {
             limits,
             idle: Mutex::new(Vec::new()),
             counter,
+            fault: OnceLock::new(),
         })
     }
 
@@ -195,6 +199,41 @@ impl<W: World> Loaded<W> {
                 .err()
                 .is_some_and(CallError::is_plugin_fault),
         );
+    }
+
+    /// Whether this version faulted once and a fallback answers its calls.
+    pub(crate) fn faulted(&self) -> bool {
+        self.fault.get().is_some()
+    }
+
+    /// The fault after which a fallback answers this version's calls.
+    pub(crate) fn fault(&self) -> Option<&str> {
+        self.fault.get().map(String::as_str)
+    }
+
+    /// Records that `fault` made `fallback` answer this version's calls
+    /// from now on, and logs it the first time only (many calls may fault
+    /// at once).
+    pub(crate) fn fell_back_after(&self, fault: &CallError, fallback: &Loaded<W>) {
+        let message = format!(
+            "{fault}; the built-in `{}` ({}) answers its calls until a new version loads",
+            fallback.info.plugin.name, fallback.info.plugin.version
+        );
+        if self.fault.set(message).is_ok() {
+            tracing::warn!(
+                plugin = &*self.info.plugin.name,
+                version = &*self.info.plugin.version,
+                function = fault.function,
+                fallback = &*fallback.info.plugin.name,
+                "{}",
+                self.fault().unwrap_or_default()
+            );
+        }
+    }
+
+    /// Counts a call of this version that its fallback answered.
+    pub(crate) fn count_fallback(&self) {
+        self.counter.record_fallback();
     }
 
     /// The limits of this plugin's kind.

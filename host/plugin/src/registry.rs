@@ -5,6 +5,12 @@
 //! A failed load leaves the serving version alone and is recorded in the
 //! plugin's status, logged, and counted.
 //!
+//! A name keeps one slot for the registry's life: handles taken before a
+//! reload, a removal or a re-add of the file all see what serves the name
+//! now. With the built-in fallback on ([`Registry::set_builtin_fallback`]),
+//! every handle carries the built-in that answers its plugin's faults (see
+//! [`crate::worlds`]).
+//!
 //! A hot reload that misses the compiled cache serves a baseline build first
 //! (see [`crate::host`]); one background thread then compiles the optimized
 //! build and swaps it in, unless another version has replaced the baseline
@@ -12,17 +18,18 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Sender, channel};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::SystemTime;
 
 use arc_swap::ArcSwap;
 
+use crate::cache::hex_sha256;
 use crate::calls::{CallCounters, PluginCalls};
 use crate::contract::Kind;
 use crate::error::{LoadError, LookupError, Source};
-use crate::host::{Compiled, PluginHost, Tier};
+use crate::host::{Compiled, PluginHost, Tier, version_of};
 use crate::loaded::{Loaded, VersionInfo, World};
 use crate::worlds::adapter::{AdapterWorld, TaskAdapter};
 use crate::worlds::placement::{PlacementPolicy, PlacementWorld};
@@ -41,6 +48,25 @@ pub struct PluginStatus {
     pub last_error: Option<String>,
     /// When that failure happened.
     pub last_error_at: Option<SystemTime>,
+    /// The fault after which the built-in fallback answers the serving
+    /// version's calls, naming the call and the built-in.
+    pub fault: Option<String>,
+    /// The plugin's file was removed and no built-in has its name: lookups
+    /// fail, while handles taken before keep the last version.
+    pub removed: bool,
+}
+
+/// A version that started serving a plugin name.
+#[derive(Debug, Clone)]
+pub struct Takeover {
+    /// The name and the version that took it over.
+    pub plugin: crate::PluginRef,
+    /// Its world.
+    pub kind: Kind,
+    /// Where it came from.
+    pub source: Source,
+    /// When it took over.
+    pub at: SystemTime,
 }
 
 /// A plugin compiled into the embedding binary, for [`Registry::add_builtins`].
@@ -74,8 +100,10 @@ pub struct Registry {
     loaded: AtomicU64,
     failed: AtomicU64,
     myself: Weak<Registry>,
-    /// Fallbacks to a built-in per plugin name.
-    fallbacks: Mutex<BTreeMap<String, u64>>,
+    /// Whether handles carry the built-in that answers their faults.
+    builtin_fallback: AtomicBool,
+    /// Every version that started serving a name, in order.
+    takeovers: Mutex<Vec<Takeover>>,
     calls: CallCounters,
     /// Feeds the optimizing thread, started on first use.
     optimizer: Mutex<Option<Sender<Reoptimize>>>,
@@ -100,13 +128,23 @@ enum Urgency {
 
 #[derive(Default)]
 struct State {
-    builtins: BTreeMap<String, &'static [u8]>,
+    builtins: BTreeMap<String, BuiltinEntry>,
     entries: BTreeMap<String, Entry>,
 }
 
+/// A built-in, compiled once: it serves its name unless a file overrides
+/// it (and again when that file goes), and answers for faulting plugins
+/// when the fallback is on.
+struct BuiltinEntry {
+    loaded: AnyLoaded,
+}
+
+#[derive(Default)]
 struct Entry {
     slot: Option<AnySlot>,
     last_error: Option<(String, SystemTime)>,
+    /// The file was removed and no built-in took the name back.
+    removed: bool,
 }
 
 enum AnySlot {
@@ -114,6 +152,15 @@ enum AnySlot {
     Sizing(Slot<SizingWorld>),
     Reset(Slot<ResetWorld>),
     Adapter(Slot<AdapterWorld>),
+}
+
+/// One loaded version of any world.
+#[derive(Clone)]
+enum AnyLoaded {
+    Placement(Arc<Loaded<PlacementWorld>>),
+    Sizing(Arc<Loaded<SizingWorld>>),
+    Reset(Arc<Loaded<ResetWorld>>),
+    Adapter(Arc<Loaded<AdapterWorld>>),
 }
 
 impl AnySlot {
@@ -125,13 +172,25 @@ impl AnySlot {
             AnySlot::Adapter(slot) => slot.load().info.clone(),
         }
     }
+
+    fn fault(&self) -> Option<String> {
+        match self {
+            AnySlot::Placement(slot) => slot.load().fault().map(str::to_string),
+            AnySlot::Sizing(slot) => slot.load().fault().map(str::to_string),
+            AnySlot::Reset(slot) => slot.load().fault().map(str::to_string),
+            AnySlot::Adapter(slot) => slot.load().fault().map(str::to_string),
+        }
+    }
 }
 
-/// Moves a world's slot in and out of [`AnySlot`].
+/// Moves a world's slot and loaded versions in and out of [`AnySlot`] and
+/// [`AnyLoaded`].
 trait Slotted: World {
     const SLOT_KIND: Kind;
     fn wrap(slot: Slot<Self>) -> AnySlot;
     fn unwrap(any: &AnySlot) -> Option<&Slot<Self>>;
+    fn wrap_loaded(loaded: Arc<Loaded<Self>>) -> AnyLoaded;
+    fn unwrap_loaded(any: &AnyLoaded) -> Option<&Arc<Loaded<Self>>>;
 }
 
 macro_rules! slotted {
@@ -144,6 +203,15 @@ macro_rules! slotted {
             fn unwrap(any: &AnySlot) -> Option<&Slot<Self>> {
                 match any {
                     AnySlot::$variant(slot) => Some(slot),
+                    _ => None,
+                }
+            }
+            fn wrap_loaded(loaded: Arc<Loaded<Self>>) -> AnyLoaded {
+                AnyLoaded::$variant(loaded)
+            }
+            fn unwrap_loaded(any: &AnyLoaded) -> Option<&Arc<Loaded<Self>>> {
+                match any {
+                    AnyLoaded::$variant(loaded) => Some(loaded),
                     _ => None,
                 }
             }
@@ -164,7 +232,8 @@ impl Registry {
             loaded: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             myself: myself.clone(),
-            fallbacks: Mutex::new(BTreeMap::new()),
+            builtin_fallback: AtomicBool::new(false),
+            takeovers: Mutex::new(Vec::new()),
             calls: CallCounters::default(),
             optimizer: Mutex::new(None),
         })
@@ -193,19 +262,39 @@ impl Registry {
         let mut errors = Vec::new();
         for builtin in builtins {
             let builtin: Builtin = builtin.into();
-            self.write()
-                .builtins
-                .insert(builtin.name.to_string(), builtin.wasm);
-            let overridden = self.read().entries.get(builtin.name).is_some_and(|entry| {
+            let name = builtin.name;
+            // Compiled even when a file overrides it: it is that file's
+            // fallback.
+            let built = self
+                .host
+                .compile(name, builtin.wasm, Source::Builtin)
+                .and_then(|compiled| self.build_any(compiled));
+            let loaded = match built {
+                Ok(loaded) => loaded,
+                Err(e) => {
+                    errors.push(self.record(name, Err(e)).unwrap_err());
+                    continue;
+                }
+            };
+            self.write().builtins.insert(
+                name.to_string(),
+                BuiltinEntry {
+                    loaded: loaded.clone(),
+                },
+            );
+            let overridden = self.read().entries.get(name).is_some_and(|entry| {
                 entry
                     .slot
                     .as_ref()
                     .is_some_and(|slot| matches!(slot.info().source, Source::File(_)))
             });
-            if !overridden
-                && let Err(e) = self.load_bytes(builtin.name, builtin.wasm, Source::Builtin)
-            {
-                errors.push(e);
+            if !overridden {
+                let installed = self
+                    .install_any(loaded, None)
+                    .map(|info| info.expect("an install without a condition always installs"));
+                if let Err(e) = self.record(name, installed) {
+                    errors.push(e);
+                }
             }
         }
         if errors.is_empty() {
@@ -213,6 +302,14 @@ impl Registry {
         } else {
             Err(errors)
         }
+    }
+
+    /// With `on`, every handle looked up afterwards carries the built-in
+    /// that answers its plugin's faults (a trap, an overrun, a broken
+    /// answer): the built-in of the plugin's name, or of its kind
+    /// ([`Kind::default_builtin`]). Set it before looking plugins up.
+    pub fn set_builtin_fallback(&self, on: bool) {
+        self.builtin_fallback.store(on, Ordering::Release);
     }
 
     /// Loads every `*.wasm` file in `dir`; each overrides the built-in of the
@@ -266,6 +363,37 @@ impl Registry {
         self.load_path(path, Urgency::Soon)
     }
 
+    /// As [`Registry::reload_file`], unless `path` holds the version that
+    /// serves its name from that path already (`None`), or cannot be read
+    /// (`None`: an event about it follows).
+    pub(crate) fn reload_if_changed(&self, path: &Path) -> Option<Result<VersionInfo, LoadError>> {
+        let bytes = std::fs::read(path).ok()?;
+        let stem = path.file_stem()?.to_string_lossy().into_owned();
+        let version = version_of(&hex_sha256(&bytes));
+        let unchanged = self.read().entries.get(&stem).is_some_and(|entry| {
+            !entry.removed
+                && entry.slot.as_ref().is_some_and(|slot| {
+                    let info = slot.info();
+                    info.source == Source::File(path.to_path_buf())
+                        && *info.plugin.version == version
+                })
+        });
+        (!unchanged).then(|| self.load_path(path, Urgency::Soon))
+    }
+
+    /// The files of `dir` that serve a name now.
+    pub(crate) fn files_serving_from(&self, dir: &Path) -> Vec<std::path::PathBuf> {
+        self.read()
+            .entries
+            .values()
+            .filter(|entry| !entry.removed)
+            .filter_map(|entry| match entry.slot.as_ref()?.info().source {
+                Source::File(path) if path.parent() == Some(dir) => Some(path),
+                _ => None,
+            })
+            .collect()
+    }
+
     fn load_path(&self, path: &Path, urgency: Urgency) -> Result<VersionInfo, LoadError> {
         let stem = path
             .file_stem()
@@ -317,91 +445,46 @@ impl Registry {
     }
 
     /// Handles the removal of `path`: the built-in of the same name serves
-    /// again, or, without one, the plugin is gone for new lookups (handles
-    /// already held keep the last version).
+    /// again, or, without one, the name is marked removed: lookups fail,
+    /// handles already held keep the last version, and a file of the name
+    /// added back serves them all again.
     pub fn unload_file(&self, path: &Path) {
         let Some(name) = path.file_stem().map(|s| s.to_string_lossy().into_owned()) else {
             return;
         };
         let serving_from_path = self.read().entries.get(&name).is_some_and(|entry| {
-            entry
-                .slot
-                .as_ref()
-                .is_some_and(|slot| slot.info().source == Source::File(path.to_path_buf()))
+            !entry.removed
+                && entry
+                    .slot
+                    .as_ref()
+                    .is_some_and(|slot| slot.info().source == Source::File(path.to_path_buf()))
         });
         if !serving_from_path {
             return;
         }
-        let builtin = self.read().builtins.get(&name).copied();
+        let builtin = self.read().builtins.get(&name).map(|b| b.loaded.clone());
         match builtin {
-            Some(wasm) => {
+            Some(loaded) => {
                 tracing::info!(plugin = %name, "{} removed; the built-in serves again", path.display());
-                // A built-in that loaded at start-up loads again.
-                let _ = self.load_bytes(&name, wasm, Source::Builtin);
+                let installed = self
+                    .install_any(loaded, None)
+                    .map(|info| info.expect("an install without a condition always installs"));
+                let _ = self.record(&name, installed);
             }
             None => {
                 tracing::info!(plugin = %name, "{} removed; plugin unloaded", path.display());
-                self.write().entries.remove(&name);
+                if let Some(entry) = self.write().entries.get_mut(&name) {
+                    entry.removed = true;
+                }
             }
         }
     }
 
-    /// After `fault` (a trap, an overrun, a broken contract at call time),
-    /// makes a built-in serve under the faulting plugin's name: the
-    /// built-in of that name, else `default` (the built-in of its kind).
-    /// Handles already held see it at their next call. The plugin's file
-    /// serves again when it changes. Recorded as the plugin's last error,
-    /// logged and counted ([`Registry::fallback_counts`]).
-    ///
-    /// Returns `None` when there is nothing to fall back to: the version
-    /// that faulted is no longer serving (a newer one, or the built-in,
-    /// serves already) or there is no such built-in.
-    pub fn fall_back(&self, fault: &crate::CallError, default: &str) -> Option<VersionInfo> {
-        let name = fault.plugin.name.to_string();
-        let faulted_serving = self
-            .read()
-            .entries
-            .get(&name)
-            .and_then(|entry| entry.slot.as_ref())
-            .is_some_and(|slot| {
-                let info = slot.info();
-                info.plugin.version == fault.plugin.version && info.source != Source::Builtin
-            });
-        if !faulted_serving {
-            return None;
-        }
-        let (which, wasm) = {
-            let state = self.read();
-            [name.as_str(), default]
-                .into_iter()
-                .find_map(|which| state.builtins.get(which).map(|w| (which.to_string(), *w)))?
-        };
-        let installed = self.compile_and_install(&name, wasm, Source::Builtin, Urgency::Optimized);
-        let info = match self.record(&name, installed) {
-            Ok(info) => info,
-            Err(e) => {
-                tracing::error!(plugin = %name, "falling back to the built-in `{which}` failed: {e}");
-                return None;
-            }
-        };
-        let message =
-            format!("{fault}; the built-in `{which}` serves until the plugin's file changes");
-        tracing::warn!(plugin = %name, "{message}");
-        if let Some(entry) = self.write().entries.get_mut(&name) {
-            entry.last_error = Some((message, SystemTime::now()));
-        }
-        *self
-            .fallbacks
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(name)
-            .or_default() += 1;
-        Some(info)
-    }
-
-    /// Fallbacks to a built-in so far, per plugin name.
-    pub fn fallback_counts(&self) -> BTreeMap<String, u64> {
-        self.fallbacks
+    /// Every version that started serving a name since the registry was
+    /// made, in order (a baseline build replaced by its optimized build is
+    /// one version).
+    pub fn takeovers(&self) -> Vec<Takeover> {
+        self.takeovers
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
@@ -459,6 +542,8 @@ impl Registry {
                 serving: entry.slot.as_ref().map(AnySlot::info),
                 last_error: entry.last_error.as_ref().map(|(e, _)| e.clone()),
                 last_error_at: entry.last_error.as_ref().map(|(_, at)| *at),
+                fault: entry.slot.as_ref().and_then(AnySlot::fault),
+                removed: entry.removed,
             })
             .collect()
     }
@@ -486,11 +571,20 @@ impl Registry {
 
     fn handle<W: Slotted>(&self, name: &str) -> Result<Handle<W>, LookupError> {
         let state = self.read();
-        let Some(entry) = state.entries.get(name) else {
-            return Err(LookupError::NotFound {
-                name: name.to_string(),
-                available: state.entries.keys().cloned().collect::<Vec<_>>().join(", "),
-            });
+        let entry = match state.entries.get(name) {
+            Some(entry) if !entry.removed => entry,
+            _ => {
+                return Err(LookupError::NotFound {
+                    name: name.to_string(),
+                    available: state
+                        .entries
+                        .iter()
+                        .filter(|(_, entry)| !entry.removed)
+                        .map(|(name, _)| name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                });
+            }
         };
         match &entry.slot {
             None => Err(LookupError::Failed {
@@ -501,7 +595,7 @@ impl Registry {
                     .map_or_else(String::new, |(e, _)| e.clone()),
             }),
             Some(any) => match W::unwrap(any) {
-                Some(slot) => Ok(Handle::new(slot.clone())),
+                Some(slot) => Ok(Handle::new(slot.clone(), self.fallback_of(&state, name))),
                 None => Err(LookupError::WrongKind {
                     name: name.to_string(),
                     found: any.info().kind,
@@ -509,6 +603,22 @@ impl Registry {
                 }),
             },
         }
+    }
+
+    /// The built-in that answers for plugin `name` when it faults: the
+    /// built-in of that name, else its kind's default; none while the
+    /// fallback is off.
+    fn fallback_of<W: Slotted>(&self, state: &State, name: &str) -> Option<Arc<Loaded<W>>> {
+        if !self.builtin_fallback.load(Ordering::Acquire) {
+            return None;
+        }
+        [Some(name), W::SLOT_KIND.default_builtin()]
+            .into_iter()
+            .flatten()
+            .find_map(|which| {
+                let builtin = state.builtins.get(which)?;
+                W::unwrap_loaded(&builtin.loaded).cloned()
+            })
     }
 
     fn compile_and_install(
@@ -536,54 +646,67 @@ impl Registry {
     }
 
     fn install_unconditionally(&self, compiled: Compiled) -> Result<VersionInfo, LoadError> {
-        self.install_any(compiled, None)
+        let loaded = self.build_any(compiled)?;
+        self.install_any(loaded, None)
             .map(|installed| installed.expect("an install without a condition always installs"))
     }
 
-    /// Installs `compiled`; with `replacing`, only while that version's
+    /// The loaded form of `compiled`, for its world, counting its calls
+    /// with every other build of its version.
+    fn build_any(&self, compiled: Compiled) -> Result<AnyLoaded, LoadError> {
+        fn build<W: Slotted>(
+            registry: &Registry,
+            compiled: Compiled,
+        ) -> Result<AnyLoaded, LoadError> {
+            let counter = registry
+                .calls
+                .of(&compiled.plugin.name, &compiled.plugin.version);
+            let loaded = Loaded::<W>::new(registry.host.inner.clone(), compiled, counter)?;
+            Ok(W::wrap_loaded(Arc::new(loaded)))
+        }
+        match compiled.contract.kind {
+            Kind::Placement => build::<PlacementWorld>(self, compiled),
+            Kind::Sizing => build::<SizingWorld>(self, compiled),
+            Kind::Reset => build::<ResetWorld>(self, compiled),
+            Kind::Adapter => build::<AdapterWorld>(self, compiled),
+        }
+    }
+
+    /// Installs `loaded`; with `replacing`, only while that version's
     /// baseline build is the one serving (`Ok(None)` otherwise).
     fn install_any(
         &self,
-        compiled: Compiled,
+        loaded: AnyLoaded,
         replacing: Option<&str>,
     ) -> Result<Option<VersionInfo>, LoadError> {
-        match compiled.contract.kind {
-            Kind::Placement => self.install_world::<PlacementWorld>(compiled, replacing),
-            Kind::Sizing => self.install_world::<SizingWorld>(compiled, replacing),
-            Kind::Reset => self.install_world::<ResetWorld>(compiled, replacing),
-            Kind::Adapter => self.install_world::<AdapterWorld>(compiled, replacing),
+        match loaded {
+            AnyLoaded::Placement(loaded) => self.install_world(loaded, replacing),
+            AnyLoaded::Sizing(loaded) => self.install_world(loaded, replacing),
+            AnyLoaded::Reset(loaded) => self.install_world(loaded, replacing),
+            AnyLoaded::Adapter(loaded) => self.install_world(loaded, replacing),
         }
     }
 
     fn install_world<W: Slotted>(
         &self,
-        compiled: Compiled,
+        loaded: Arc<Loaded<W>>,
         replacing: Option<&str>,
     ) -> Result<Option<VersionInfo>, LoadError> {
-        let name = compiled.plugin.name.to_string();
-        if let Some(current) = self.read().entries.get(&name).and_then(|e| e.slot.as_ref()) {
+        let info = loaded.info.clone();
+        let name = info.plugin.name.to_string();
+        let mut state = self.write();
+        let entry = state.entries.entry(name.clone()).or_default();
+        if let Some(current) = &entry.slot {
             let found = current.info().kind;
             if found != W::SLOT_KIND {
                 return Err(LoadError::WrongWorld {
-                    origin: compiled.source.to_string(),
+                    origin: info.source.to_string(),
                     name,
                     found: W::SLOT_KIND,
                     expected: found,
                 });
             }
         }
-        let counter = self.calls.of(&name, &compiled.plugin.version);
-        let loaded = Arc::new(Loaded::<W>::new(
-            self.host.inner.clone(),
-            compiled,
-            counter,
-        )?);
-        let info = loaded.info.clone();
-        let mut state = self.write();
-        let entry = state.entries.entry(name).or_insert(Entry {
-            slot: None,
-            last_error: None,
-        });
         if let Some(version) = replacing
             && !entry
                 .slot
@@ -592,12 +715,27 @@ impl Registry {
         {
             return Ok(None);
         }
+        let before = entry.slot.as_ref().map(|slot| slot.info().plugin);
         match entry.slot.as_ref().and_then(W::unwrap) {
             Some(slot) => slot.store(loaded),
             None => entry.slot = Some(W::wrap(Arc::new(ArcSwap::new(loaded)))),
         }
+        let took_over = entry.removed || before.as_ref() != Some(&info.plugin);
+        entry.removed = false;
         if replacing.is_none() {
             entry.last_error = None;
+        }
+        drop(state);
+        if took_over {
+            self.takeovers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(Takeover {
+                    plugin: info.plugin.clone(),
+                    kind: info.kind,
+                    source: info.source.clone(),
+                    at: SystemTime::now(),
+                });
         }
         Ok(Some(info))
     }
@@ -638,7 +776,8 @@ impl Registry {
         let result = self
             .host
             .compile(&job.name, &job.bytes, job.source)
-            .and_then(|compiled| self.install_any(compiled, Some(&job.version)));
+            .and_then(|compiled| self.build_any(compiled))
+            .and_then(|loaded| self.install_any(loaded, Some(&job.version)));
         match result {
             Ok(Some(info)) => tracing::info!(
                 plugin = job.name,
@@ -676,10 +815,7 @@ impl Registry {
                 self.failed.fetch_add(1, Ordering::Release);
                 let serving = {
                     let mut state = self.write();
-                    let entry = state.entries.entry(name.to_string()).or_insert(Entry {
-                        slot: None,
-                        last_error: None,
-                    });
+                    let entry = state.entries.entry(name.to_string()).or_default();
                     entry.last_error = Some((e.to_string(), SystemTime::now()));
                     entry.slot.as_ref().map(|slot| slot.info().plugin.version)
                 };
@@ -729,23 +865,8 @@ mod tests {
     use crate::host::HostConfig;
     use crate::worlds::placement::{ClusterState, Clusters, Demand, DemandKind};
 
-    #[test]
-    fn a_fault_hands_the_name_to_its_builtin_until_the_file_changes() {
-        let registry = Registry::new(PluginHost::new(HostConfig::default()).unwrap());
-        registry
-            .add_builtins(
-                sandfleet_guests::BUILTINS
-                    .iter()
-                    .filter(|b| b.name == "least-loaded")
-                    .map(|b| (b.name, b.wasm)),
-            )
-            .unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("least-loaded.wasm");
-        std::fs::copy(sandfleet_guests::MISBEHAVE, &file).unwrap();
-        registry.load_file(&file).unwrap();
-        let policy = registry.placement("least-loaded").unwrap();
-        let idle = ClusterState {
+    fn idle() -> ClusterState {
+        ClusterState {
             healthy: true,
             has_image: false,
             free_slots: 8,
@@ -754,36 +875,138 @@ mod tests {
             weight: 1,
             cpu_free_milli: 4000,
             memory_free_mib: 8192,
-        };
-        let clusters = Clusters::from_states(&[idle, idle]);
-        // The misbehaving guest traps on image 3.
-        let trap = Demand {
+        }
+    }
+
+    /// The misbehaving guest traps on image 3 and answers cluster 0 for
+    /// the images it does not misbehave on.
+    fn demand(image: u32) -> Demand {
+        Demand {
             kind: DemandKind::Claim,
-            image: 3,
+            image,
             count: 1,
             sequence: 0,
-        };
-        let fault = policy.place_blocking(&trap, &clusters).unwrap_err();
-        assert!(fault.is_plugin_fault(), "{fault}");
+        }
+    }
 
-        let serving = registry.fall_back(&fault, "least-loaded").unwrap();
-        assert_eq!(serving.source, Source::Builtin);
-        // The handle already held answers from the built-in now.
-        assert!(policy.place_blocking(&trap, &clusters).is_ok());
-        assert_eq!(registry.fallback_counts()["least-loaded"], 1);
-        let status = registry.status("least-loaded").unwrap();
-        assert!(
-            status
-                .last_error
-                .unwrap()
-                .contains("the built-in `least-loaded` serves"),
-            "the fault is shown"
+    fn registry_with(builtin: &str, fallback: bool) -> Arc<Registry> {
+        let registry = Registry::new(PluginHost::new(HostConfig::default()).unwrap());
+        registry.set_builtin_fallback(fallback);
+        registry
+            .add_builtins(
+                sandfleet_guests::BUILTINS
+                    .iter()
+                    .filter(|b| b.name == builtin)
+                    .map(|b| (b.name, b.wasm)),
+            )
+            .unwrap();
+        registry
+    }
+
+    #[test]
+    fn a_fault_is_answered_by_the_builtin_of_the_kind_until_a_new_version_loads() {
+        let registry = registry_with("least-loaded", true);
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("misbehave.wasm");
+        std::fs::copy(sandfleet_guests::MISBEHAVE, &file).unwrap();
+        let faulty = registry.load_file(&file).unwrap();
+        let policy = registry.placement("misbehave").unwrap();
+        let clusters = Clusters::from_states(&[idle(), idle()]);
+        assert_eq!(policy.place_blocking(&demand(0), &clusters).unwrap(), 0);
+        assert!(!policy.fell_back());
+
+        // The trap is answered by the built-in, and so is every later call
+        // of the version that trapped, image 0 included.
+        assert!(policy.place_blocking(&demand(3), &clusters).is_ok());
+        assert!(policy.place_blocking(&demand(0), &clusters).is_ok());
+        assert!(policy.fell_back());
+        let counts = registry.call_counts();
+        let of = |name: &str| counts.iter().find(|c| c.name == name).unwrap().clone();
+        let file_counts = of("misbehave");
+        assert_eq!(
+            (file_counts.calls, file_counts.faults, file_counts.fallbacks),
+            (2, 1, 2),
+            "one answer, one trap, two calls answered in its place"
         );
-        // The same fault reported again (another caller) changes nothing.
-        assert!(registry.fall_back(&fault, "least-loaded").is_none());
-        assert_eq!(registry.fallback_counts()["least-loaded"], 1);
-        // The file serves again once it is loaded again.
+        assert_eq!(of("least-loaded").calls, 2);
+        let status = registry.status("misbehave").unwrap();
+        assert_eq!(status.serving.unwrap().plugin, faulty.plugin);
+        let fault = status.fault.expect("the fault is shown");
+        assert!(
+            fault.contains("place: trapped") && fault.contains("the built-in `least-loaded`"),
+            "{fault}"
+        );
+
+        // The file loaded again is a new chance: it answers, and faults
+        // again.
+        std::fs::write(
+            &file,
+            sandfleet_test_support::salted(
+                &std::fs::read(sandfleet_guests::MISBEHAVE).unwrap(),
+                1,
+                0,
+            ),
+        )
+        .unwrap();
         registry.load_file(&file).unwrap();
-        assert!(matches!(policy.version().source, Source::File(_)));
+        assert!(registry.status("misbehave").unwrap().fault.is_none());
+        assert_eq!(policy.place_blocking(&demand(0), &clusters).unwrap(), 0);
+    }
+
+    #[test]
+    fn without_the_fallback_a_fault_is_the_callers() {
+        let registry = registry_with("least-loaded", false);
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("misbehave.wasm");
+        std::fs::copy(sandfleet_guests::MISBEHAVE, &file).unwrap();
+        registry.load_file(&file).unwrap();
+        let policy = registry.placement("misbehave").unwrap();
+        let clusters = Clusters::from_states(&[idle()]);
+        let fault = policy.place_blocking(&demand(3), &clusters).unwrap_err();
+        assert!(fault.is_plugin_fault(), "{fault}");
+        assert!(policy.place_blocking(&demand(0), &clusters).is_ok());
+        assert!(registry.status("misbehave").unwrap().fault.is_none());
+    }
+
+    #[test]
+    fn a_pinned_handle_keeps_its_version_and_a_removed_name_keeps_its_slot() {
+        let registry = registry_with("least-loaded", false);
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("mine.wasm");
+        std::fs::copy(sandfleet_guests::MISBEHAVE, &file).unwrap();
+        let first = registry.load_file(&file).unwrap().plugin;
+        let following = registry.placement("mine").unwrap();
+        let pinned = following.pin();
+
+        std::fs::remove_file(&file).unwrap();
+        registry.unload_file(&file);
+        assert!(matches!(
+            registry.placement("mine"),
+            Err(LookupError::NotFound { .. })
+        ));
+        assert!(registry.status("mine").unwrap().removed);
+        assert_eq!(following.version().plugin, first, "held handles keep it");
+
+        std::fs::write(
+            &file,
+            sandfleet_test_support::salted(
+                &std::fs::read(sandfleet_guests::MISBEHAVE).unwrap(),
+                1,
+                0,
+            ),
+        )
+        .unwrap();
+        let second = registry.load_file(&file).unwrap().plugin;
+        assert_ne!(second, first);
+        assert_eq!(following.version().plugin, second, "the same slot again");
+        assert_eq!(pinned.version().plugin, first, "pinned before the swap");
+        assert!(!registry.status("mine").unwrap().removed);
+        let took_over: Vec<_> = registry
+            .takeovers()
+            .into_iter()
+            .filter(|t| &*t.plugin.name == "mine")
+            .map(|t| t.plugin)
+            .collect();
+        assert_eq!(took_over, [first, second]);
     }
 }

@@ -6,6 +6,14 @@
 //! modify events only push the deadline back, because `cp` fires them while
 //! the file is still half written. A removed file hands the name back to the
 //! built-in plugin, if there is one.
+//!
+//! A directory mounted from a Kubernetes ConfigMap or Secret changes without
+//! an event about its plugin files: each `name.wasm` is a symlink into
+//! `..data`, itself a symlink the kubelet swaps (by rename) to a new
+//! timestamped directory. An event about an entry whose name starts with
+//! `..` therefore rescans the directory once it settles: a file whose bytes
+//! are not the version serving its name is loaded, and a name whose file is
+//! gone is unloaded. A symlink created in the directory is complete at once.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -56,6 +64,7 @@ impl Registry {
                 source,
             })?;
         let registry = Arc::downgrade(self);
+        let dir = dir.to_path_buf();
         std::thread::Builder::new()
             .name("plugin-reload".into())
             .spawn(move || {
@@ -75,8 +84,10 @@ impl Registry {
                         // The watcher was dropped.
                         Err(RecvTimeoutError::Disconnected) => return,
                     }
-                    let due = debouncer.take_due(Instant::now());
-                    if due.is_empty() {
+                    let now = Instant::now();
+                    let due = debouncer.take_due(now);
+                    let rescan = debouncer.take_rescan(now);
+                    if due.is_empty() && !rescan {
                         continue;
                     }
                     let Some(registry) = registry.upgrade() else {
@@ -90,10 +101,36 @@ impl Registry {
                             registry.unload_file(&path);
                         }
                     }
+                    if rescan {
+                        registry.rescan(&dir, &debouncer);
+                    }
                 }
             })
             .expect("spawn the plugin reload thread");
         Ok(PluginWatcher { _watcher: watcher })
+    }
+
+    /// Brings what serves in line with the files of `dir` after its
+    /// `..data` link was swapped, leaving alone the files `debouncer` still
+    /// waits on (a write in progress).
+    fn rescan(&self, dir: &Path, debouncer: &Debouncer) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        let mut files: Vec<PathBuf> = entries
+            .filter_map(|entry| entry.ok().map(|e| e.path()))
+            .filter(|path| is_plugin_file(path) && !debouncer.waits_on(path))
+            .collect();
+        files.sort();
+        for path in &files {
+            // Failures are recorded in the registry's status.
+            let _ = self.reload_if_changed(path);
+        }
+        for gone in self.files_serving_from(dir) {
+            if !gone.exists() && !debouncer.waits_on(&gone) {
+                self.unload_file(&gone);
+            }
+        }
     }
 }
 
@@ -103,6 +140,8 @@ impl Registry {
 struct Debouncer {
     /// File → (load after this instant, a complete write was seen).
     pending: HashMap<PathBuf, (Instant, bool)>,
+    /// Rescan the directory after this instant (a `..` entry changed).
+    rescan: Option<Instant>,
 }
 
 impl Debouncer {
@@ -111,10 +150,15 @@ impl Debouncer {
             EventKind::Access(AccessKind::Close(AccessMode::Write))
             | EventKind::Modify(ModifyKind::Name(_))
             | EventKind::Remove(_) => true,
+            // A symlink is made whole in one call.
+            EventKind::Create(_) => event.paths.iter().all(|path| is_symlink(path)),
             // Writes in progress: wait longer, but do not load yet.
-            EventKind::Modify(_) | EventKind::Create(_) => false,
+            EventKind::Modify(_) => false,
             _ => return,
         };
+        if event.paths.iter().any(|path| is_atomic_writer_entry(path)) {
+            self.rescan = Some(now + DEBOUNCE);
+        }
         for path in event.paths.iter().filter(|path| is_plugin_file(path)) {
             let entry = self.pending.entry(path.clone()).or_insert((now, false));
             entry.0 = now + DEBOUNCE;
@@ -127,7 +171,22 @@ impl Debouncer {
             .values()
             .filter(|(_, complete)| *complete)
             .map(|(at, _)| *at)
+            .chain(self.rescan)
             .min()
+    }
+
+    /// Whether a rescan is due, forgetting it if so.
+    fn take_rescan(&mut self, now: Instant) -> bool {
+        let due = self.rescan.is_some_and(|at| at <= now);
+        if due {
+            self.rescan = None;
+        }
+        due
+    }
+
+    /// Whether an event about `path` is still settling.
+    fn waits_on(&self, path: &Path) -> bool {
+        self.pending.contains_key(path)
     }
 
     fn take_due(&mut self, now: Instant) -> Vec<PathBuf> {
@@ -142,6 +201,18 @@ impl Debouncer {
         }
         due
     }
+}
+
+fn is_symlink(path: &Path) -> bool {
+    path.symlink_metadata()
+        .is_ok_and(|meta| meta.file_type().is_symlink())
+}
+
+/// `..data`, `..data_tmp` and the timestamped `..2024_…` directories the
+/// kubelet's atomic writer keeps a ConfigMap or Secret volume's files in.
+fn is_atomic_writer_entry(path: &Path) -> bool {
+    path.file_name()
+        .is_some_and(|name| name.to_string_lossy().starts_with(".."))
 }
 
 #[cfg(test)]
@@ -196,6 +267,33 @@ mod tests {
             vec![PathBuf::from("/p/a.wasm")]
         );
         assert!(debouncer.take_due(again + DEBOUNCE * 10).is_empty());
+    }
+
+    #[test]
+    fn a_swapped_data_link_rescans_the_directory_once_it_settles() {
+        let now = Instant::now();
+        let mut debouncer = Debouncer::default();
+        debouncer.observe(
+            &event(
+                EventKind::Modify(ModifyKind::Name(RenameMode::To)),
+                "/p/..data",
+            ),
+            now,
+        );
+        assert_eq!(debouncer.next_deadline(), Some(now + DEBOUNCE));
+        assert!(!debouncer.take_rescan(now));
+        let later = now + DEBOUNCE / 2;
+        debouncer.observe(
+            &event(
+                EventKind::Remove(notify::event::RemoveKind::Folder),
+                "/p/..2026_01_01_00_00_00.1",
+            ),
+            later,
+        );
+        assert!(!debouncer.take_rescan(now + DEBOUNCE));
+        assert!(debouncer.take_rescan(later + DEBOUNCE));
+        assert!(!debouncer.take_rescan(later + DEBOUNCE * 10), "once");
+        assert!(debouncer.take_due(later + DEBOUNCE).is_empty());
     }
 
     #[test]

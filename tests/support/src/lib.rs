@@ -2,11 +2,16 @@
 //! leave on this machine (`machine`), and a scripted in-memory backend with
 //! injectable faults (`scripted`), for testing the engine's retries,
 //! leases, breaker and release queue without processes, and the bundled
-//! quickstart's expected outcome (`quickstart`).
+//! quickstart's expected outcome (`quickstart`), a one-file SWE-bench
+//! repository for grading tests (`calc`), and new versions of a
+//! component (`salted`) and plugin files put in place (`install_plugin`).
 
+pub mod calc;
+mod components;
 mod machine;
 pub mod quickstart;
 mod scripted;
 
+pub use components::{install_plugin, salted};
 pub use machine::{processes_running, sandbox_dirs};
 pub use scripted::{Op, Reply, Scripted};

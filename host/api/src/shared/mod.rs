@@ -24,7 +24,7 @@ use tokio::sync::RwLock as AsyncRwLock;
 use tokio_util::task::TaskTracker;
 
 use crate::activity::{Activity, InUse};
-use crate::error::AppError;
+use crate::error::{AppError, ErrorKind};
 use crate::exec::{Executions, Target};
 use crate::leases::new_id;
 use crate::metrics::SharedPoolCounts;
@@ -231,7 +231,7 @@ impl Pool {
             ))),
             None => Err(AppError::new(
                 StatusCode::TOO_MANY_REQUESTS,
-                "pool_full",
+                ErrorKind::PoolFull,
                 format!(
                     "shared pool `{}` is full: its {healthy} healthy sandboxes have max_sessions_per_sandbox = {max} sessions each; close a session or retry later",
                     self.config.name
@@ -422,7 +422,7 @@ impl SharedSession {
     fn lost(&self, why: &str) -> AppError {
         AppError::new(
             StatusCode::GONE,
-            "session_lost",
+            ErrorKind::SessionLost,
             format!(
                 "session `{}`: its sandbox `{}` in shared pool `{}` is gone ({why}), and with it the session's state; open a new session",
                 self.id, self.sandbox.id, self.pool.config.name
@@ -460,7 +460,7 @@ impl Target for SharedSession {
         if let Err(lost) = self.check() {
             return lost;
         }
-        if error.kind() == "sandbox_lost" {
+        if error.kind() == ErrorKind::SandboxLost {
             return self.lost(error.message());
         }
         error

@@ -40,11 +40,12 @@ async fn bad_requests_are_named_and_the_daemon_keeps_serving() {
         "invalid_request",
         "missing field `image`",
     );
+    // Well-formed, but no cluster makes the image: the request is wrong.
     let (status, body) = served.post("/v1/leases", image("no-such-image")).await;
     check(
         status,
         body,
-        422,
+        400,
         "invalid_request",
         "image `no-such-image`",
     );

@@ -2,30 +2,16 @@
 //! 5.0.2, `evaluation = fresh`): the client's changes since setup are
 //! graded in a new sandbox; nothing in the lease's sandbox runs the grade.
 
+use sandfleet_test_support::calc;
 use serde_json::json;
 
 use crate::Served;
-
-/// As SWE-bench's eval scripts do, the test file is checked out from the
-/// base commit before the test runs.
-const EVAL_SCRIPT: &str = "#!/bin/bash\nset -uxo pipefail\ncd /testbed\n\
-    git checkout HEAD -- tests/test_add.sh\n\
-    : '>>>>> Start Test Output'\n\
-    if bash tests/test_add.sh; then echo 'PASSED tests/test_add.sh::test_add'; \
-    else echo 'FAILED tests/test_add.sh::test_add'; fi\n\
-    : '>>>>> End Test Output'\n";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_fresh_evaluation_grades_the_work_and_not_the_work_sandbox() {
     let dir = tempfile::tempdir().unwrap();
     let image = dir.path().join("images/calc");
-    std::fs::create_dir_all(image.join("tests")).unwrap();
-    std::fs::write(image.join("calc.py"), "def add(a, b):\n    return a - b\n").unwrap();
-    std::fs::write(
-        image.join("tests/test_add.sh"),
-        "grep -q 'return a + b' calc.py\n",
-    )
-    .unwrap();
+    calc::write_image(&image);
     std::fs::write(dir.path().join("tasks.jsonl"), "").unwrap();
     let config = dir.path().join("fleet.toml");
     std::fs::write(
@@ -57,17 +43,7 @@ calc = {{ path = "{}", git = true }}
     )
     .unwrap();
     let served = Served::start_in(dir, config).await;
-    let row = json!({
-        "instance_id": "calc__calc-1",
-        "repo": "calc/calc",
-        "version": "1.0",
-        "FAIL_TO_PASS": ["tests/test_add.sh::test_add"],
-        "PASS_TO_PASS": [],
-        "log_parser": "parse_log_pytest",
-        "eval_type": "pass_and_fail",
-        "image": "calc",
-        "eval_script": EVAL_SCRIPT,
-    });
+    let row = calc::row("calc__calc-1", calc::RUN_TEST);
     let evaluate = |lease: String| {
         let served = &served;
         async move {

@@ -171,7 +171,7 @@ async fn a_batch_is_all_or_nothing() {
             json!({"leases": [image("calc"), image("textkit"), image("no-such-image"), image("calc")]}),
         )
         .await;
-    assert_eq!(status, 422, "{batch}");
+    assert_eq!(status, 400, "{batch}");
     let message = batch["error"]["message"].as_str().unwrap();
     assert!(
         message.starts_with("leases[2] of 4: image `no-such-image`"),
@@ -213,7 +213,7 @@ async fn an_image_behind_image_rewrite_is_served_from_its_mirror() {
     let (status, body) = served
         .post("/v1/leases", image("registry.example/other/calc"))
         .await;
-    assert_eq!(status, 422, "{body}");
+    assert_eq!(status, 400, "{body}");
     served.stop().await;
 }
 

@@ -5,6 +5,7 @@
 //! restarts, the Python client — are in tests/e2e/serve.rs.)
 
 mod bad_input;
+mod errors;
 mod exec;
 mod fresh;
 mod leases;

@@ -83,7 +83,7 @@ impl Served {
 
     /// SIGKILLs the init of sandbox `id`, and with it everything in its pid
     /// namespace.
-    fn kill_sandbox(&self, id: &str) {
+    pub(crate) fn kill_sandbox(&self, id: &str) {
         let found = processes_running(&format!("sandfleet-sandbox:{}:{id}", self.run_id()));
         assert!(!found.is_empty(), "no init process of sandbox {id}");
         for process in found {

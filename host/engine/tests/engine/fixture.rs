@@ -8,8 +8,10 @@ use sandfleet_backend_local::{
     ImageSource, IsolationMode, LimitOverrides, LocalBackend, LocalConfig,
 };
 use sandfleet_core::{Backend, RunId};
-use sandfleet_engine::{CancellationToken, Cluster, FleetSettings, LogProgress, RunSpec, WorkItem};
-use sandfleet_plugin::{HostConfig, PluginHost, Registry};
+use sandfleet_engine::{
+    CancellationToken, Cluster, FleetSettings, LogProgress, Plugins, RunSpec, WorkItem,
+};
+use sandfleet_plugin::{HostConfig, PluginHost, PluginWatcher, Registry};
 
 pub(crate) struct Fixture {
     pub(crate) dir: tempfile::TempDir,
@@ -20,6 +22,12 @@ pub(crate) struct Fixture {
 impl Fixture {
     /// `images` named `img0..`, each a directory with one file.
     pub(crate) fn new(images: usize) -> Self {
+        Self::with_fallback(images, false)
+    }
+
+    /// As [`Fixture::new`]; with `fallback`, the built-ins answer the
+    /// plugins' faults.
+    pub(crate) fn with_fallback(images: usize, fallback: bool) -> Self {
         let dir = tempfile::tempdir().unwrap();
         for i in 0..images {
             let image = dir.path().join("images").join(format!("img{i}"));
@@ -27,6 +35,7 @@ impl Fixture {
             std::fs::write(image.join("README"), format!("image {i}\n")).unwrap();
         }
         let registry = Registry::new(PluginHost::new(HostConfig::default()).unwrap());
+        registry.set_builtin_fallback(fallback);
         registry
             .add_builtins(sandfleet_guests::BUILTINS.iter().map(|b| (b.name, b.wasm)))
             .unwrap();
@@ -103,9 +112,41 @@ impl Fixture {
             .collect()
     }
 
-    /// The reset check `name`, for recycling.
-    pub(crate) fn reset_check(&self, name: &str) -> sandfleet_plugin::reset::ResetCheck {
-        self.registry.reset_check(name).unwrap()
+    /// The built-in `generic` adapter, `least-loaded` placement and
+    /// `proportional` sizing, with the reset check `reset`.
+    pub(crate) fn plugins(&self, reset: Option<&str>) -> Plugins {
+        self.plugins_named("least-loaded", reset)
+    }
+
+    /// The `generic` adapter and `proportional` sizing, with the placement
+    /// policy `placement` and the reset check `reset`.
+    pub(crate) fn plugins_named(&self, placement: &str, reset: Option<&str>) -> Plugins {
+        Plugins::named(
+            self.registry.clone(),
+            "generic",
+            placement,
+            "proportional",
+            reset,
+        )
+        .unwrap()
+    }
+
+    /// The directory `plugins/`, holding `files` (name, bytes), loaded and
+    /// watched by the fixture's registry while the watcher lives.
+    pub(crate) fn plugin_dir(&self, files: &[(&str, &[u8])]) -> (PathBuf, PluginWatcher) {
+        let dir = self.dir.path().join("plugins");
+        std::fs::create_dir_all(&dir).unwrap();
+        for (name, bytes) in files {
+            std::fs::write(dir.join(format!("{name}.wasm")), bytes).unwrap();
+        }
+        self.registry.load_dir(&dir).unwrap();
+        let watcher = self.registry.watch(&dir).unwrap();
+        (dir, watcher)
+    }
+
+    /// The registry plugins come from.
+    pub(crate) fn registry(&self) -> &Registry {
+        &self.registry
     }
 
     pub(crate) fn spec(
@@ -123,10 +164,7 @@ impl Fixture {
                 weight: 1,
                 backend,
             }],
-            adapter: self.registry.adapter("generic").unwrap(),
-            placement: self.registry.placement("least-loaded").unwrap(),
-            sizing: self.registry.sizing("proportional").unwrap(),
-            reset: None,
+            plugins: self.plugins(None),
             out_dir: self.out_dir(),
             cancel,
             progress: Arc::new(LogProgress),

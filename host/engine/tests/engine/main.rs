@@ -2,7 +2,9 @@
 //! strategies, timeouts, resumes and the breaker. One test binary, one module
 //! per concern.
 
+mod both_paths;
 mod breaker;
+mod calc;
 mod contract;
 mod fixture;
 mod grading;
@@ -10,6 +12,7 @@ mod hostile;
 mod prepare;
 mod recording;
 mod recycle;
+mod reload;
 mod replace;
 mod reset;
 mod resume;

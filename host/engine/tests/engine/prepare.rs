@@ -50,7 +50,7 @@ async fn run(fixture: &Fixture, settings: FleetSettings, rows: &[String]) -> Run
         settings,
         CancellationToken::new(),
     );
-    spec.reset = Some(fixture.reset_check("git-restore"));
+    spec.plugins = fixture.plugins(Some("git-restore"));
     sandfleet_engine::run(spec, fixture.items(rows))
         .await
         .unwrap()
@@ -59,8 +59,9 @@ async fn run(fixture: &Fixture, settings: FleetSettings, rows: &[String]) -> Run
 #[tokio::test(flavor = "multi_thread")]
 async fn a_prepare_hook_runs_once_per_sandbox_and_every_task_sees_its_marker() {
     // From a warm pool of prepared sandboxes, from cold claims, and with
-    // recycling (a reset keeps what the prepare made: its baseline is
-    // taken after it).
+    // recycling (a reset keeps what the prepare made in the workdir: its
+    // baseline is taken after it; a scrub keeps nothing outside the
+    // workdir, so the marker lives there).
     for (strategy, recycle) in [
         (Strategy::Naive, false),
         (Strategy::None, false),
@@ -72,14 +73,14 @@ async fn a_prepare_hook_runs_once_per_sandbox_and_every_task_sees_its_marker() {
             recycle,
             max_concurrent: 2,
             prepare: hook(
-                "hostname >> /tmp/prepared; echo made > /workspace/prepared.txt",
+                "hostname >> /workspace/prepared-in; echo made > /workspace/prepared.txt",
                 Duration::from_secs(60),
             ),
             ..FleetSettings::default()
         };
         // Exactly one line, naming this sandbox: the prepare ran here, once.
         let sees_the_marker =
-            "test \"$(cat /tmp/prepared)\" = \"$(hostname)\" && grep -qx made prepared.txt";
+            "test \"$(cat prepared-in)\" = \"$(hostname)\" && grep -qx made prepared.txt";
         let rows: Vec<String> = (0..6)
             .map(|i| row(&format!("t{i}"), "img0", sees_the_marker, 30))
             .collect();

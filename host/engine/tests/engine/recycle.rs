@@ -19,7 +19,7 @@ pub(crate) async fn run_recycling(fixture: &Fixture, rows: &[String]) -> RunRepo
         },
         CancellationToken::new(),
     );
-    spec.reset = Some(fixture.reset_check("git-restore"));
+    spec.plugins = fixture.plugins(Some("git-restore"));
     sandfleet_engine::run(spec, fixture.items(rows))
         .await
         .unwrap()

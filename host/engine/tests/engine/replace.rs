@@ -15,12 +15,12 @@ use tokio::task::JoinHandle;
 use crate::fixture::{Fixture, row};
 
 /// How long any condition may take to come true.
-const PATIENCE: Duration = Duration::from_secs(60);
+pub(crate) const PATIENCE: Duration = Duration::from_secs(60);
 
 /// Prints the sandbox it runs in, then waits `sleep` seconds (for the test
 /// to kill the sandbox, or its `sleep`). Tests run at once: each gives its
 /// victim a sleep of its own, so one's `kill` cannot end another's.
-fn victim(sleep: &str) -> String {
+pub(crate) fn victim(sleep: &str) -> String {
     format!("echo \"running in $(hostname) .\"; sleep {sleep} || true; echo finished")
 }
 
@@ -33,7 +33,7 @@ fn settings() -> FleetSettings {
 }
 
 /// The sandboxes the victim's log says it ran in, in order.
-fn sandboxes_in_log(log: &Path) -> Vec<String> {
+pub(crate) fn sandboxes_in_log(log: &Path) -> Vec<String> {
     std::fs::read_to_string(log)
         .unwrap_or_default()
         .lines()
@@ -44,7 +44,7 @@ fn sandboxes_in_log(log: &Path) -> Vec<String> {
 }
 
 /// Waits until the log names its `n`th sandbox, and returns it.
-async fn nth_sandbox(log: &Path, n: usize) -> String {
+pub(crate) async fn nth_sandbox(log: &Path, n: usize) -> String {
     let until = Instant::now() + PATIENCE;
     loop {
         if let Some(sandbox) = sandboxes_in_log(log).get(n - 1) {
@@ -74,7 +74,7 @@ fn kill(prefix: &str) -> usize {
 
 /// Kills what runs as `prefix` once it runs (the log line before it may
 /// come first), and says how many there were.
-async fn kill_once_running(prefix: &str) -> usize {
+pub(crate) async fn kill_once_running(prefix: &str) -> usize {
     let until = Instant::now() + PATIENCE;
     while processes_running(prefix).is_empty() {
         assert!(Instant::now() < until, "nothing ran as `{prefix}`");
@@ -86,7 +86,12 @@ async fn kill_once_running(prefix: &str) -> usize {
 /// Kills sandbox `id`: its init, and with it everything in its pid
 /// namespace.
 fn kill_sandbox(fixture: &Fixture, id: &str) {
-    let killed = kill(&format!("sandfleet-sandbox:{}:{id}", fixture.run_id));
+    kill_sandbox_of(fixture.run_id.as_str(), id);
+}
+
+/// Kills sandbox `id` of run `run_id`.
+pub(crate) fn kill_sandbox_of(run_id: &str, id: &str) {
+    let killed = kill(&format!("sandfleet-sandbox:{run_id}:{id}"));
     assert!(killed > 0, "no init process of sandbox {id}");
 }
 

@@ -129,7 +129,7 @@ async fn execs_of(rows: &[String], recycle: bool) -> Vec<Vec<String>> {
         },
         CancellationToken::new(),
     );
-    spec.reset = Some(fixture.reset_check("git-restore"));
+    spec.plugins = fixture.plugins(Some("git-restore"));
     let report = sandfleet_engine::run(spec, fixture.items(rows))
         .await
         .unwrap();

@@ -5,6 +5,7 @@
 use std::any::Any;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use arc_swap::ArcSwap;
 
@@ -100,9 +101,27 @@ macro_rules! typed_world {
         pub struct $wrapper(pub(crate) super::Handle<$world>);
 
         impl $wrapper {
-            /// The version serving now.
+            /// The version serving now (for a pinned handle: its version).
             pub fn version(&self) -> crate::loaded::VersionInfo {
                 self.0.version()
+            }
+
+            /// A handle on the version serving now that later reloads do
+            /// not change, so that one piece of work is answered by one
+            /// version. The fallback, if any, still answers its faults.
+            pub fn pin(&self) -> Self {
+                Self(self.0.pin())
+            }
+
+            /// Whether the built-in fallback answered a call made through
+            /// this handle (each pinned handle keeps its own flag).
+            pub fn fell_back(&self) -> bool {
+                self.0.fell_back()
+            }
+
+            /// The built-in that answers this plugin's faults, if any.
+            pub fn fallback(&self) -> Option<crate::PluginRef> {
+                self.0.fallback()
             }
         }
     };
@@ -112,35 +131,93 @@ pub(crate) use typed_world;
 /// The current version of a named plugin; swapped atomically on reload.
 pub(crate) type Slot<W> = Arc<ArcSwap<Loaded<W>>>;
 
-/// What every typed wrapper holds.
+/// Which version a handle calls.
+enum Serving<W: World> {
+    /// Whatever version serves the plugin's name now: a reload swaps it
+    /// under every handle at once.
+    Current(Slot<W>),
+    /// One version, whatever reloads come (see [`Handle::pin`]).
+    Pinned(Arc<Loaded<W>>),
+}
+
+impl<W: World> Clone for Serving<W> {
+    fn clone(&self) -> Self {
+        match self {
+            Serving::Current(slot) => Serving::Current(slot.clone()),
+            Serving::Pinned(loaded) => Serving::Pinned(loaded.clone()),
+        }
+    }
+}
+
+/// What every typed wrapper holds: the version it calls, and the built-in
+/// that answers in its place when that version faults.
 pub(crate) struct Handle<W: World> {
-    slot: Slot<W>,
+    serving: Serving<W>,
+    /// The built-in of the same world that answers a call the plugin
+    /// faulted on (`[plugins] fallback = "builtin"`); `None` when faults
+    /// are the caller's to handle.
+    fallback: Option<Arc<Loaded<W>>>,
+    /// Set once the fallback answered a call made through this handle or
+    /// a clone of it; a pinned handle gets a flag of its own.
+    fell_back: Arc<AtomicBool>,
 }
 
 impl<W: World> Clone for Handle<W> {
     fn clone(&self) -> Self {
         Handle {
-            slot: self.slot.clone(),
+            serving: self.serving.clone(),
+            fallback: self.fallback.clone(),
+            fell_back: self.fell_back.clone(),
         }
     }
 }
 
 impl<W: World> Handle<W> {
-    pub(crate) fn new(slot: Slot<W>) -> Self {
-        Handle { slot }
+    pub(crate) fn new(slot: Slot<W>, fallback: Option<Arc<Loaded<W>>>) -> Self {
+        Handle {
+            serving: Serving::Current(slot),
+            fallback,
+            fell_back: Arc::default(),
+        }
+    }
+
+    /// A handle on the version serving now, kept whatever reloads come, so
+    /// that the calls of one piece of work (a task's prepare and its grade,
+    /// a sandbox's baseline and its resets) are answered by one version.
+    pub(crate) fn pin(&self) -> Self {
+        Handle {
+            serving: Serving::Pinned(self.current()),
+            fallback: self.fallback.clone(),
+            fell_back: Arc::default(),
+        }
+    }
+
+    /// Whether the fallback answered a call made through this handle.
+    pub(crate) fn fell_back(&self) -> bool {
+        self.fell_back.load(Ordering::Relaxed)
+    }
+
+    /// The built-in that answers this handle's faults.
+    pub(crate) fn fallback(&self) -> Option<PluginRef> {
+        self.fallback
+            .as_ref()
+            .map(|builtin| builtin.info.plugin.clone())
     }
 
     pub(crate) fn current(&self) -> Arc<Loaded<W>> {
-        self.slot.load_full()
+        match &self.serving {
+            Serving::Current(slot) => slot.load_full(),
+            Serving::Pinned(loaded) => loaded.clone(),
+        }
     }
 
     pub(crate) fn version(&self) -> VersionInfo {
-        self.slot.load().info.clone()
+        self.current().info.clone()
     }
 
     /// The name and version serving now.
     pub(crate) fn plugin(&self) -> PluginRef {
-        self.slot.load().info.plugin.clone()
+        self.current().info.plugin.clone()
     }
 
     /// Calls `function` and turns the plugin's own `failure` into
@@ -148,11 +225,11 @@ impl<W: World> Handle<W> {
     pub(crate) fn call<T>(
         &self,
         function: &'static str,
-        call: impl FnOnce(
+        call: impl Fn(
             &W::Instance,
             &mut wasmtime::Store<crate::store::StoreState>,
         ) -> wasmtime::Result<Result<T, Failure>>,
-        check: impl FnOnce(&T) -> Result<(), String>,
+        check: impl Fn(&T) -> Result<(), String>,
     ) -> Result<T, CallError> {
         self.call_sized(function, 0, call, check)
     }
@@ -160,29 +237,64 @@ impl<W: World> Handle<W> {
     /// As [`Handle::call`], for a call that takes `input_bytes` of input:
     /// it runs under the kind's limits scaled for that much input
     /// ([`crate::Limits::scaled_for_input`]).
+    ///
+    /// A fault (trap, overrun, broken answer) of a plugin with a fallback
+    /// is answered by the fallback; so is every later call of that
+    /// version, which faulted once and is not tried again (a plugin that
+    /// spins to its deadline would cost every call the deadline). A new
+    /// version of the plugin gets its own chance.
     pub(crate) fn call_sized<T>(
         &self,
         function: &'static str,
         input_bytes: usize,
-        call: impl FnOnce(
+        call: impl Fn(
             &W::Instance,
             &mut wasmtime::Store<crate::store::StoreState>,
         ) -> wasmtime::Result<Result<T, Failure>>,
-        check: impl FnOnce(&T) -> Result<(), String>,
+        check: impl Fn(&T) -> Result<(), String>,
     ) -> Result<T, CallError> {
         let plugin = self.current();
-        let limits = plugin.limits().scaled_for_input(input_bytes);
-        let outcome = plugin
-            .call_within(function, limits, call)
-            .and_then(|answer| answer.map_err(|failure| plugin.error(function, declined(failure))))
-            .and_then(|value| {
-                check(&value)
-                    .map_err(|detail| plugin.error(function, CallErrorKind::Contract(detail)))?;
-                Ok(value)
-            });
-        plugin.count(&outcome);
-        outcome
+        let fallback = self
+            .fallback
+            .as_ref()
+            .filter(|builtin| builtin.info.plugin != plugin.info.plugin);
+        let Some(fallback) = fallback else {
+            return checked_call(&plugin, function, input_bytes, &call, &check);
+        };
+        if !plugin.faulted() {
+            match checked_call(&plugin, function, input_bytes, &call, &check) {
+                Err(fault) if fault.is_plugin_fault() => plugin.fell_back_after(&fault, fallback),
+                answered => return answered,
+            }
+        }
+        plugin.count_fallback();
+        self.fell_back.store(true, Ordering::Relaxed);
+        checked_call(fallback, function, input_bytes, &call, &check)
     }
+}
+
+/// One call of `function` on `plugin`, its answer checked and counted.
+fn checked_call<W: World, T>(
+    plugin: &Loaded<W>,
+    function: &'static str,
+    input_bytes: usize,
+    call: &impl Fn(
+        &W::Instance,
+        &mut wasmtime::Store<crate::store::StoreState>,
+    ) -> wasmtime::Result<Result<T, Failure>>,
+    check: &impl Fn(&T) -> Result<(), String>,
+) -> Result<T, CallError> {
+    let limits = plugin.limits().scaled_for_input(input_bytes);
+    let outcome = plugin
+        .call_within(function, limits, call)
+        .and_then(|answer| answer.map_err(|failure| plugin.error(function, declined(failure))))
+        .and_then(|value| {
+            check(&value)
+                .map_err(|detail| plugin.error(function, CallErrorKind::Contract(detail)))?;
+            Ok(value)
+        });
+    plugin.count(&outcome);
+    outcome
 }
 
 /// Runs `call`, a blocking call of `function` on `plugin`, on tokio's

@@ -20,6 +20,8 @@ fn each_test_guest_is_what_its_tests_assume() {
         (fewest_live, Ok(Kind::Placement)),
         (misbehave, Ok(Kind::Placement)),
         (pick_last, Ok(Kind::Placement)),
+        (trap_third, Ok(Kind::Placement)),
+        (faulty_reset, Ok(Kind::Reset)),
         (future_contract, Err("99.0.0")),
     ] {
         let bytes = std::fs::read(path).unwrap();

@@ -268,6 +268,7 @@ fn calls_and_faults_are_counted_per_version_and_a_decline_is_no_fault() {
             version,
             calls: 4,
             faults: 2,
+            fallbacks: 0,
         }]
     );
 }

@@ -10,6 +10,8 @@ use sandfleet_plugin::{
     CacheOutcome, HostConfig, LoadCounts, PluginHost, Registry, Source, Tier, VersionInfo,
 };
 
+use sandfleet_test_support::salted;
+
 use crate::{demand, patient_registry, registry, registry_with, three_clusters};
 
 const PATIENCE: Duration = Duration::from_secs(20);
@@ -234,16 +236,6 @@ fn a_new_file_appears_as_a_new_plugin() {
     );
 }
 
-/// `bytes` with a custom section appended: another version, the same code.
-fn salted(bytes: &[u8], salt: u8) -> Vec<u8> {
-    let name = b"salt";
-    let mut salted = bytes.to_vec();
-    salted.extend_from_slice(&[0, 1 + name.len() as u8 + 1, name.len() as u8]);
-    salted.extend_from_slice(name);
-    salted.push(salt);
-    salted
-}
-
 fn serving(registry: &Registry, name: &str) -> VersionInfo {
     registry.status(name).unwrap().serving.unwrap()
 }
@@ -265,8 +257,8 @@ fn a_reload_serves_a_baseline_build_until_the_optimized_build_replaces_it() {
 
     // B replaces A, and C replaces B while B may still be a baseline build:
     // B's optimized build must never displace C.
-    let b = salted(&guest(sandfleet_guests::PICK_LAST), 1);
-    let c = salted(&guest(sandfleet_guests::PICK_LAST), 2);
+    let b = salted(&guest(sandfleet_guests::PICK_LAST), 1, 0);
+    let c = salted(&guest(sandfleet_guests::PICK_LAST), 2, 0);
     let version_of = |bytes: &[u8]| {
         let host = PluginHost::new(HostConfig::default()).unwrap();
         host.compile("policy", bytes, Source::Memory)
@@ -342,4 +334,159 @@ fn quick_compiles_use_the_baseline_compiler_only_without_an_optimized_build_at_h
         .compile_quickly("p", &bytes, Source::Memory)
         .unwrap();
     assert_eq!(quick.tier, Tier::Optimized);
+}
+
+/// The ways a plugin directory changes where platform teams deploy.
+#[derive(Debug, Clone, Copy)]
+enum Deploy {
+    /// A Kubernetes ConfigMap or Secret volume: `name.wasm` links to
+    /// `..data/name.wasm`, and the kubelet swaps `..data` (a rename) to a
+    /// new timestamped directory, then removes the old one.
+    ConfigMap,
+    /// A temporary file renamed over the plugin.
+    Rename,
+    /// An editor or `cp` writing the file in place.
+    InPlace,
+    /// The file deleted, then added back.
+    DeleteThenAdd,
+}
+
+/// A plugin directory holding `policy.wasm`, changed the way `deploy` says.
+struct Directory {
+    dir: tempfile::TempDir,
+    deploy: Deploy,
+    generation: usize,
+}
+
+impl Directory {
+    fn new(deploy: Deploy, bytes: &[u8]) -> Self {
+        let mut directory = Directory {
+            dir: tempfile::tempdir().unwrap(),
+            deploy,
+            generation: 0,
+        };
+        match deploy {
+            Deploy::ConfigMap => {
+                directory.write_generation(bytes);
+                std::os::unix::fs::symlink("..data/policy.wasm", directory.path()).unwrap();
+            }
+            _ => std::fs::write(directory.path(), bytes).unwrap(),
+        }
+        directory
+    }
+
+    fn path(&self) -> std::path::PathBuf {
+        self.dir.path().join("policy.wasm")
+    }
+
+    /// A new timestamped directory holding `bytes`, made `..data` by a rename.
+    fn write_generation(&mut self, bytes: &[u8]) {
+        self.generation += 1;
+        let name = format!(
+            "..2026_01_01_00_00_{:02}.{}",
+            self.generation, self.generation
+        );
+        let generation = self.dir.path().join(&name);
+        std::fs::create_dir(&generation).unwrap();
+        std::fs::write(generation.join("policy.wasm"), bytes).unwrap();
+        let tmp = self.dir.path().join("..data_tmp");
+        std::os::unix::fs::symlink(&name, &tmp).unwrap();
+        std::fs::rename(&tmp, self.dir.path().join("..data")).unwrap();
+        if self.generation > 1 {
+            let old = format!(
+                "..2026_01_01_00_00_{:02}.{}",
+                self.generation - 1,
+                self.generation - 1
+            );
+            std::fs::remove_dir_all(self.dir.path().join(old)).unwrap();
+        }
+    }
+
+    fn replace(&mut self, bytes: &[u8], registry: &Registry) {
+        match self.deploy {
+            Deploy::ConfigMap => self.write_generation(bytes),
+            Deploy::Rename => write_and_rename(&self.path(), bytes),
+            Deploy::InPlace => copy_in_place(&self.path(), bytes),
+            Deploy::DeleteThenAdd => {
+                std::fs::remove_file(self.path()).unwrap();
+                eventually("the removal to be seen", || {
+                    registry.status("policy").unwrap().removed
+                });
+                write_and_rename(&self.path(), bytes);
+            }
+        }
+    }
+}
+
+/// Deployed as `deploy` says: the new version serves the handle taken
+/// before; a corrupt file then keeps it serving and says why; a good file
+/// after it serves.
+fn reloads_when_deployed_by(deploy: Deploy) {
+    let least_loaded = guest(sandfleet_guests::LEAST_LOADED);
+    let pick_last = guest(sandfleet_guests::PICK_LAST);
+    let mut directory = Directory::new(deploy, &least_loaded);
+    let registry = registry();
+    registry.load_dir(directory.dir.path()).unwrap();
+    let _watcher = registry.watch(directory.dir.path()).unwrap();
+    let policy = registry.placement("policy").unwrap();
+    let answer = || {
+        policy
+            .place_blocking(&demand(0), &three_clusters())
+            .unwrap()
+    };
+    assert_eq!(answer(), 1);
+
+    directory.replace(&pick_last, &registry);
+    eventually("the new version to serve", || answer() == 2);
+    let serving = policy.version().plugin;
+    assert_eq!(
+        registry.placement("policy").unwrap().version().plugin,
+        serving
+    );
+
+    let mut corrupt = pick_last.clone();
+    corrupt.truncate(corrupt.len() / 3);
+    directory.replace(&corrupt, &registry);
+    eventually("the failed load to be recorded", || {
+        registry.status("policy").unwrap().last_error.is_some()
+    });
+    let status = registry.status("policy").unwrap();
+    assert!(
+        status
+            .last_error
+            .as_deref()
+            .unwrap()
+            .contains("does not compile"),
+        "{deploy:?}: {status:?}"
+    );
+    assert_eq!(status.serving.unwrap().plugin, serving, "{deploy:?}");
+    assert_eq!(answer(), 2, "{deploy:?}: the old version serves");
+
+    directory.replace(&salted(&least_loaded, 7, 0), &registry);
+    eventually("the fixed version to serve", || answer() == 1);
+    let status = registry.status("policy").unwrap();
+    assert!(
+        status.last_error.is_none() && !status.removed,
+        "{deploy:?}: {status:?}"
+    );
+}
+
+#[test]
+fn a_configmap_volume_whose_data_link_is_swapped_reloads() {
+    reloads_when_deployed_by(Deploy::ConfigMap);
+}
+
+#[test]
+fn a_file_renamed_into_place_reloads() {
+    reloads_when_deployed_by(Deploy::Rename);
+}
+
+#[test]
+fn a_file_written_in_place_reloads() {
+    reloads_when_deployed_by(Deploy::InPlace);
+}
+
+#[test]
+fn a_file_deleted_and_added_back_reloads_into_the_same_slot() {
+    reloads_when_deployed_by(Deploy::DeleteThenAdd);
 }

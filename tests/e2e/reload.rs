@@ -1,0 +1,191 @@
+//! Plugins in `sandfleet run`: a placement policy that faults part-way is
+//! answered by the built-in when `[plugins] fallback = "builtin"` and stops
+//! the run, in one line naming it, when not; the plugin directory is
+//! watched during the run, so a file replaced mid-run serves the next
+//! decisions, while the task in flight keeps the adapter that prepared it;
+//! a corrupt file shows in `plugin list` and leaves the built-in serving.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use sandfleet_test_support::quickstart::{expected_statuses, statuses};
+use sandfleet_test_support::{install_plugin, processes_running, salted};
+
+use crate::plugins_multilang::{builder, run_quickstart_with};
+use crate::{Scratch, eventually, results, run_id, sandfleet, stderr, stdout};
+
+#[test]
+fn a_placement_that_traps_on_its_third_decision_is_answered_by_the_builtin_or_stops_the_run() {
+    let builder = builder();
+    let trap = Path::new(sandfleet_guests::TRAP_THIRD);
+    let run = run_quickstart_with(&builder, trap, "trap-third", "fallback = \"builtin\"");
+    let output = &run.output;
+    assert!(output.status.success(), "{}", stderr(output));
+    assert!(
+        stdout(output).contains(&format!("run {}: 8 ok, 5 failed, 0 infra_error", run.id)),
+        "{}",
+        stdout(output)
+    );
+    assert_eq!(statuses(&run.out), expected_statuses());
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(run.out.join("report.json")).unwrap()).unwrap();
+    let served = report["plugins"].as_array().unwrap();
+    let of = |name: &str| served.iter().find(|p| p["name"] == name).unwrap();
+    let trapping = of("trap-third");
+    assert_eq!(trapping["calls"], 3, "two answers and the trap: {trapping}");
+    assert_eq!(trapping["faults"], 1, "{trapping}");
+    let fallbacks = trapping["fallbacks"].as_u64().unwrap();
+    assert!(
+        fallbacks >= 11,
+        "the trap and every later claim: {trapping}"
+    );
+    assert_eq!(of("least-loaded")["calls"], fallbacks, "{served:?}");
+    assert!(
+        stdout(output).contains("plugin trap-third sha256:"),
+        "{}",
+        stdout(output)
+    );
+
+    let stopped = run_quickstart_with(&builder, trap, "trap-third", "");
+    assert_eq!(
+        stopped.output.status.code(),
+        Some(1),
+        "{}",
+        stderr(&stopped.output)
+    );
+    let errors: Vec<String> = stderr(&stopped.output)
+        .lines()
+        .filter(|line| line.starts_with("error:"))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].contains("plugin `trap-third` (sha256:") && errors[0].contains("place: trapped"),
+        "{errors:?}"
+    );
+}
+
+#[test]
+fn sandfleet_run_reloads_a_replaced_placement_and_keeps_the_adapter_of_the_task_in_flight() {
+    let scratch = Scratch::new();
+    let plugins = scratch.path("plugins");
+    std::fs::create_dir(&plugins).unwrap();
+    std::fs::write(
+        plugins.join("mine.wasm"),
+        sandfleet_guests::builtin("least-loaded").unwrap(),
+    )
+    .unwrap();
+    std::fs::write(
+        plugins.join("generic.wasm"),
+        salted(sandfleet_guests::builtin("generic").unwrap(), 1, 0),
+    )
+    .unwrap();
+    let victim = "echo \"running in $(hostname) .\"; sleep 39.375 || true";
+    let rows = [
+        serde_json::json!({"id": "t0", "image": "a", "test": victim, "timeout_s": 120}),
+        serde_json::json!({"id": "t1", "image": "a", "test": "true"}),
+        serde_json::json!({"id": "t2", "image": "a", "test": "true"}),
+    ];
+    let fleet = scratch.fleet(
+        &rows,
+        "strategy = \"none\"\n\n[plugins]\ndir = \"plugins\"\nplacement = \"mine\"\n",
+    );
+    let text = std::fs::read_to_string(&fleet)
+        .unwrap()
+        .replace("max_concurrent = 4", "max_concurrent = 1");
+    std::fs::write(&fleet, text).unwrap();
+    let out = scratch.path("out");
+    let log = scratch.path("sandfleet.log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sandfleet"))
+        .args([
+            "run",
+            fleet.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .args(["--run-id", &run_id("reload")])
+        .env("SANDFLEET_LOG", "sandfleet_plugin=info,warn")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+
+    let t0_log = out.join("logs/t0.log");
+    eventually("t0 to run", || {
+        std::fs::read_to_string(&t0_log).is_ok_and(|text| text.contains("running in"))
+    });
+    let loaded = || std::fs::read_to_string(&log).unwrap_or_default();
+    let loads = |text: &str| text.matches("plugin loaded").count();
+    let before = loads(&loaded());
+    for (name, bytes) in [
+        ("mine", std::fs::read(sandfleet_guests::PICK_LAST).unwrap()),
+        (
+            "generic",
+            salted(sandfleet_guests::builtin("generic").unwrap(), 2, 0),
+        ),
+    ] {
+        install_plugin(&plugins, name, &bytes);
+    }
+    eventually("both files to reload in the run", || {
+        loads(&loaded()) >= before + 2
+    });
+    eventually("t0's sleep to run", || {
+        !processes_running("sleep 39.375").is_empty()
+    });
+    for process in processes_running("sleep 39.375") {
+        let pid = process.split(':').next().unwrap().to_string();
+        Command::new("kill").args(["-KILL", &pid]).status().unwrap();
+    }
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{}", loaded());
+
+    let adapters: Vec<(String, String)> = results(&out)
+        .iter()
+        .map(|r| {
+            (
+                r["task_id"].as_str().unwrap().to_string(),
+                r["plugins"]["adapter"]["version"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(adapters.len(), 3);
+    assert_ne!(
+        adapters[0].1, adapters[1].1,
+        "t0 kept the version it started with"
+    );
+    assert_eq!(adapters[1].1, adapters[2].1);
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    let placements: Vec<u64> = report["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["name"] == "mine")
+        .map(|p| p["calls"].as_u64().unwrap())
+        .collect();
+    assert_eq!(placements, [1, 2], "{}", report["plugins"]);
+}
+
+#[test]
+fn plugin_list_shows_a_corrupt_file_and_the_builtin_it_would_replace_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut corrupt = sandfleet_guests::builtin("least-loaded").unwrap().to_vec();
+    corrupt.truncate(corrupt.len() / 3);
+    std::fs::write(dir.path().join("least-loaded.wasm"), corrupt).unwrap();
+    let listed = sandfleet(&["plugin", "list", "--dir", dir.path().to_str().unwrap()]);
+    assert_eq!(listed.status.code(), Some(1), "{}", stderr(&listed));
+    let text = stdout(&listed);
+    let row = text
+        .lines()
+        .position(|line| line.starts_with("least-loaded "))
+        .unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines[row].ends_with("built-in"), "{text}");
+    assert!(
+        lines[row + 1].contains("error:") && lines[row + 1].contains("least-loaded.wasm"),
+        "{text}"
+    );
+}
