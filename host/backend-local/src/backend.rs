@@ -250,10 +250,17 @@ impl Inner {
                 ordered_merge: true,
                 kills_process_group: true,
             },
-            // Any reference can be pulled; without namespaces there is no
+            // A reference can be pulled; without namespaces there is no
             // root of its own to run one in.
             images: match self.site.isolation {
-                Isolation::Namespaces => Images::AnyReference,
+                Isolation::Namespaces => Images::NamedOrReference(
+                    self.config
+                        .images
+                        .keys()
+                        .chain(self.config.oci_images.keys())
+                        .cloned()
+                        .collect(),
+                ),
                 Isolation::Plain => {
                     Images::Named(self.config.images.keys().cloned().collect::<BTreeSet<_>>())
                 }

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use sandfleet_core::{TemplateRef, TemplateSpec, validate_labels};
+use sandfleet_core::{TemplateRef, TemplateSpec, names_a_reference, validate_labels};
 
 use crate::backend::Inner;
 use crate::config::ImageSource;
@@ -29,7 +29,7 @@ impl Inner {
         };
         let mapped = self.config.oci_images.contains_key(name);
         let oci_here = self.site.isolation == Isolation::Namespaces;
-        if !oci_here || !(mapped || names_an_image(name)) {
+        if !oci_here || !(mapped || names_a_reference(name)) {
             let mut known: Vec<&str> = self.config.images.keys().map(String::as_str).collect();
             known.extend(self.config.oci_images.keys().map(String::as_str));
             let known = if known.is_empty() {
@@ -49,14 +49,6 @@ impl Inner {
         }
         self.oci.get(reference).await.map(ImageRoot::Oci)
     }
-}
-
-/// Whether `name`, one of no cluster image's names, is taken for an OCI
-/// reference: it names a registry, a path, a tag or a digest. A bare word
-/// (`calc`) is far likelier a mistyped image name than Docker Hub's
-/// `library/calc`, and is not pulled.
-fn names_an_image(name: &str) -> bool {
-    name.contains(['/', ':', '@'])
 }
 
 impl Inner {
@@ -196,23 +188,5 @@ impl Inner {
             .entry(spec.name.clone())
             .or_insert(template);
         Ok(reference)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::names_an_image;
-
-    #[test]
-    fn bare_words_are_not_pulled() {
-        for reference in [
-            "python:3.11",
-            "library/python",
-            "ghcr.io/a/b",
-            "x@sha256:00",
-        ] {
-            assert!(names_an_image(reference), "{reference}");
-        }
-        assert!(!names_an_image("calc"));
     }
 }

@@ -76,6 +76,18 @@ pub enum Images {
     Named(BTreeSet<String>),
     /// Any container image reference the cluster can pull.
     AnyReference,
+    /// These names, and any reference that names a registry, a repository
+    /// path, a tag or a digest ([`names_a_reference`]): a cluster that
+    /// pulls but takes a bare word for one of its own names.
+    NamedOrReference(BTreeSet<String>),
+}
+
+/// Whether `image` names a registry, a repository path, a tag or a digest
+/// (`python:3.11`, `library/python`, `ghcr.io/org/img@sha256:…`). A bare
+/// word (`calc`) is far likelier a mistyped image name than Docker Hub's
+/// `library/calc`, so a cluster with names of its own does not pull it.
+pub fn names_a_reference(image: &str) -> bool {
+    image.contains(['/', ':', '@'])
 }
 
 impl Images {
@@ -84,6 +96,7 @@ impl Images {
         match self {
             Images::Named(names) => names.contains(image),
             Images::AnyReference => !image.is_empty(),
+            Images::NamedOrReference(names) => names.contains(image) || names_a_reference(image),
         }
     }
 }
@@ -258,5 +271,11 @@ mod tests {
         assert!(!named.can_make("docker.io/library/python:3.11"));
         assert!(Images::AnyReference.can_make("docker.io/library/python:3.11"));
         assert!(!Images::AnyReference.can_make(""));
+        let local = Images::NamedOrReference(BTreeSet::from(["calc".to_owned()]));
+        assert!(local.can_make("calc"));
+        assert!(local.can_make("python:3.11"));
+        assert!(local.can_make("library/python"));
+        assert!(local.can_make("python@sha256:00"));
+        assert!(!local.can_make("nowhere"));
     }
 }

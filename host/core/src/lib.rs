@@ -17,7 +17,7 @@ mod sandbox;
 
 pub use backend::{
     Backend, Capabilities, Capacity, ExecGuarantees, Images, Owned, PoolSizing, PoolStatus,
-    Preflight, Reaped,
+    Preflight, Reaped, names_a_reference,
 };
 pub use error::{BackendError, ErrorKind};
 pub use exec::{
