@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use sandfleet_core::{
-    Backend, BackendError, Capabilities, Capacity, ExecGuarantees, ExecRequest, ExecResult, Images,
-    Labels, OutputSink, Owned, PoolSizing, PoolStatus, Preflight, Reaped, RunId, SandboxHandle,
-    TemplateRef, TemplateSpec,
+    Backend, BackendError, Capabilities, Capacity, ExecGuarantees, ExecRequest, ExecResult,
+    ImageToPull, Images, Labels, OutputSink, Owned, PoolSizing, PoolStatus, Preflight,
+    PullProgress, Reaped, RunId, SandboxHandle, TemplateRef, TemplateSpec,
 };
 use tokio::sync::{Notify, Semaphore};
 
@@ -285,6 +285,21 @@ impl Backend for LocalBackend {
 
     async fn capacity(&self) -> Result<Capacity, BackendError> {
         self.inner.capacity().map_err(|e| self.error(e))
+    }
+
+    async fn images_to_pull(&self, images: &[String]) -> Vec<ImageToPull> {
+        self.inner.images_to_pull(images).await
+    }
+
+    async fn pull_image(
+        &self,
+        image: &str,
+        progress: PullProgress<'_>,
+    ) -> Result<(), BackendError> {
+        self.inner
+            .pull_image(image, progress)
+            .await
+            .map_err(|e| self.error(e))
     }
 
     async fn ensure_template(&self, spec: &TemplateSpec) -> Result<TemplateRef, BackendError> {

@@ -17,7 +17,10 @@ use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, OnceLock, Weak};
 
-use sandfleet_images::{Image, Ownership, Pin, PullOptions, PullPolicy, Reference, Store};
+use sandfleet_core::{PullEvent, PullProgress};
+use sandfleet_images::{
+    Image, Ownership, Pin, ProgressEvent, PullOptions, PullPolicy, Reference, Store,
+};
 
 use crate::error::LocalError;
 
@@ -118,7 +121,8 @@ impl Images {
             return Ok(image);
         }
         let store = self.store()?.clone();
-        let image = pull(store.clone(), parsed).await?;
+        let (events, _) = tokio::sync::mpsc::unbounded_channel();
+        let image = pull(store.clone(), parsed, events).await?;
         let pin = store.pin(&image).map_err(LocalError::Image)?;
         let made = Arc::new(ready_image(reference, &image, pin)?);
         ready.retain(|_, image| image.strong_count() > 0);
@@ -127,17 +131,108 @@ impl Images {
     }
 }
 
-/// Pulls `reference` into `store` unless it is there already. The pull
-/// runs on a blocking thread that drives it on the caller's runtime: its
-/// future is not `Send`, as the backend's operations must be.
-async fn pull(store: Store, reference: Reference) -> Result<Image, LocalError> {
+impl Images {
+    /// For each of `references`, `None` when the store has its image, else
+    /// the bytes its pull would download (layers wanted by an earlier one
+    /// counted there only), or why it cannot be pulled.
+    pub(crate) async fn missing(
+        &self,
+        references: &[&str],
+    ) -> Vec<Option<Result<u64, LocalError>>> {
+        let store = match self.store() {
+            Ok(store) => store.clone(),
+            Err(error) => {
+                let error = error.to_string();
+                return references
+                    .iter()
+                    .map(|_| Some(Err(LocalError::Failed(error.clone()))))
+                    .collect();
+            }
+        };
+        let mut out: Vec<Option<Result<u64, LocalError>>> = Vec::new();
+        let mut absent = Vec::new();
+        for reference in references {
+            match Reference::parse(reference) {
+                Ok(parsed) if store.image(&parsed).is_ok() => out.push(None),
+                Ok(parsed) => {
+                    absent.push((out.len(), parsed));
+                    out.push(None);
+                }
+                Err(error) => out.push(Some(Err(LocalError::Image(error)))),
+            }
+        }
+        let parsed: Vec<Reference> = absent.iter().map(|(_, r)| r.clone()).collect();
+        let runtime = tokio::runtime::Handle::current();
+        let asked = tokio::task::spawn_blocking(move || {
+            runtime.block_on(store.missing(&parsed, &pull_options()))
+        })
+        .await;
+        match asked {
+            Ok(found) => {
+                for ((slot, _), missing) in absent.iter().zip(found) {
+                    out[*slot] = Some(missing.result.map_err(LocalError::Image));
+                }
+            }
+            Err(error) => {
+                for (slot, _) in &absent {
+                    out[*slot] = Some(Err(LocalError::Failed(format!(
+                        "asking for the image's manifest failed: {error}"
+                    ))));
+                }
+            }
+        }
+        out
+    }
+
+    /// Pulls `reference` into the store unless it is there already,
+    /// telling `progress` of each layer. Nothing is pinned: a template of
+    /// it pins it ([`Images::get`]).
+    pub(crate) async fn pull_ahead(
+        &self,
+        reference: &str,
+        progress: PullProgress<'_>,
+    ) -> Result<(), LocalError> {
+        let parsed = Reference::parse(reference).map_err(LocalError::Image)?;
+        let store = self.store()?.clone();
+        let (events, mut heard) = tokio::sync::mpsc::unbounded_channel();
+        let pulled = pull(store, parsed, events);
+        tokio::pin!(pulled);
+        loop {
+            tokio::select! {
+                Some(event) = heard.recv() => progress(PullEvent::from(event)),
+                result = &mut pulled => {
+                    while let Ok(event) = heard.try_recv() {
+                        progress(PullEvent::from(event));
+                    }
+                    return result.map(drop);
+                }
+            }
+        }
+    }
+}
+
+fn pull_options() -> PullOptions {
+    PullOptions {
+        policy: PullPolicy::IfNotPresent,
+        ..PullOptions::default()
+    }
+}
+
+/// Pulls `reference` into `store` unless it is there already, sending its
+/// progress to `events`. The pull runs on a blocking thread that drives
+/// it on the caller's runtime: its future is not `Send`, as the backend's
+/// operations must be.
+async fn pull(
+    store: Store,
+    reference: Reference,
+    events: tokio::sync::mpsc::UnboundedSender<ProgressEvent>,
+) -> Result<Image, LocalError> {
     let runtime = tokio::runtime::Handle::current();
     tokio::task::spawn_blocking(move || {
-        let options = PullOptions {
-            policy: PullPolicy::IfNotPresent,
-            ..PullOptions::default()
+        let send = move |event| {
+            let _ = events.send(event);
         };
-        runtime.block_on(store.pull(&reference, &options, &|_| {}))
+        runtime.block_on(store.pull(&reference, &pull_options(), &send))
     })
     .await
     .map_err(|e| LocalError::Failed(format!("a pull failed: {e}")))?

@@ -6,7 +6,9 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use sandfleet_core::{TemplateRef, TemplateSpec, names_a_reference, validate_labels};
+use sandfleet_core::{
+    ImageToPull, PullProgress, TemplateRef, TemplateSpec, names_a_reference, validate_labels,
+};
 
 use crate::backend::Inner;
 use crate::config::ImageSource;
@@ -23,13 +25,8 @@ impl Inner {
         if let Some(source) = self.config.images.get(name) {
             return self.image_dir(name, source).await.map(ImageRoot::Directory);
         }
-        let reference = match self.config.oci_images.get(name) {
-            Some(source) => source.reference.as_str(),
-            None => name,
-        };
-        let mapped = self.config.oci_images.contains_key(name);
         let oci_here = self.site.isolation == Isolation::Namespaces;
-        if !oci_here || !(mapped || names_a_reference(name)) {
+        let Some(reference) = self.oci_reference(name) else {
             let mut known: Vec<&str> = self.config.images.keys().map(String::as_str).collect();
             known.extend(self.config.oci_images.keys().map(String::as_str));
             let known = if known.is_empty() {
@@ -46,8 +43,55 @@ impl Inner {
             return Err(LocalError::NotFound(format!(
                 "image `{name}` (this cluster's images: {known}{why})"
             )));
-        }
+        };
         self.oci.get(reference).await.map(ImageRoot::Oci)
+    }
+
+    /// The OCI reference template image `name` stands for, when it is an
+    /// OCI image here: not a directory image of the config, but an OCI
+    /// image of the config or, with namespaces, a reference itself.
+    pub(crate) fn oci_reference<'a>(&'a self, name: &'a str) -> Option<&'a str> {
+        if self.config.images.contains_key(name) || self.site.isolation != Isolation::Namespaces {
+            return None;
+        }
+        match self.config.oci_images.get(name) {
+            Some(source) => Some(source.reference.as_str()),
+            None => names_a_reference(name).then_some(name),
+        }
+    }
+
+    /// Of `images`, the OCI images the store lacks, with the bytes each
+    /// pull would download.
+    pub(crate) async fn images_to_pull(&self, images: &[String]) -> Vec<ImageToPull> {
+        let wanted: Vec<(&str, &str)> = images
+            .iter()
+            .filter_map(|name| Some((name.as_str(), self.oci_reference(name)?)))
+            .collect();
+        let references: Vec<&str> = wanted.iter().map(|(_, reference)| *reference).collect();
+        self.oci
+            .missing(&references)
+            .await
+            .into_iter()
+            .zip(&wanted)
+            .filter_map(|(missing, (name, _))| {
+                Some(ImageToPull {
+                    image: name.to_string(),
+                    bytes: missing?.map_err(|e| e.into_backend(&self.name)),
+                })
+            })
+            .collect()
+    }
+
+    /// Pulls template image `name` when it is an OCI image the store lacks.
+    pub(crate) async fn pull_image(
+        &self,
+        name: &str,
+        progress: PullProgress<'_>,
+    ) -> Result<(), LocalError> {
+        match self.oci_reference(name) {
+            Some(reference) => self.oci.pull_ahead(reference, progress).await,
+            None => Ok(()),
+        }
     }
 }
 

@@ -10,16 +10,14 @@
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Mutex;
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
-use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use sandfleet_backend_local::LocalConfig;
 use sandfleet_fleet::{BackendConfig, FleetConfig};
-use sandfleet_images::{
-    Digest, ImportOptions, Ownership, ProgressEvent, PullOptions, Reference, Rewrites, Store,
-};
+use sandfleet_images::{Digest, ImportOptions, Ownership, PullOptions, Reference, Rewrites, Store};
+
+use crate::layer_bars::{LayerBars, Output};
 
 /// Where the store is.
 #[derive(Args)]
@@ -175,10 +173,10 @@ async fn pull(
             }
         };
         println!("Pulling {reference}");
-        let display = LayerBars::new();
+        let display = LayerBars::new(Output::Stdout);
         let before = store.image(&reference).ok().map(|i| i.manifest);
         match store
-            .pull(&reference, options, &|event| display.show(event))
+            .pull(&reference, options, &|event| display.show(event.into()))
             .await
         {
             Ok(image) => {
@@ -209,91 +207,12 @@ async fn import(
     path: &Path,
     options: &ImportOptions,
 ) -> anyhow::Result<Vec<sandfleet_images::Image>> {
-    let display = LayerBars::new();
+    let display = LayerBars::new(Output::Stdout);
     let result = store
-        .import(path, options, &|event| display.show(event))
+        .import(path, options, &|event| display.show(event.into()))
         .await;
     display.finish();
     Ok(result?)
-}
-
-/// One line per layer: `<short digest>: Downloading [===>   ] 12 MiB/40 MiB`.
-struct LayerBars {
-    bars: MultiProgress,
-    layers: Mutex<HashMap<Digest, ProgressBar>>,
-}
-
-impl LayerBars {
-    fn new() -> Self {
-        LayerBars {
-            bars: MultiProgress::new(),
-            layers: Mutex::new(HashMap::new()),
-        }
-    }
-
-    fn bar(&self, layer: &Digest) -> ProgressBar {
-        let mut layers = self.layers.lock().unwrap_or_else(|e| e.into_inner());
-        layers
-            .entry(layer.clone())
-            .or_insert_with(|| {
-                let bar = self.bars.add(ProgressBar::new(0));
-                bar.set_style(
-                    ProgressStyle::with_template(
-                        "{prefix}: {msg:16} {wide_bar} {bytes}/{total_bytes}",
-                    )
-                    .expect("a valid template")
-                    .progress_chars("=> "),
-                );
-                bar.set_prefix(layer.short().to_string());
-                bar.set_message("Waiting");
-                bar
-            })
-            .clone()
-    }
-
-    fn show(&self, event: ProgressEvent) {
-        match event {
-            ProgressEvent::Resolved { layers, .. } => {
-                for (layer, total) in layers {
-                    self.bar(&layer).set_length(total);
-                }
-            }
-            ProgressEvent::LayerExists { layer } => self.done(&layer, "Already exists"),
-            ProgressEvent::LayerWaiting { layer } => self.bar(&layer).set_message("Waiting"),
-            ProgressEvent::LayerProgress { layer, done, total } => {
-                let bar = self.bar(&layer);
-                bar.set_length(total);
-                bar.set_position(done);
-                bar.set_message("Downloading");
-            }
-            ProgressEvent::LayerRetrying { layer, reason } => {
-                let bar = self.bar(&layer);
-                bar.set_message("Retrying");
-                let _ = self
-                    .bars
-                    .println(format!("{}: retrying: {reason}", layer.short()));
-            }
-            ProgressEvent::LayerDone { layer } => self.done(&layer, "Pull complete"),
-        }
-    }
-
-    fn done(&self, layer: &Digest, message: &'static str) {
-        let bar = self.bar(layer);
-        bar.set_style(ProgressStyle::with_template("{prefix}: {msg}").expect("a valid template"));
-        bar.finish_with_message(message);
-        if self.bars.is_hidden() {
-            println!("{}: {message}", layer.short());
-        }
-    }
-
-    fn finish(&self) {
-        let layers = self.layers.lock().unwrap_or_else(|e| e.into_inner());
-        for bar in layers.values() {
-            if !bar.is_finished() {
-                bar.abandon();
-            }
-        }
-    }
 }
 
 /// The images with their sizes: `SIZE` is all their layers, `SHARED` the

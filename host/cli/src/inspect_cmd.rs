@@ -1,13 +1,15 @@
 //! `sandfleet plan CONFIG` and `sandfleet preflight CONFIG`: look before
-//! running, creating nothing.
+//! running, creating nothing (`plan` lists the images a cluster would
+//! have to pull, and the bytes, asking registries for manifests only).
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
 use sandfleet_core::Capacity;
 use sandfleet_engine::recycle_estimate::RecycleEstimate;
-use sandfleet_engine::{Cluster, Strategy, plan};
+use sandfleet_engine::{Cluster, Strategy, plan, pulls};
 
 use sandfleet_fleet::FleetConfig;
 use sandfleet_fleet::setup;
@@ -33,6 +35,13 @@ pub(crate) fn plan(config_path: &Path) -> anyhow::Result<ExitCode> {
         )
         .await?;
         print!("{}", planned.render());
+        let images: BTreeSet<String> = tasks
+            .iter()
+            .map(|t| config.fleet.image_rewrite.apply(&t.image))
+            .collect();
+        let images: Vec<String> = images.into_iter().collect();
+        let to_pull = pulls::images_to_pull(&clusters, &images).await;
+        print!("{}", pulls::render(&clusters, &to_pull));
         for cluster in &clusters {
             println!(
                 "{}",

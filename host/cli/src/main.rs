@@ -4,6 +4,7 @@ mod devcluster_cmd;
 mod harness_cmd;
 mod images_cmd;
 mod inspect_cmd;
+mod layer_bars;
 mod plugin_cmd;
 mod prepull_cmd;
 mod progress_ui;

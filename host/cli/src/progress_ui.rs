@@ -4,8 +4,10 @@
 use std::io::IsTerminal;
 use std::sync::Arc;
 
-use indicatif::{ProgressBar, ProgressStyle};
-use sandfleet_engine::{Progress, TaskRecord, TaskStatus, printable};
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+use sandfleet_engine::{Progress, PullSink, TaskRecord, TaskStatus, printable};
+
+use crate::layer_bars::{LayerBars, Output};
 
 /// Characters of a task's error or grade detail shown on its line; the
 /// whole (bounded) message is in results.jsonl.
@@ -21,19 +23,22 @@ pub(crate) fn for_stderr() -> Arc<dyn Progress> {
 }
 
 struct Bar {
+    /// The run's bar and, while an image is pulled, its layers'.
+    bars: MultiProgress,
     bar: ProgressBar,
 }
 
 impl Bar {
     fn new() -> Self {
-        let bar = ProgressBar::new(0);
+        let bars = MultiProgress::new();
+        let bar = bars.add(ProgressBar::new(0));
         bar.set_style(
             ProgressStyle::with_template(
                 "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}",
             )
             .expect("a valid template"),
         );
-        Bar { bar }
+        Bar { bars, bar }
     }
 }
 
@@ -49,6 +54,11 @@ impl Progress for Bar {
 
     fn step(&self, message: &str) {
         self.bar.set_message(message.to_string());
+    }
+
+    fn pull(&self, _cluster: &str, _image: &str) -> PullSink {
+        let layers = LayerBars::within(self.bars.clone(), Output::Stderr);
+        Box::new(move |event| layers.show(event))
     }
 
     fn finished(&self, record: &TaskRecord, done: usize, _total: usize) {
@@ -72,6 +82,11 @@ impl Progress for Lines {
 
     fn step(&self, message: &str) {
         eprintln!("{message}");
+    }
+
+    fn pull(&self, _cluster: &str, _image: &str) -> PullSink {
+        let layers = LayerBars::new(Output::Stderr);
+        Box::new(move |event| layers.show(event))
     }
 
     fn finished(&self, record: &TaskRecord, done: usize, total: usize) {

@@ -158,6 +158,64 @@ impl std::ops::AddAssign for Reaped {
     }
 }
 
+/// An image a backend must fetch before it can make sandboxes of it.
+#[derive(Debug)]
+pub struct ImageToPull {
+    /// The image, as the engine named it.
+    pub image: String,
+    /// The bytes its pull would download (compressed layers the backend
+    /// lacks; layers it has cost nothing), or why it cannot be pulled (the
+    /// error names the reference, the registry and what it said).
+    pub bytes: Result<u64, BackendError>,
+}
+
+/// What a backend reports while it pulls an image, for a display like
+/// `docker pull`'s. Layers are named by their blob digest (`sha256:…`);
+/// events of several layers may interleave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PullEvent {
+    /// The image resolved to these layers (digest, compressed bytes),
+    /// lowest first.
+    Resolved {
+        /// The layers.
+        layers: Vec<(String, u64)>,
+    },
+    /// The layer is there already.
+    LayerExists {
+        /// The layer's digest.
+        layer: String,
+    },
+    /// Another pull is fetching the layer.
+    LayerWaiting {
+        /// The layer's digest.
+        layer: String,
+    },
+    /// Bytes of the layer downloaded so far.
+    LayerProgress {
+        /// The layer's digest.
+        layer: String,
+        /// Bytes so far.
+        done: u64,
+        /// Bytes in all.
+        total: u64,
+    },
+    /// The layer's fetch failed and will be tried again.
+    LayerRetrying {
+        /// The layer's digest.
+        layer: String,
+        /// Why.
+        reason: String,
+    },
+    /// The layer is fetched, unpacked and verified.
+    LayerDone {
+        /// The layer's digest.
+        layer: String,
+    },
+}
+
+/// Hears a pull's [`PullEvent`]s.
+pub type PullProgress<'a> = &'a (dyn Fn(PullEvent) + Send + Sync);
+
 /// A sandbox backend: one configured cluster, serving any number of runs.
 ///
 /// Everything a backend creates carries the labels it is given (which hold
@@ -177,6 +235,38 @@ pub trait Backend: Send + Sync {
 
     /// What the backend can hold now.
     async fn capacity(&self) -> Result<Capacity, BackendError>;
+
+    /// Of `images` (ones [`Capabilities::images`] says it can make), those
+    /// it would have to fetch before making sandboxes of them, with the
+    /// bytes each would download. Asks registries for manifests only.
+    ///
+    /// The default, for a backend whose cluster pulls images by itself
+    /// (kubelet, the OpenSandbox server), lists none: nothing is pulled
+    /// ahead through sandfleet there.
+    async fn images_to_pull(&self, images: &[String]) -> Vec<ImageToPull> {
+        let _ = images;
+        Vec::new()
+    }
+
+    /// Fetches `image`, one [`Backend::images_to_pull`] listed, so that
+    /// templates and sandboxes of it need no pull; `progress` hears each
+    /// layer's progress. Idempotent: an image already there is not fetched
+    /// again.
+    ///
+    /// # Errors
+    ///
+    /// A [`BackendError`] naming the image's reference, its registry and
+    /// what failed (the HTTP status, for a registry's answer). The default
+    /// does nothing and succeeds, as [`Backend::images_to_pull`] lists
+    /// nothing.
+    async fn pull_image(
+        &self,
+        image: &str,
+        progress: PullProgress<'_>,
+    ) -> Result<(), BackendError> {
+        let _ = (image, progress);
+        Ok(())
+    }
 
     /// Creates the template if it does not exist; idempotent.
     async fn ensure_template(&self, spec: &TemplateSpec) -> Result<TemplateRef, BackendError>;

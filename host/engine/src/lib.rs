@@ -29,6 +29,7 @@ pub mod plan;
 mod plugins;
 mod prepare;
 mod progress;
+pub mod pulls;
 mod rate;
 mod reap;
 mod recycle;
@@ -53,7 +54,7 @@ pub use fleet::Cluster;
 pub use phases::{Phase, PhaseStats};
 pub use plugins::{PluginServed, Plugins};
 pub use prepare::{PREPARE_ATTEMPTS, PrepareHook, PrepareHooks};
-pub use progress::{LogProgress, Progress};
+pub use progress::{LogProgress, Progress, PullSink};
 pub use reap::reap;
 pub use report::{
     ClusterInfo, Environment, InfraFailureCounts, Machine, RecycleCounts, ReleaseCounts, RunReport,

@@ -9,6 +9,8 @@ use std::time::Duration;
 pub enum Phase {
     /// Backend checks before anything is created.
     Preflight,
+    /// Fetching an image a cluster lacks, before anything is warmed.
+    Pull,
     /// Sizing and the image table.
     Plan,
     /// Templates and warm pool requests.
@@ -35,8 +37,9 @@ pub enum Phase {
 
 impl Phase {
     /// Every phase, in report order.
-    pub const ALL: [Phase; 12] = [
+    pub const ALL: [Phase; 13] = [
         Phase::Preflight,
+        Phase::Pull,
         Phase::Plan,
         Phase::CreateWarmpool,
         Phase::WaitPoolReady,
@@ -54,6 +57,7 @@ impl Phase {
     pub fn name(self) -> &'static str {
         match self {
             Phase::Preflight => "preflight",
+            Phase::Pull => "pull",
             Phase::Plan => "plan",
             Phase::CreateWarmpool => "create_warmpool",
             Phase::WaitPoolReady => "wait_pool_ready",

@@ -1,6 +1,11 @@
 //! How a run tells the operator what it is doing.
 
+use sandfleet_core::PullEvent;
+
 use crate::results::TaskRecord;
+
+/// Hears one image pull's layer events; dropped when the pull ends.
+pub type PullSink = Box<dyn Fn(PullEvent) + Send + Sync>;
 
 /// Receives progress events; the CLI draws a bar on a terminal and prints
 /// plain lines otherwise.
@@ -12,6 +17,14 @@ pub trait Progress: Send + Sync {
     fn step(&self, message: &str);
     /// A task finished; `done` of `total` are finished now.
     fn finished(&self, record: &TaskRecord, done: usize, total: usize);
+    /// `cluster` starts pulling `image` before the run warms: the sink
+    /// returned hears its layers' progress, and is dropped when the pull
+    /// ends. The default shows nothing (the run's steps still say which
+    /// image is pulled, and how it went).
+    fn pull(&self, cluster: &str, image: &str) -> PullSink {
+        let _ = (cluster, image);
+        Box::new(|_| {})
+    }
     /// The run is over.
     fn done(&self);
 }

@@ -2,17 +2,17 @@
 //! pools and tasks, and teardown, with the breaker watching and the
 //! cancellation token honoured throughout.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
-use sandfleet_core::{Reaped, RunId};
+use sandfleet_core::{BackendError, Reaped, RunId};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::error::RunError;
+use crate::error::{RunError, StepError};
 use crate::evaluation::Evaluator;
 use crate::fleet::{Cluster, Fleet, FleetSpec};
 use crate::phases::{Phase, PhaseTimes};
@@ -26,8 +26,8 @@ use crate::report::RunReport;
 use crate::results::{ResultsStore, TaskRecord};
 use crate::retry::Retries;
 use crate::settings::{FleetSettings, Strategy};
-use crate::task::{TaskRunner, WorkItem};
-use crate::{breaker, checks};
+use crate::task::{self, TaskRunner, WorkItem};
+use crate::{breaker, checks, pulls};
 
 /// The report file inside the output directory.
 pub const REPORT_FILE: &str = "report.json";
@@ -141,6 +141,15 @@ impl Engine {
         if pending.is_empty() {
             return Ok(());
         }
+        let cancel = self.spec.cancel.clone();
+        let unpulled = tokio::select! {
+            unpulled = self.pull(&pending) => unpulled,
+            () = cancel.cancelled() => return Err(RunError::Interrupted),
+        };
+        let pending = self.without_unpulled(pending, &unpulled)?;
+        if pending.is_empty() {
+            return Ok(());
+        }
         let capacity = checks::capacity(&self.spec.clusters).await?;
         let started = Instant::now();
         let plan = self.plan(&pending, &capacity).await?;
@@ -205,6 +214,84 @@ impl Engine {
             (Err(RunError::Interrupted), Some(reason)) => Err(RunError::Breaker(reason.clone())),
             (result, _) => result,
         }
+    }
+
+    /// Lists the images the clusters must fetch, with the bytes, and pulls
+    /// them one by one, each pull a `pull` phase. Returns the images that
+    /// could not be pulled, each with its error (naming the cluster, the
+    /// reference, the registry and what it answered).
+    async fn pull(&self, pending: &[WorkItem]) -> HashMap<String, (String, BackendError)> {
+        let images: BTreeSet<String> = pending
+            .iter()
+            .map(|item| self.spec.settings.image_rewrite.apply(&item.task.image))
+            .collect();
+        let images: Vec<String> = images.into_iter().collect();
+        let clusters = &self.spec.clusters;
+        let wanted = pulls::images_to_pull(clusters, &images).await;
+        let progress = self.spec.progress.as_ref();
+        for line in pulls::render(clusters, &wanted).lines() {
+            progress.step(line);
+        }
+        let mut failed: HashMap<String, (String, BackendError)> = HashMap::new();
+        for cluster_pulls in wanted {
+            let cluster = &clusters[cluster_pulls.cluster];
+            for image in cluster_pulls.images {
+                let image = image.image;
+                if failed.contains_key(&image) {
+                    continue;
+                }
+                progress.step(&format!("pull: {}: pulling {image}", cluster.name));
+                let started = Instant::now();
+                let sink = progress.pull(&cluster.name, &image);
+                let pulled = cluster.backend.pull_image(&image, &*sink).await;
+                drop(sink);
+                match pulled {
+                    Ok(()) => {
+                        self.phases.record(Phase::Pull, started.elapsed());
+                        progress.step(&format!(
+                            "pull: {}: pulled {image} in {:.1}s",
+                            cluster.name,
+                            started.elapsed().as_secs_f64()
+                        ));
+                    }
+                    Err(error) => {
+                        tracing::warn!(cluster = %cluster.name, %image, "{error}");
+                        progress.step(&format!(
+                            "pull: {}: {image}: {error}; its tasks are infra errors",
+                            cluster.name
+                        ));
+                        let what = format!("pulling image `{image}` on cluster `{}`", cluster.name);
+                        failed.insert(image, (what, error));
+                    }
+                }
+            }
+        }
+        failed
+    }
+
+    /// Records every item of `pending` whose image could not be pulled as
+    /// an infrastructure error (its pull's), and returns the others.
+    fn without_unpulled(
+        &self,
+        pending: Vec<WorkItem>,
+        unpulled: &HashMap<String, (String, BackendError)>,
+    ) -> Result<Vec<WorkItem>, RunError> {
+        if unpulled.is_empty() {
+            return Ok(pending);
+        }
+        let adapter = self.spec.plugins.adapter.pin();
+        let mut runnable = Vec::with_capacity(pending.len());
+        for item in pending {
+            let image = self.spec.settings.image_rewrite.apply(&item.task.image);
+            match unpulled.get(&image) {
+                Some((what, error)) => {
+                    let error = StepError::backend(what.clone(), error.clone());
+                    self.record(task::unstarted(&item, &adapter, error))?;
+                }
+                None => runnable.push(item),
+            }
+        }
+        Ok(runnable)
     }
 
     async fn plan(

@@ -13,6 +13,7 @@ use sandfleet_core::file_stem;
 use sandfleet_plugin::adapter::{Task, TaskAdapter};
 use tracing::Instrument;
 
+use crate::error::StepError;
 use crate::evaluation::{Evaluation, Evaluator, Request};
 use crate::fleet::Fleet;
 use crate::recycle::{Held, Recycler};
@@ -94,46 +95,7 @@ impl TaskRunner {
                 _ => break attempt,
             }
         };
-        let evaluation = last.evaluation;
-        let error = evaluation
-            .error
-            .map(|error| text::truncated(&error, MAX_ERROR));
-        if !attempts.is_empty() {
-            attempts.push(AttemptRecord {
-                sandbox: last.sandbox.clone(),
-                cluster: last.cluster.clone(),
-                retried_for: None,
-                error: error.clone(),
-            });
-        }
-        TaskRecord {
-            task_id: item.task.id.clone(),
-            epoch: item.epoch,
-            status: evaluation.status,
-            image: item.task.image.clone(),
-            cluster: last.cluster,
-            sandbox: last.sandbox,
-            reuse: last.reuse,
-            timed_out: evaluation.timed_out,
-            error,
-            output_dropped: evaluation.output_dropped,
-            timings: Timings {
-                claim_s: last.claim_s,
-                process_s: evaluation.process.as_secs_f64(),
-                grade_s: evaluation.grading.as_secs_f64(),
-                total_s: started.elapsed().as_secs_f64(),
-            },
-            grade: evaluation.grade.map(GradeRecord::from),
-            infra_failure: evaluation.infra_failure,
-            fresh_sandbox: evaluation.fresh_sandbox,
-            attempts,
-            plugins: TaskPlugins {
-                adapter: evaluation.adapter,
-                reset: last.reset,
-            },
-            finished_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now())
-                .to_string(),
-        }
+        into_record(item, last, attempts, started)
     }
 
     async fn attempt(
@@ -203,4 +165,68 @@ impl TaskRunner {
         };
         self.logs.join(name)
     }
+}
+
+/// The record of `item` whose last attempt was `last`, after `attempts`
+/// (empty when it ran once), started at `started`.
+fn into_record(
+    item: &WorkItem,
+    last: Attempt,
+    mut attempts: Vec<AttemptRecord>,
+    started: Instant,
+) -> TaskRecord {
+    let evaluation = last.evaluation;
+    let error = evaluation
+        .error
+        .map(|error| text::truncated(&error, MAX_ERROR));
+    if !attempts.is_empty() {
+        attempts.push(AttemptRecord {
+            sandbox: last.sandbox.clone(),
+            cluster: last.cluster.clone(),
+            retried_for: None,
+            error: error.clone(),
+        });
+    }
+    TaskRecord {
+        task_id: item.task.id.clone(),
+        epoch: item.epoch,
+        status: evaluation.status,
+        image: item.task.image.clone(),
+        cluster: last.cluster,
+        sandbox: last.sandbox,
+        reuse: last.reuse,
+        timed_out: evaluation.timed_out,
+        error,
+        output_dropped: evaluation.output_dropped,
+        timings: Timings {
+            claim_s: last.claim_s,
+            process_s: evaluation.process.as_secs_f64(),
+            grade_s: evaluation.grading.as_secs_f64(),
+            total_s: started.elapsed().as_secs_f64(),
+        },
+        grade: evaluation.grade.map(GradeRecord::from),
+        infra_failure: evaluation.infra_failure,
+        fresh_sandbox: evaluation.fresh_sandbox,
+        attempts,
+        plugins: TaskPlugins {
+            adapter: evaluation.adapter,
+            reset: last.reset,
+        },
+        finished_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+    }
+}
+
+/// The record of `item`, which never ran: the infrastructure failed before
+/// any sandbox could be had for it (its image could not be pulled).
+pub(crate) fn unstarted(item: &WorkItem, adapter: &TaskAdapter, error: StepError) -> TaskRecord {
+    let last = Attempt {
+        evaluation: Evaluation::infra(error, adapter),
+        claim_s: 0.0,
+        cluster: None,
+        sandbox: None,
+        reuse: 0,
+        reset: None,
+        replaceable: None,
+    };
+    into_record(item, last, Vec::new(), Instant::now())
 }

@@ -124,6 +124,40 @@ pub enum ProgressEvent {
     },
 }
 
+impl From<ProgressEvent> for sandfleet_core::PullEvent {
+    /// The event as a backend reports it to the engine, layers named by
+    /// their digests' text.
+    fn from(event: ProgressEvent) -> Self {
+        use sandfleet_core::PullEvent;
+        match event {
+            ProgressEvent::Resolved { layers, .. } => PullEvent::Resolved {
+                layers: layers
+                    .into_iter()
+                    .map(|(layer, size)| (layer.to_string(), size))
+                    .collect(),
+            },
+            ProgressEvent::LayerExists { layer } => PullEvent::LayerExists {
+                layer: layer.to_string(),
+            },
+            ProgressEvent::LayerWaiting { layer } => PullEvent::LayerWaiting {
+                layer: layer.to_string(),
+            },
+            ProgressEvent::LayerProgress { layer, done, total } => PullEvent::LayerProgress {
+                layer: layer.to_string(),
+                done,
+                total,
+            },
+            ProgressEvent::LayerRetrying { layer, reason } => PullEvent::LayerRetrying {
+                layer: layer.to_string(),
+                reason,
+            },
+            ProgressEvent::LayerDone { layer } => PullEvent::LayerDone {
+                layer: layer.to_string(),
+            },
+        }
+    }
+}
+
 /// The progress callback's type.
 pub type Progress<'a> = &'a (dyn Fn(ProgressEvent) + Send + Sync);
 

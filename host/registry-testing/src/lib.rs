@@ -3,10 +3,13 @@
 //! port ([`registry`]), and images built in Rust and pushed to it with
 //! the distribution API ([`image`]): layer tars with whiteouts, opaque
 //! markers, links, owners, hostile entries or real files of the host,
-//! compressed three ways, with their configs, manifests and indexes.
+//! compressed three ways, with their configs, manifests and indexes; and
+//! the host's own programs with their libraries, for images that run them
+//! ([`host`]).
 //!
 //! Used by `sandfleet-images`' registry tests and by the local backend's
 //! tests of sandboxes of OCI images.
 
+pub mod host;
 pub mod image;
 pub mod registry;

@@ -5,11 +5,11 @@
 //! `calc` tree as the workdir of the image's own.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::sync::OnceLock;
 
 use sandfleet_images::spec::Compression;
+use sandfleet_registry_testing::host::{add_libraries, add_path, add_with_libraries};
 use sandfleet_registry_testing::image::{Layer, Tar, build_with, push};
 use sandfleet_registry_testing::registry::{Auth, Registry};
 use serde_json::json;
@@ -157,76 +157,6 @@ fn skipped_stdlib(path: &Path) -> bool {
             | "site-packages"
             | "dist-packages"
     ) || name.starts_with("config-3")
-}
-
-/// Adds `host` (a program or library) at its host path, and every library
-/// the loader would load for it.
-fn add_with_libraries(tar: Tar, host: &Path, seen: &mut BTreeSet<PathBuf>) -> Tar {
-    let tar = add_path(tar, host, seen);
-    add_libraries(tar, host, seen)
-}
-
-/// Adds the libraries `ldd` names for `file`, with the loader.
-fn add_libraries(mut tar: Tar, file: &Path, seen: &mut BTreeSet<PathBuf>) -> Tar {
-    let output = Command::new("ldd").arg(file).output().unwrap();
-    for line in String::from_utf8_lossy(&output.stdout).lines() {
-        let path = match line.split_once("=>") {
-            Some((_, rest)) => rest.split_whitespace().next(),
-            None => line.split_whitespace().next(),
-        };
-        if let Some(path) = path.filter(|p| p.starts_with('/')) {
-            tar = add_path(tar, Path::new(path), seen);
-        }
-    }
-    tar
-}
-
-/// Adds `host` at its own path: its parent directories, every link on the
-/// way (and what it points to), and the entry itself.
-fn add_path(mut tar: Tar, host: &Path, seen: &mut BTreeSet<PathBuf>) -> Tar {
-    let mut prefix = PathBuf::from("/");
-    let components: Vec<_> = host.components().skip(1).collect();
-    for (index, component) in components.iter().enumerate() {
-        prefix.push(component);
-        let last = index + 1 == components.len();
-        if seen.contains(&prefix) {
-            if prefix.is_symlink() {
-                // Already added: continue below its target.
-                let resolved = resolve(&prefix);
-                let rest: PathBuf = components[index + 1..].iter().collect();
-                return add_path(tar, &resolved.join(rest), seen);
-            }
-            continue;
-        }
-        seen.insert(prefix.clone());
-        let name = prefix.strip_prefix("/").unwrap().display().to_string();
-        tar = tar.host_entry(&name, &prefix);
-        if prefix.is_symlink() {
-            let resolved = resolve(&prefix);
-            let rest: PathBuf = components[index + 1..].iter().collect();
-            let target = if last { resolved } else { resolved.join(rest) };
-            return add_path(tar, &target, seen);
-        }
-    }
-    tar
-}
-
-/// Where the link at `link` points, as an absolute path.
-fn resolve(link: &Path) -> PathBuf {
-    let target = std::fs::read_link(link).unwrap();
-    let joined = link.parent().unwrap().join(target);
-    // Lexically: `..` within the host's tree, without following more links.
-    let mut out = PathBuf::from("/");
-    for component in joined.components().skip(1) {
-        match component {
-            std::path::Component::ParentDir => {
-                out.pop();
-            }
-            std::path::Component::CurDir => {}
-            other => out.push(other),
-        }
-    }
-    out
 }
 
 /// Starts a registry and pushes an image of the base layers and `extra`

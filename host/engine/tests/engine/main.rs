@@ -10,6 +10,7 @@ mod fixture;
 mod grading;
 mod hostile;
 mod prepare;
+mod pulls;
 mod recording;
 mod recycle;
 mod reload;
