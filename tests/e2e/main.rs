@@ -11,6 +11,7 @@ mod opensandbox;
 mod plan;
 mod plugin_projects;
 mod plugins_multilang;
+mod pulls;
 mod quickstart;
 mod reload;
 mod serve;

@@ -78,3 +78,29 @@ fn resolve(link: &Path) -> PathBuf {
     }
     out
 }
+
+/// A tar of the host's `programs` (each found in `/usr/bin` or `/bin`)
+/// with their libraries, after the host's merged-`/usr` links (`/bin` →
+/// `usr/bin`, …) where it has them: enough for an image that runs them.
+///
+/// # Panics
+///
+/// When the host lacks one of `programs`.
+pub fn programs(programs: &[&str]) -> Tar {
+    let mut seen = BTreeSet::new();
+    let mut tar = Tar::new();
+    for top in ["/bin", "/sbin", "/lib", "/lib64"] {
+        if Path::new(top).is_symlink() {
+            tar = add_path(tar, Path::new(top), &mut seen);
+        }
+    }
+    for program in programs {
+        let host = ["/usr/bin", "/bin"]
+            .iter()
+            .map(|dir| Path::new(dir).join(program))
+            .find(|path| path.exists())
+            .unwrap_or_else(|| panic!("the host has no `{program}` to copy into the image"));
+        tar = add_with_libraries(tar, &host, &mut seen);
+    }
+    tar
+}

@@ -5,14 +5,12 @@
 //! naming the reference, the registry and the status, while the other
 //! image's tasks run.
 
-use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use sandfleet_backend_local::{IsolationMode, LocalBackend, LocalConfig};
 use sandfleet_engine::pulls::{self, ClusterPulls};
 use sandfleet_engine::{CancellationToken, Cluster, FleetSettings, TaskRecord, TaskStatus};
-use sandfleet_registry_testing::host::{add_path, add_with_libraries};
+use sandfleet_registry_testing::host::programs;
 use sandfleet_registry_testing::image::{Built, Layer, Tar, build_with, push};
 use sandfleet_registry_testing::registry::{Auth, Registry};
 use serde_json::json;
@@ -22,20 +20,7 @@ use crate::fixture::{Fixture, row};
 /// `bash` and what it loads, at the host's paths: what the generic
 /// adapter's commands need.
 fn bash_layer() -> Layer {
-    let mut seen: BTreeSet<PathBuf> = BTreeSet::new();
-    let mut tar = Tar::new();
-    for top in ["/bin", "/sbin", "/lib", "/lib64"] {
-        if Path::new(top).is_symlink() {
-            tar = add_path(tar, Path::new(top), &mut seen);
-        }
-    }
-    let bash = ["/usr/bin/bash", "/bin/bash"]
-        .iter()
-        .map(Path::new)
-        .find(|path| path.exists())
-        .expect("the host has bash");
-    tar = add_with_libraries(tar, bash, &mut seen);
-    Layer::gzip(tar.dir("workspace", 0o755).finish())
+    Layer::gzip(programs(&["bash"]).dir("workspace", 0o755).finish())
 }
 
 /// An image of `layers` whose commands run in `/workspace`.
