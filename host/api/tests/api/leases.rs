@@ -210,10 +210,20 @@ async fn an_image_behind_image_rewrite_is_served_from_its_mirror() {
     assert_eq!(lease.image, "registry.example/swe/calc");
     let ran = served.exec(&lease.id, json!({"argv": ["ls"]})).await;
     assert!(ran["stdout"].as_str().unwrap().contains("calc"), "{ran}");
+    // Outside the rewritten prefix a reference is pulled as written: from a
+    // loopback port nothing listens on, so the lease is refused as
+    // unavailable, naming the reference it tried — not served as `calc`.
     let (status, body) = served
-        .post("/v1/leases", image("registry.example/other/calc"))
+        .post("/v1/leases", image("127.0.0.1:1/other/calc"))
         .await;
-    assert_eq!(status, 400, "{body}");
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("127.0.0.1:1/other/calc"),
+        "{body}"
+    );
     served.stop().await;
 }
 
