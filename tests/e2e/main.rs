@@ -16,6 +16,7 @@ mod quickstart;
 mod reload;
 mod serve;
 mod signals;
+mod swebench;
 mod telemetry;
 mod terminal;
 
