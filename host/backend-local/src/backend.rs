@@ -193,6 +193,38 @@ impl LocalBackend {
     fn error(&self, error: LocalError) -> BackendError {
         error.into_backend(&self.inner.name)
     }
+
+    /// The OCI reference template image `name` stands for here: none for
+    /// a directory image of the config or without namespaces; the mapped
+    /// reference of an `{ oci = "REF" }` image; else `name` itself when it
+    /// names a reference ([`sandfleet_core::names_a_reference`]).
+    pub fn oci_reference<'a>(&'a self, name: &'a str) -> Option<&'a str> {
+        self.inner.oci_reference(name)
+    }
+
+    /// Pulls OCI `reference` into the state directory's layer store, the
+    /// one templates of it are made from: with `always`, the registry is
+    /// asked even when the store has the image (a moved tag is followed;
+    /// layers already stored are not fetched again); otherwise the store's
+    /// image is used when it has one. Returns the image as stored (its
+    /// manifest digest, layers and run config), not pinned.
+    ///
+    /// # Errors
+    ///
+    /// [`LocalError::Image`] naming the reference and what failed (the
+    /// registry and its HTTP status, for a failed request).
+    pub async fn pull_oci(
+        &self,
+        reference: &str,
+        always: bool,
+    ) -> Result<sandfleet_images::Image, LocalError> {
+        let policy = if always {
+            sandfleet_images::PullPolicy::Always
+        } else {
+            sandfleet_images::PullPolicy::IfNotPresent
+        };
+        self.inner.oci.pull_as(reference, policy).await
+    }
 }
 
 /// How long a warm sandbox may take to become ready.

@@ -122,7 +122,7 @@ impl Images {
         }
         let store = self.store()?.clone();
         let (events, _) = tokio::sync::mpsc::unbounded_channel();
-        let image = pull(store.clone(), parsed, events).await?;
+        let image = pull(store.clone(), parsed, pull_options(), events).await?;
         let pin = store.pin(&image).map_err(LocalError::Image)?;
         let made = Arc::new(ready_image(reference, &image, pin)?);
         ready.retain(|_, image| image.strong_count() > 0);
@@ -195,7 +195,7 @@ impl Images {
         let parsed = Reference::parse(reference).map_err(LocalError::Image)?;
         let store = self.store()?.clone();
         let (events, mut heard) = tokio::sync::mpsc::unbounded_channel();
-        let pulled = pull(store, parsed, events);
+        let pulled = pull(store, parsed, pull_options(), events);
         tokio::pin!(pulled);
         loop {
             tokio::select! {
@@ -208,6 +208,26 @@ impl Images {
                 }
             }
         }
+    }
+}
+
+impl Images {
+    /// Pulls `reference` into the store as `policy` says (`Always` asks
+    /// the registry even when the store has it, following a moved tag)
+    /// and returns the image as stored. Nothing is pinned.
+    pub(crate) async fn pull_as(
+        &self,
+        reference: &str,
+        policy: PullPolicy,
+    ) -> Result<Image, LocalError> {
+        let parsed = Reference::parse(reference).map_err(LocalError::Image)?;
+        let store = self.store()?.clone();
+        let (events, _) = tokio::sync::mpsc::unbounded_channel();
+        let options = PullOptions {
+            policy,
+            ..PullOptions::default()
+        };
+        pull(store, parsed, options, events).await
     }
 }
 
@@ -225,6 +245,7 @@ fn pull_options() -> PullOptions {
 async fn pull(
     store: Store,
     reference: Reference,
+    options: PullOptions,
     events: tokio::sync::mpsc::UnboundedSender<ProgressEvent>,
 ) -> Result<Image, LocalError> {
     let runtime = tokio::runtime::Handle::current();
@@ -232,7 +253,7 @@ async fn pull(
         let send = move |event| {
             let _ = events.send(event);
         };
-        runtime.block_on(store.pull(&reference, &pull_options(), &send))
+        runtime.block_on(store.pull(&reference, &options, &send))
     })
     .await
     .map_err(|e| LocalError::Failed(format!("a pull failed: {e}")))?

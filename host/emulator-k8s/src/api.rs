@@ -372,8 +372,11 @@ fn manager(query: &Query, user_agent: &str) -> String {
         .map_or_else(|| default_manager(user_agent), str::to_string)
 }
 
-/// Built-in defaults the API server fills in on create.
-fn defaults(target: &Target, object: &mut Value) {
+/// Built-in defaults the API server fills in on create. A container's
+/// `imagePullPolicy` is Kubernetes' default (`Always` for `:latest` or no tag, else
+/// `IfNotPresent`), except for an image mapped to a directory, which is only ever on
+/// the nodes (as an image loaded into a kind cluster is): `IfNotPresent`.
+fn defaults(state: &State, target: &Target, object: &mut Value) {
     let r = &target.resource;
     match (r.group.as_str(), r.plural.as_str()) {
         ("", "pods") => {
@@ -389,10 +392,16 @@ fn defaults(target: &Target, object: &mut Value) {
                     spec[k] = v;
                 }
             }
-            if let Some(containers) = spec["containers"].as_array_mut() {
-                for c in containers {
+            for field in ["initContainers", "containers"] {
+                for c in spec[field].as_array_mut().into_iter().flatten() {
                     if c.get("imagePullPolicy").is_none() {
-                        c["imagePullPolicy"] = json!("IfNotPresent");
+                        let image = c["image"].as_str().unwrap_or_default();
+                        let policy = if state.runtime.is_directory(image) {
+                            "IfNotPresent".to_string()
+                        } else {
+                            crate::kubelet::default_pull_policy(image)
+                        };
+                        c["imagePullPolicy"] = json!(policy);
                     }
                     if c.get("terminationMessagePath").is_none() {
                         c["terminationMessagePath"] = json!("/dev/termination-log");
@@ -546,7 +555,7 @@ pub(crate) fn create(
         meta.remove("managedFields");
         meta.remove("resourceVersion");
     }
-    defaults(target, &mut object);
+    defaults(state, target, &mut object);
     fields::record_update(
         None,
         &mut object,
@@ -904,7 +913,7 @@ fn apply(state: &State, target: &Target, query: &Query, body: &[u8]) -> ApiResul
             let warnings = validate(target, &mut object, validation, true)?;
             object["apiVersion"] = json!(target.api_version());
             object["kind"] = json!(target.resource.kind);
-            defaults(target, &mut object);
+            defaults(state, target, &mut object);
             object["metadata"]["managedFields"] = managed;
             store_new(state, target, &name, object, dry_run, warnings)
         }

@@ -55,7 +55,7 @@ pub use authz::{DenyRule, USER};
 pub use controllers::Tuning;
 pub use executions::{Executions, MARKER_ENV};
 pub use kubeconfig::{CONTEXT, Kubeconfig};
-pub use kubelet::runtime::{ImageMap, PodRuntime};
+pub use kubelet::runtime::{ImageMap, OciMap, PodRuntime};
 pub use seed::NodeShape;
 
 /// The four agent-sandbox CRDs (kubernetes-sigs/agent-sandbox, v1beta1), embedded.
@@ -96,8 +96,12 @@ pub struct Config {
     /// A fixed token (default: a random one).
     pub token: Option<String>,
     /// The images pods can run: image name (as a pod's `image` says it) → directory.
-    /// Empty: pods are scheduled but stay Pending in `ErrImagePull`.
     pub images: ImageMap,
+    /// Image names that stand for OCI references (`{ oci = "REF" }`). With
+    /// isolated pods, any other image that names a reference (a registry, a
+    /// repository path, a tag or a digest) is pulled as it is; a bare name that is
+    /// mapped to nothing leaves its pod Pending in `ErrImagePull`.
+    pub oci_images: OciMap,
     /// How pods run: isolated local sandboxes, or plain processes (scale tests).
     pub runtime: PodRuntime,
     /// What the first pull of an image on a node costs.
@@ -128,6 +132,7 @@ impl Default for Config {
             bookmark_interval: Duration::from_secs(60),
             token: None,
             images: ImageMap::new(),
+            oci_images: OciMap::new(),
             runtime: PodRuntime::default(),
             pull_latency: Duration::ZERO,
             state_dir: None,
@@ -198,6 +203,7 @@ impl Emulator {
         });
         let runtime = kubelet::runtime::Runtime::new(
             config.images.clone(),
+            config.oci_images.clone(),
             config.runtime,
             config.pull_latency,
             config.state_dir.clone(),
@@ -355,11 +361,14 @@ pub struct K8sArgs {
     /// it and the directory it maps to (repeatable).
     #[arg(long = "image", value_name = "REF=DIR", value_parser = sandfleet_emulator_opensandbox::parse_image_arg)]
     pub images: Vec<(String, sandfleet_backend_local::ImageSource)>,
-    /// Take the images from a fleet file's `[clusters.<name>.images]` tables (relative
-    /// paths resolved against the file).
+    /// Take the images from a fleet file's `[clusters.<name>.images]` tables:
+    /// directories (relative paths resolved against the file) and names of OCI
+    /// references (`{ oci = "REF" }`). Any other image that names a reference
+    /// (`registry/repo:tag`) is pulled as it is, with isolated pods.
     #[arg(long, value_name = "FLEET.toml")]
     pub images_from: Option<PathBuf>,
-    /// What the first pull of an image on a node costs.
+    /// What the first pull of an image on a node costs, on top of the real pull of
+    /// an OCI image.
     #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
     pub pull_latency: Duration,
     /// How pods run: isolated local sandboxes (namespaces) or plain processes (plain,
@@ -392,9 +401,12 @@ impl K8sArgs {
     pub fn config(&self) -> anyhow::Result<Config> {
         let mut images = match &self.images_from {
             Some(fleet) => sandfleet_emulator_opensandbox::images_from_fleet(fleet)?,
-            None => ImageMap::new(),
+            None => sandfleet_emulator_opensandbox::FleetImages::default(),
         };
-        images.extend(self.images.iter().cloned());
+        for (name, source) in &self.images {
+            images.oci.remove(name);
+            images.directories.insert(name.clone(), source.clone());
+        }
         Ok(Config {
             listen: self.listen,
             nodes: NodeShape {
@@ -406,7 +418,8 @@ impl K8sArgs {
             },
             with_agent_sandbox: self.with_agent_sandbox,
             faults: self.faults.clone(),
-            images,
+            images: images.directories,
+            oci_images: images.oci,
             runtime: self.runtime,
             pull_latency: self.pull_latency,
             state_dir: self.state_dir.clone(),

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::counters::Executions;
 use crate::faults::Faults;
 use crate::fleet::Fleet;
-use crate::images::ImageMap;
+use crate::images::{FleetImages, ImageMap, OciMap};
 use crate::lifecycle::{self, App};
 use crate::random::Rng;
 
@@ -38,8 +38,11 @@ pub struct EmulatorConfig {
     pub listen: SocketAddr,
     /// The key clients must send; `None` generates one.
     pub api_key: Option<String>,
-    /// Image references and their directories.
+    /// Image names and their directories.
     pub images: ImageMap,
+    /// Image names and the OCI references they stand for; any other image
+    /// that names a reference is pulled as it is (with `namespaces`).
+    pub oci_images: OciMap,
     /// How sandboxes run.
     pub runtime: Runtime,
     /// The local backend's state directory; `None`: a temporary directory
@@ -51,11 +54,13 @@ pub struct EmulatorConfig {
 
 impl EmulatorConfig {
     /// Loopback on any port, a generated key, these images, no faults.
-    pub fn new(images: ImageMap) -> Self {
+    pub fn new(images: impl Into<FleetImages>) -> Self {
+        let images = images.into();
         EmulatorConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             api_key: None,
-            images,
+            images: images.directories,
+            oci_images: images.oci,
             runtime: Runtime::default(),
             state_dir: None,
             faults: Faults::default(),
@@ -88,8 +93,14 @@ impl Emulator {
                 config.listen
             );
         }
-        if config.images.is_empty() {
-            bail!("no images: map at least one with --image REF=DIR or --images-from FLEET.toml");
+        if config.images.is_empty()
+            && config.oci_images.is_empty()
+            && config.runtime == Runtime::Plain
+        {
+            bail!(
+                "no images: map at least one with --image REF=DIR or --images-from FLEET.toml \
+                 (plain sandboxes cannot run OCI images)"
+            );
         }
         for (reference, source) in &config.images {
             if !source.path.is_dir() {
@@ -122,6 +133,7 @@ impl Emulator {
             // The server, not the local backend, bounds what exists.
             max_sandboxes: Some(1_000_000),
             images: config.images.clone(),
+            oci_images: config.oci_images.clone(),
             ..LocalConfig::default()
         };
         let backend =
@@ -144,7 +156,11 @@ impl Emulator {
             .with_context(|| format!("--listen {}: cannot bind", config.listen))?;
         let address = listener.local_addr()?;
         let run_id = RunId::generate("opensandbox-emulator");
-        let fleet = Fleet::new(backend, run_id, config.images, config.faults.clone());
+        let images = FleetImages {
+            directories: config.images,
+            oci: config.oci_images,
+        };
+        let fleet = Fleet::new(backend, run_id, images, config.faults.clone());
         let app = App::new(Arc::clone(&fleet), api_key.clone());
         let stop = CancellationToken::new();
         let server = tokio::spawn(crate::server::serve(

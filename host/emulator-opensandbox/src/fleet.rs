@@ -21,7 +21,7 @@ use crate::counters::Counters;
 use crate::error::ApiError;
 use crate::execd::{self, EXECD_PORT, Tail};
 use crate::faults::Faults;
-use crate::images::ImageMap;
+use crate::images::FleetImages;
 use crate::random::Rng;
 
 /// How long a create may wait for its sandbox, like the Kubernetes
@@ -80,7 +80,7 @@ impl Sandbox {
 pub(crate) struct Fleet {
     backend: Arc<LocalBackend>,
     run_id: RunId,
-    images: ImageMap,
+    images: FleetImages,
     templates: tokio::sync::Mutex<HashMap<String, TemplateRef>>,
     sandboxes: Mutex<BTreeMap<String, Arc<Sandbox>>>,
     pub(crate) counters: Arc<Counters>,
@@ -96,7 +96,7 @@ impl Fleet {
     pub(crate) fn new(
         backend: LocalBackend,
         run_id: RunId,
-        images: ImageMap,
+        images: FleetImages,
         faults: Faults,
     ) -> Arc<Fleet> {
         let mut rng = Rng::from_entropy();
@@ -134,7 +134,47 @@ impl Fleet {
     }
 
     pub(crate) fn image_names(&self) -> Vec<String> {
-        self.images.keys().cloned().collect()
+        self.images.names()
+    }
+
+    /// Makes sure the image of a create can be made: a directory image, or
+    /// an OCI image pulled into the layer store unless it is there (as the
+    /// Docker runtime pulls an image it does not have, answering a failed
+    /// pull with `SANDBOX_IMAGE_PULL_FAILED`).
+    async fn ensure_image(&self, image: &str) -> Result<(), ApiError> {
+        if self.images.directories.contains_key(image) {
+            return Ok(());
+        }
+        let Some(reference) = self.backend.oci_reference(image) else {
+            let why = if self.images.oci.contains_key(image)
+                || sandfleet_core::names_a_reference(image)
+            {
+                "; OCI images need --runtime namespaces"
+            } else {
+                "; map it with --image REF=DIR or { oci = \"REF\" } in --images-from, or name a \
+                 reference (registry/repository:tag)"
+            };
+            return Err(ApiError::runtime(
+                StatusCode::BAD_REQUEST,
+                "IMAGE_NOT_FOUND",
+                format!(
+                    "Image {image} is not known to this emulator (known: {}){why}",
+                    self.image_names().join(", ")
+                ),
+            ));
+        };
+        let reference = reference.to_string();
+        self.backend
+            .pull_oci(&reference, false)
+            .await
+            .map(drop)
+            .map_err(|error| {
+                ApiError::runtime(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "SANDBOX_IMAGE_PULL_FAILED",
+                    format!("Failed to pull image {image}: {error}"),
+                )
+            })
     }
 
     async fn template(&self, spec: &CreateSpec) -> Result<TemplateRef, ApiError> {
@@ -191,17 +231,7 @@ impl Fleet {
         self: &Arc<Self>,
         spec: CreateSpec,
     ) -> Result<Arc<Sandbox>, ApiError> {
-        if !self.images.contains_key(&spec.image) {
-            return Err(ApiError::runtime(
-                StatusCode::BAD_REQUEST,
-                "IMAGE_NOT_FOUND",
-                format!(
-                    "Image {} is not known to this emulator (known: {}); map it with --image REF=DIR",
-                    spec.image,
-                    self.image_names().join(", ")
-                ),
-            ));
-        }
+        self.ensure_image(&spec.image).await?;
         if self.faults.port_500 && !self.port_collided.swap(true, Ordering::AcqRel) {
             return Err(ApiError::runtime(
                 StatusCode::INTERNAL_SERVER_ERROR,

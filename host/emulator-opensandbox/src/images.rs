@@ -1,16 +1,84 @@
-//! Which image references the emulator can make sandboxes of, and the local
-//! directories they come from: `--image REF=DIR` and the
-//! `[clusters.<name>.images]` tables of a fleet file (`--images-from`),
-//! whose relative paths are relative to that file.
+//! Which images the emulator can make sandboxes of: names mapped to local
+//! directories (`--image REF=DIR`) or to OCI references, from the
+//! `[clusters.<name>.images]` tables of a fleet file (`--images-from`,
+//! relative paths relative to that file; `name = { oci = "REF" }` beside
+//! directory entries). Any other image that names a reference (a registry,
+//! a repository path, a tag or a digest) is pulled as it is, with isolated
+//! sandboxes.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
-use sandfleet_backend_local::{ImageSource, LimitOverrides};
+use sandfleet_backend_local::{ImageSource, LimitOverrides, LocalConfig, OciSource};
 
-/// Image references and their sources.
+/// Image names and the directories they come from.
 pub type ImageMap = BTreeMap<String, ImageSource>;
+
+/// Image names and the OCI references they stand for.
+pub type OciMap = BTreeMap<String, OciSource>;
+
+/// The images of a fleet file: names of directories and names of OCI
+/// references.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FleetImages {
+    /// Directory images.
+    pub directories: ImageMap,
+    /// OCI images (`{ oci = "REF" }`).
+    pub oci: OciMap,
+}
+
+impl FleetImages {
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.directories.is_empty() && self.oci.is_empty()
+    }
+
+    /// Every name, sorted.
+    pub fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .directories
+            .keys()
+            .chain(self.oci.keys())
+            .cloned()
+            .collect();
+        names.sort();
+        names
+    }
+}
+
+impl From<ImageMap> for FleetImages {
+    fn from(directories: ImageMap) -> Self {
+        FleetImages {
+            directories,
+            oci: OciMap::new(),
+        }
+    }
+}
+
+/// One `[clusters.<name>.images]` entry, read as the local backend reads it.
+fn image_entry(name: &str, value: &toml::Value) -> anyhow::Result<Entry> {
+    let mut images = toml::Table::new();
+    images.insert(name.to_string(), value.clone());
+    let mut table = toml::Table::new();
+    table.insert("images".into(), toml::Value::Table(images));
+    let mut config: LocalConfig = toml::Value::Table(table).try_into()?;
+    if let Some(source) = config.oci_images.remove(name) {
+        if let Err(error) = sandfleet_images::Reference::parse(&source.reference) {
+            bail!("{error}");
+        }
+        return Ok(Entry::Oci(source));
+    }
+    match config.images.remove(name) {
+        Some(source) => Ok(Entry::Directory(source)),
+        None => bail!("not an image entry"),
+    }
+}
+
+enum Entry {
+    Directory(ImageSource),
+    Oci(OciSource),
+}
 
 /// Parses `REF=DIR` (a directory, snapshotted into git so tasks can use
 /// it, as the fleet file's `git = true` does).
@@ -46,13 +114,15 @@ pub fn parse_image_arg(text: &str) -> Result<(String, ImageSource), String> {
 }
 
 /// The images of every `[clusters.<name>.images]` table in the fleet file
-/// at `path`, relative paths resolved against its directory.
+/// at `path`: directories (relative paths resolved against its directory)
+/// and OCI references (`{ oci = "REF" }`).
 ///
 /// # Errors
 ///
-/// When the file cannot be read or parsed, an image entry is malformed,
-/// or two clusters map the same reference to different directories.
-pub fn images_from_fleet(path: &Path) -> anyhow::Result<ImageMap> {
+/// When the file cannot be read or parsed, an image entry is malformed
+/// (the error names the file, the cluster and the entry), or two clusters
+/// map the same name to different images.
+pub fn images_from_fleet(path: &Path) -> anyhow::Result<FleetImages> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("--images-from {}: cannot read it", path.display()))?;
     let document: toml::Table = toml::from_str(&text)
@@ -65,7 +135,7 @@ pub fn images_from_fleet(path: &Path) -> anyhow::Result<ImageMap> {
         .parent()
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("/"));
-    let mut images = ImageMap::new();
+    let mut images = FleetImages::default();
     let Some(clusters) = document.get("clusters") else {
         bail!(
             "--images-from {}: it has no [clusters.<name>.images] table",
@@ -99,27 +169,53 @@ pub fn images_from_fleet(path: &Path) -> anyhow::Result<ImageMap> {
             continue;
         };
         for (reference, value) in entries {
-            let mut source: ImageSource = value.clone().try_into().with_context(|| {
+            let entry = image_entry(reference, value).with_context(|| {
                 format!(
                     "--images-from {}: clusters.{cluster}.images.{reference}",
                     path.display()
                 )
             })?;
+            let mut source = match entry {
+                Entry::Directory(source) => source,
+                Entry::Oci(source) => {
+                    let elsewhere = images
+                        .directories
+                        .get(reference)
+                        .map(|d| d.path.display().to_string());
+                    let known = images
+                        .oci
+                        .get(reference)
+                        .map(|o| o.reference.clone())
+                        .or(elsewhere);
+                    if let Some(known) = known.filter(|known| *known != source.reference) {
+                        bail!(
+                            "--images-from {}: image `{reference}` is {known} in one cluster and {} in \
+                             clusters.{cluster}",
+                            path.display(),
+                            source.reference
+                        );
+                    }
+                    images.oci.insert(reference.clone(), source);
+                    continue;
+                }
+            };
             if source.path.is_relative() {
                 source.path = base.join(&source.path);
             }
-            if let Some(known) = images.get(reference)
-                && known.path != source.path
-            {
+            let known = images
+                .directories
+                .get(reference)
+                .map(|d| d.path.display().to_string())
+                .or_else(|| images.oci.get(reference).map(|o| o.reference.clone()));
+            if let Some(known) = known.filter(|known| *known != source.path.display().to_string()) {
                 bail!(
-                    "--images-from {}: image `{reference}` is {} in one cluster and {} in \
+                    "--images-from {}: image `{reference}` is {known} in one cluster and {} in \
                      clusters.{cluster}",
                     path.display(),
-                    known.path.display(),
                     source.path.display()
                 );
             }
-            images.insert(reference.clone(), source);
+            images.directories.insert(reference.clone(), source);
         }
     }
     if images.is_empty() {
@@ -167,7 +263,7 @@ plain = "/abs/plain"
 "#,
         )
         .unwrap();
-        let images = images_from_fleet(&fleet).unwrap();
+        let images = images_from_fleet(&fleet).unwrap().directories;
         assert_eq!(images["calc"].path, dir.path().join("images/calc"));
         assert!(images["calc"].git);
         assert_eq!(images["plain"].path, PathBuf::from("/abs/plain"));
@@ -176,12 +272,58 @@ plain = "/abs/plain"
     #[test]
     fn the_quickstart_fleet_file_has_its_three_images() {
         let fleet = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/quickstart.toml");
-        let images = images_from_fleet(&fleet).unwrap();
+        let images = images_from_fleet(&fleet).unwrap().directories;
         assert_eq!(
             images.keys().map(String::as_str).collect::<Vec<_>>(),
             ["calc", "shellutils", "textkit"]
         );
         assert!(images["calc"].path.join("calc.py").exists() || images["calc"].path.exists());
+    }
+
+    #[test]
+    fn oci_entries_sit_beside_directories_and_bad_ones_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let fleet = dir.path().join("fleet.toml");
+        let write = |images: &str| {
+            std::fs::write(
+                &fleet,
+                format!(
+                    "[[clusters]]\nname = \"dev\"\nbackend = \"local\"\n\n\
+                     [clusters.dev.images]\n{images}"
+                ),
+            )
+            .unwrap();
+        };
+        write("calc = \"images/calc\"\npy = { oci = \"127.0.0.1:5000/py:3.11\", pids = 64 }\n");
+        let images = images_from_fleet(&fleet).unwrap();
+        assert_eq!(
+            images.directories["calc"].path,
+            dir.path().join("images/calc")
+        );
+        assert_eq!(images.oci["py"].reference, "127.0.0.1:5000/py:3.11");
+        assert_eq!(images.oci["py"].limits.pids, Some(64));
+        assert_eq!(images.names(), ["calc", "py"]);
+        for (entry, why) in [
+            ("py = { oci = \"Bad Ref!\" }", "is not an image reference"),
+            ("py = { oci = \"a:1\", path = \"x\" }", "not both"),
+            (
+                "py = { oci = \"a:1\", git = true }",
+                "`git` is for directory images",
+            ),
+            ("py = { oci = \"a:1\", colour = 1 }", "colour"),
+            ("py = { oci = 3 }", "string"),
+        ] {
+            write(&format!("{entry}\n"));
+            let error = format!("{:#}", images_from_fleet(&fleet).unwrap_err());
+            assert!(
+                error.contains(&format!(
+                    "--images-from {}: clusters.dev.images.py",
+                    fleet.display()
+                )),
+                "{entry}: {error}"
+            );
+            assert!(error.contains(why), "{entry}: {error}");
+        }
     }
 
     #[test]

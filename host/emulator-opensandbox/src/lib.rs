@@ -42,7 +42,7 @@ pub use counters::{Executions, MARKER_ENV};
 pub use emulator::{Emulator, EmulatorConfig, Runtime};
 pub use execd::{EGRESS_PORT, EXECD_PORT};
 pub use faults::{DEFAULT_GRACE_TAIL, Faults};
-pub use images::{ImageMap, images_from_fleet, parse_image_arg};
+pub use images::{FleetImages, ImageMap, OciMap, images_from_fleet, parse_image_arg};
 pub use lifecycle::SERVER_VERSION;
 
 /// `sandfleet devcluster opensandbox`'s arguments.
@@ -58,7 +58,10 @@ pub struct OpenSandboxArgs {
     /// from (repeatable).
     #[arg(long = "image", value_name = "REF=DIR", value_parser = parse_image_arg)]
     pub images: Vec<(String, sandfleet_backend_local::ImageSource)>,
-    /// Take images from the [clusters.<name>.images] tables of a fleet file.
+    /// Take images from the [clusters.<name>.images] tables of a fleet file:
+    /// directories, and names of OCI references (`{ oci = "REF" }`). Any
+    /// other image that names a reference (`registry/repo:tag`) is pulled
+    /// as it is (with `--runtime namespaces`).
     #[arg(long, value_name = "FLEET.toml")]
     pub images_from: Option<PathBuf>,
     /// How sandboxes run: isolated (namespaces) or as plain processes
@@ -86,13 +89,17 @@ impl OpenSandboxArgs {
     pub fn config(&self) -> anyhow::Result<EmulatorConfig> {
         let mut images = match &self.images_from {
             Some(fleet) => images_from_fleet(fleet)?,
-            None => ImageMap::new(),
+            None => FleetImages::default(),
         };
-        images.extend(self.images.iter().cloned());
+        for (name, source) in &self.images {
+            images.oci.remove(name);
+            images.directories.insert(name.clone(), source.clone());
+        }
         Ok(EmulatorConfig {
             listen: self.listen,
             api_key: self.api_key.clone(),
-            images,
+            images: images.directories,
+            oci_images: images.oci,
             runtime: self.runtime,
             state_dir: self.state_dir.clone(),
             faults: self.faults.clone(),

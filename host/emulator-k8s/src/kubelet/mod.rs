@@ -1,8 +1,11 @@
 //! The scheduler and the kubelets of every node, driven by pod and node events: pods
 //! without a node are bound (or marked Unschedulable with the scheduler's message and a
 //! `FailedScheduling` event, and retried when capacity frees up); a bound pod's images
-//! are pulled into its node's cache (an image not mapped to a directory leaves it
-//! Pending in `ErrImagePull`, then `ImagePullBackOff`), it runs as a local sandbox with
+//! are pulled into its node's cache as its `imagePullPolicy` says (an OCI image from
+//! its registry, for real; an image that cannot be pulled leaves it Pending in
+//! `ErrImagePull`, then `ImagePullBackOff`, and a registry's failure is tried again
+//! with back-off; `Never` and an image the node lacks, `ErrImageNeverPull`), it runs
+//! as a local sandbox with
 //! an IP from 127.42.0.0/16, and it goes `Succeeded` or `Failed` when its container's
 //! command exits — it is never restarted. The command's output is the container's log
 //! (`pods/log`). A deleted pod's sandbox is destroyed, and its logs dropped.
@@ -31,6 +34,11 @@ const KUBELET: &str = "kubelet";
 const SCHEDULER: &str = "default-scheduler";
 /// After `ErrImagePull`, the kubelet backs off before saying `ImagePullBackOff`.
 const PULL_BACKOFF: Duration = Duration::from_secs(1);
+/// The back-off before a registry pull is tried again starts here (the kubelet's
+/// 10 s, scaled down) and doubles up to [`PULL_BACKOFF_MAX`].
+const RETRY_BACKOFF: Duration = Duration::from_secs(2);
+/// The longest back-off between pulls (the kubelet's is 300 s).
+const PULL_BACKOFF_MAX: Duration = Duration::from_secs(30);
 
 /// Pod IPs: 127.42.0.0/16 (loopback only), not `.0`, `.1` (the nodes') or `.255`.
 #[derive(Default)]
@@ -103,6 +111,20 @@ fn failure_message(log: &ContainerLog) -> String {
         ..ReadOptions::default()
     });
     String::from_utf8_lossy(&tail).trim().to_string()
+}
+
+/// The `imagePullPolicy` Kubernetes defaults a container to: `Always` for an image
+/// tagged `latest` or not tagged (nor pinned by digest), else `IfNotPresent`.
+pub(crate) fn default_pull_policy(image: &str) -> String {
+    let name = image.rsplit('/').next().unwrap_or(image);
+    let tag = name
+        .split('@')
+        .next()
+        .unwrap_or(name)
+        .split_once(':')
+        .map(|(_, t)| t);
+    let always = !image.contains('@') && tag.is_none_or(|t| t == "latest");
+    if always { "Always" } else { "IfNotPresent" }.to_string()
 }
 
 impl Kubelet {
@@ -199,39 +221,142 @@ impl Kubelet {
         }
     }
 
+    /// Whether `pod` (this uid) still exists.
+    fn exists(&self, pod: &Value) -> bool {
+        let (ns, name) = client::names(pod);
+        self.client(KUBELET)
+            .get(PODS, &ns, &name)
+            .is_some_and(|p| p["metadata"]["uid"] == pod["metadata"]["uid"])
+    }
+
+    /// Report a failed pull as the kubelet does: the container waiting in
+    /// `ErrImagePull` (or `ErrImageNeverPull`) with events, then, for a pull that can
+    /// succeed later, `ImagePullBackOff`. Returns whether to try again (a registry
+    /// failure, the pod still there).
     async fn fail_pull(
         self: &Arc<Self>,
         pod: &Value,
         image: &str,
         container: &str,
         error: &PullError,
-    ) {
-        let message = match error {
+    ) -> bool {
+        // What containerd answers the kubelet, and the kubelet's event around it.
+        let rpc = match error {
             PullError::NotFound => format!(
-                "Failed to pull image \"{image}\": rpc error: code = NotFound desc = failed to pull and unpack image \"{image}\": not found (no directory is mapped to it: --image {image}=DIR)"
+                "rpc error: code = NotFound desc = failed to pull and unpack image \"{image}\": not found (no directory or OCI image is mapped to it: --image {image}=DIR, or {{ oci = \"REF\" }} in --images-from)"
             ),
-            PullError::NeverPull => {
-                format!("Container image \"{image}\" is not present with pull policy of Never")
-            }
+            PullError::NeedsIsolation => format!(
+                "rpc error: code = Unknown desc = failed to pull and unpack image \"{image}\": OCI images run in isolated pods only (--runtime namespaces), not plain ones"
+            ),
+            PullError::Registry {
+                not_found: true,
+                message,
+            } => format!(
+                "rpc error: code = NotFound desc = failed to pull and unpack image \"{image}\": failed to resolve reference \"{image}\": {message}"
+            ),
+            PullError::Registry { message, .. } => format!(
+                "rpc error: code = Unknown desc = failed to pull and unpack image \"{image}\": {message}"
+            ),
+            PullError::NeverPull => String::new(),
         };
-        let reason = match error {
-            PullError::NeverPull => "ErrImageNeverPull",
-            PullError::NotFound => "ErrImagePull",
+        let (reason, event_reason, message, status_message) = match error {
+            PullError::NeverPull => {
+                let message =
+                    format!("Container image \"{image}\" is not present with pull policy of Never");
+                (
+                    "ErrImageNeverPull",
+                    "ErrImageNeverPull",
+                    message.clone(),
+                    message,
+                )
+            }
+            _ => (
+                "ErrImagePull",
+                "Failed",
+                format!("Failed to pull image \"{image}\": {rpc}"),
+                rpc,
+            ),
         };
         let waiting = |reason: &str, message: &str| json!({"phase": "Pending", "containerStatuses": [{"name": container, "image": image, "imageID": "", "ready": false, "started": false, "restartCount": 0, "state": {"waiting": {"reason": reason, "message": message}}}]});
-        if let Some(p) = self.patch_status(pod, waiting(reason, &message)) {
+        if let Some(p) = self.patch_status(pod, waiting(reason, &status_message)) {
             let c = self.client(KUBELET);
-            c.event(&p, "Warning", "Failed", &message);
+            c.event(&p, "Warning", event_reason, &message);
             c.event(&p, "Warning", "Failed", &format!("Error: {reason}"));
+        } else {
+            return false;
         }
-        if *error == PullError::NotFound {
-            // The kubelet retries with back-off; no directory appears meanwhile.
-            tokio::time::sleep(PULL_BACKOFF).await;
-            let back_off = format!("Back-off pulling image \"{image}\"");
-            if let Some(p) = self.patch_status(pod, waiting("ImagePullBackOff", &back_off)) {
+        if *error == PullError::NeverPull {
+            return false;
+        }
+        // The kubelet backs off before it tries again.
+        tokio::time::sleep(PULL_BACKOFF).await;
+        let back_off = format!("Back-off pulling image \"{image}\"");
+        match self.patch_status(pod, waiting("ImagePullBackOff", &back_off)) {
+            Some(p) => {
                 let c = self.client(KUBELET);
                 c.event(&p, "Normal", "BackOff", &back_off);
                 c.event(&p, "Warning", "Failed", "Error: ImagePullBackOff");
+            }
+            None => return false,
+        }
+        // No directory or mapping appears meanwhile; a registry may get the image.
+        matches!(error, PullError::Registry { .. })
+    }
+
+    /// Pull `image` for a container of `pod` on `node`, as the kubelet does: events
+    /// for each attempt, and a failed registry pull tried again with back-off until
+    /// it succeeds or the pod is gone. Returns whether the image is there.
+    async fn pull_image(
+        self: &Arc<Self>,
+        pod: &Value,
+        node: &str,
+        image: &str,
+        container: &str,
+        policy: &str,
+    ) -> bool {
+        let c = self.client(KUBELET);
+        if self.runtime.cached(node, image) && policy != "Always" {
+            c.event(
+                pod,
+                "Normal",
+                "Pulled",
+                &format!("Container image \"{image}\" already present on machine"),
+            );
+            return true;
+        }
+        let mut backoff = RETRY_BACKOFF;
+        loop {
+            if self.runtime.knows(image) && policy != "Never" {
+                c.event(
+                    pod,
+                    "Normal",
+                    "Pulling",
+                    &format!("Pulling image \"{image}\""),
+                );
+            }
+            match self.runtime.pull(node, image, policy).await {
+                Ok(pulled) => {
+                    let pulled = pulled.unwrap_or_default();
+                    let took = pulled.took.as_secs_f64();
+                    let message = match pulled.size {
+                        Some(size) => format!(
+                            "Successfully pulled image \"{image}\" in {took:.3}s ({took:.3}s including waiting). Image size: {size} bytes."
+                        ),
+                        None => format!("Successfully pulled image \"{image}\" in {took:.3}s"),
+                    };
+                    c.event(pod, "Normal", "Pulled", &message);
+                    return true;
+                }
+                Err(error) => {
+                    if !self.fail_pull(pod, image, container, &error).await {
+                        return false;
+                    }
+                }
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(PULL_BACKOFF_MAX);
+            if !self.exists(pod) {
+                return false;
             }
         }
     }
@@ -250,41 +375,11 @@ impl Kubelet {
         for ct in &all {
             let image = ct["image"].as_str().unwrap_or_default();
             let name = ct["name"].as_str().unwrap_or_default();
-            let policy = ct["imagePullPolicy"].as_str().unwrap_or("IfNotPresent");
-            if self.runtime.cached(&node, image) && policy != "Always" {
-                c.event(
-                    &pod,
-                    "Normal",
-                    "Pulled",
-                    &format!("Container image \"{image}\" already present on machine"),
-                );
-                continue;
-            }
-            if self.runtime.knows(image) && policy != "Never" {
-                c.event(
-                    &pod,
-                    "Normal",
-                    "Pulling",
-                    &format!("Pulling image \"{image}\""),
-                );
-            }
-            match self.runtime.pull(&node, image, policy).await {
-                Ok(took) => {
-                    let took = took.unwrap_or_default();
-                    c.event(
-                        &pod,
-                        "Normal",
-                        "Pulled",
-                        &format!(
-                            "Successfully pulled image \"{image}\" in {:.3}s",
-                            took.as_secs_f64()
-                        ),
-                    );
-                }
-                Err(error) => {
-                    self.fail_pull(&pod, image, name, &error).await;
-                    return;
-                }
+            let policy = ct["imagePullPolicy"]
+                .as_str()
+                .map_or_else(|| default_pull_policy(image), str::to_string);
+            if !self.pull_image(&pod, &node, image, name, &policy).await {
+                return;
             }
         }
         if self.runtime.node_images(&node).len() != pulls_before {
@@ -353,7 +448,7 @@ impl Kubelet {
         let statuses: Vec<Value> = main
             .iter()
             .map(|ct| json!({
-                "name": ct["name"], "image": ct["image"], "imageID": format!("sandfleet://{}", ct["image"].as_str().unwrap_or_default()),
+                "name": ct["name"], "image": ct["image"], "imageID": self.runtime.image_id(ct["image"].as_str().unwrap_or_default()),
                 "containerID": container_id, "ready": true, "started": true, "restartCount": 0,
                 "state": {"running": {"startedAt": now}},
             }))
@@ -361,7 +456,7 @@ impl Kubelet {
         let init: Vec<Value> = containers(&pod, "initContainers")
             .iter()
             .map(|ct| json!({
-                "name": ct["name"], "image": ct["image"], "imageID": format!("sandfleet://{}", ct["image"].as_str().unwrap_or_default()),
+                "name": ct["name"], "image": ct["image"], "imageID": self.runtime.image_id(ct["image"].as_str().unwrap_or_default()),
                 "ready": true, "started": false, "restartCount": 0,
                 "state": {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": now, "finishedAt": now}},
             }))
@@ -410,18 +505,20 @@ impl Kubelet {
                 &format!("Started container {n}"),
             );
         }
-        let mut argv: Vec<String> = Vec::new();
-        for field in ["command", "args"] {
-            argv.extend(
-                first[field]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|a| a.as_str().map(str::to_string)),
-            );
-        }
+        let strings = |field: &str| -> Vec<String> {
+            first[field]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|a| a.as_str().map(str::to_string))
+                .collect()
+        };
+        let argv = self
+            .runtime
+            .argv(image, strings("command"), strings("args"));
         if argv.is_empty() {
-            // No command: the container idles until the pod is deleted, its log empty.
+            // No command (nor an OCI image's entrypoint or command): the container
+            // idles until the pod is deleted, its log empty.
             return;
         }
         let Some(main_log) = logs.first() else {
@@ -456,7 +553,7 @@ impl Kubelet {
                     terminated["message"] = json!(message);
                 }
                 json!({
-                    "name": ct["name"], "image": ct["image"], "imageID": format!("sandfleet://{}", ct["image"].as_str().unwrap_or_default()),
+                    "name": ct["name"], "image": ct["image"], "imageID": self.runtime.image_id(ct["image"].as_str().unwrap_or_default()),
                     "containerID": container_id, "ready": false, "started": false, "restartCount": 0,
                     "state": {"terminated": terminated},
                 })
@@ -492,9 +589,9 @@ impl Kubelet {
     fn publish_node_images(&self, node: &str) {
         let images: Vec<Value> = self
             .runtime
-            .node_images(node)
+            .node_image_entries(node)
             .into_iter()
-            .map(|i| json!({"names": [i], "sizeBytes": 0}))
+            .map(|(names, size)| json!({"names": names, "sizeBytes": size}))
             .collect();
         let patch = json!({"status": {"images": images}});
         let _ = self
@@ -603,6 +700,27 @@ pub(crate) async fn run(state: Arc<State>, runtime: Arc<Runtime>) {
             } else if *e.resource == *nodes_key && e.kind != EventType::Modified {
                 retry = true;
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::default_pull_policy;
+
+    #[test]
+    fn images_untagged_or_latest_default_to_always_and_the_rest_to_if_not_present() {
+        for (image, policy) in [
+            ("python", "Always"),
+            ("python:latest", "Always"),
+            ("127.0.0.1:5000/team/tool", "Always"),
+            ("127.0.0.1:5000/team/tool:latest", "Always"),
+            ("python:3.11", "IfNotPresent"),
+            ("127.0.0.1:5000/team/tool:1", "IfNotPresent"),
+            ("ghcr.io/x/y@sha256:0123", "IfNotPresent"),
+            ("ghcr.io/x/y:latest@sha256:0123", "IfNotPresent"),
+        ] {
+            assert_eq!(default_pull_policy(image), policy, "{image}");
         }
     }
 }

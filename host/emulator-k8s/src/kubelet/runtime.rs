@@ -1,8 +1,10 @@
 //! The container runtime behind the kubelet: every running pod is one local sandbox
 //! (the local backend's machinery, isolated or `plain`), made from the directory its
-//! image name maps to; a per-node image cache that makes the first pull of an image on
-//! a node pay the pull latency; commands run in a pod's sandbox; and each container's
-//! log, kept while its pod exists.
+//! image name maps to, or (isolated) from the OCI image it names or maps to, pulled
+//! from its registry into the local backend's layer store; a per-node image cache
+//! (nodes start empty and share the one store) that makes the first pull of an image
+//! on a node pay the pull latency on top of the real pull; commands run in a pod's
+//! sandbox; and each container's log, kept while its pod exists.
 
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::process::ExitStatusExt;
@@ -12,9 +14,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use sandfleet_backend_local::{IsolationMode, LocalBackend, LocalConfig, SpawnRequest, Spawned};
+use sandfleet_backend_local::{
+    IsolationMode, LocalBackend, LocalConfig, LocalError, SpawnRequest, Spawned,
+};
 use sandfleet_core::{Backend, Labels, RunId, SandboxHandle, TemplateRef, TemplateSpec};
-pub use sandfleet_emulator_opensandbox::ImageMap;
+pub use sandfleet_emulator_opensandbox::{ImageMap, OciMap};
 use tokio::io::AsyncReadExt;
 use tokio::sync::OnceCell;
 
@@ -70,10 +74,44 @@ impl PodSandbox {
 /// Why an image cannot be run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum PullError {
-    /// No directory is mapped to this image name.
+    /// No directory or OCI image is mapped to this image name, and it names no
+    /// reference.
     NotFound,
+    /// An OCI image, but pods run as plain processes.
+    NeedsIsolation,
     /// `imagePullPolicy: Never` and the node does not have it.
     NeverPull,
+    /// The pull from the registry failed: `not_found` when the registry lacks
+    /// the reference; `message` names the reference, the registry and what
+    /// failed.
+    Registry {
+        /// The registry has no such repository, tag or manifest.
+        not_found: bool,
+        /// The failure, one line.
+        message: String,
+    },
+}
+
+/// What a pull got.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Pulled {
+    /// How long it took, waiting for a pull of the same image included.
+    pub(crate) took: Duration,
+    /// The image's size in bytes, when it is an OCI image.
+    pub(crate) size: Option<u64>,
+}
+
+/// What the store says of a pulled OCI image.
+#[derive(Debug, Clone, Default)]
+struct OciFacts {
+    /// `registry/repository@sha256:…`, the container status's `imageID`.
+    id: String,
+    /// Its layers' and config's bytes.
+    size: u64,
+    /// The config's `Entrypoint`.
+    entrypoint: Vec<String>,
+    /// The config's `Cmd`.
+    cmd: Vec<String>,
 }
 
 /// A node and an image name.
@@ -82,9 +120,15 @@ type NodeImage = (String, String);
 /// Runs pods as local sandboxes.
 pub(crate) struct Runtime {
     backend: Option<Arc<LocalBackend>>,
+    /// Why there is no backend.
+    no_backend: String,
     run_id: RunId,
     images: ImageMap,
+    oci: OciMap,
+    plain: bool,
     pull_latency: Duration,
+    /// Image name → what its last pull found (OCI images).
+    facts: Mutex<HashMap<String, OciFacts>>,
     templates: tokio::sync::Mutex<HashMap<String, TemplateRef>>,
     /// (node, image) → the pull, done once.
     pulled: Mutex<HashMap<NodeImage, Arc<OnceCell<()>>>>,
@@ -96,13 +140,15 @@ pub(crate) struct Runtime {
 }
 
 impl Runtime {
-    /// A runtime for `images` (none: pods cannot start, and no backend is made).
+    /// A runtime for `images` (directories) and `oci` (names of OCI references);
+    /// with isolation, any image that names a reference is pulled too.
     ///
     /// # Errors
     /// When an image directory is missing, the state directory cannot be used, or
-    /// (isolated) local sandboxes cannot run here.
+    /// (isolated, with images configured) local sandboxes cannot run here.
     pub(crate) async fn new(
         images: ImageMap,
+        oci: OciMap,
         runtime: PodRuntime,
         pull_latency: Duration,
         state_dir: Option<PathBuf>,
@@ -114,10 +160,9 @@ impl Runtime {
                 source.path.display()
             );
         }
+        let configured = !images.is_empty() || !oci.is_empty();
         let mut scratch = None;
-        let backend = if images.is_empty() {
-            None
-        } else {
+        let made: anyhow::Result<LocalBackend> = async {
             let dir = match state_dir {
                 Some(d) => d,
                 None => {
@@ -139,11 +184,12 @@ impl Runtime {
                 // The nodes' allocatable, not the local backend, bounds what runs.
                 max_sandboxes: Some(1_000_000),
                 images: images.clone(),
+                oci_images: oci.clone(),
                 ..LocalConfig::default()
             };
             let backend =
                 LocalBackend::new("k8s-emulator", config).map_err(|e| anyhow::anyhow!("{e}"))?;
-            if runtime == PodRuntime::Namespaces {
+            if configured && runtime == PodRuntime::Namespaces {
                 let preflight = backend.preflight().await;
                 anyhow::ensure!(
                     preflight.failures.is_empty(),
@@ -151,13 +197,25 @@ impl Runtime {
                     preflight.failures.join("; ")
                 );
             }
-            Some(Arc::new(backend))
+            Ok(backend)
+        }
+        .await;
+        // With no images configured, a cluster whose pods cannot run still serves:
+        // they stay Pending in ErrImagePull.
+        let (backend, no_backend) = match made {
+            Ok(backend) => (Some(Arc::new(backend)), String::new()),
+            Err(error) if !configured => (None, format!("{error:#}")),
+            Err(error) => return Err(error),
         };
         Ok(Self {
             backend,
+            no_backend,
             run_id: RunId::generate("k8s-emulator"),
             images,
+            oci,
+            plain: runtime == PodRuntime::Plain,
             pull_latency,
+            facts: Mutex::new(HashMap::new()),
             templates: tokio::sync::Mutex::new(HashMap::new()),
             pulled: Mutex::new(HashMap::new()),
             sandboxes: Mutex::new(HashMap::new()),
@@ -169,11 +227,24 @@ impl Runtime {
     fn backend(&self) -> anyhow::Result<&Arc<LocalBackend>> {
         self.backend
             .as_ref()
-            .context("no images are configured (--image REF=DIR)")
+            .with_context(|| format!("pods cannot run here: {}", self.no_backend))
+    }
+
+    /// The OCI reference `image` stands for (a mapped name, or a reference itself),
+    /// when pods can run OCI images.
+    fn oci_reference(&self, image: &str) -> Option<String> {
+        let backend = self.backend.as_ref()?;
+        backend.oci_reference(image).map(str::to_string)
+    }
+
+    /// Whether `image` can be pulled: a directory is mapped to it, or it is an OCI
+    /// image pods can run.
+    pub(crate) fn knows(&self, image: &str) -> bool {
+        self.images.contains_key(image) || self.oci_reference(image).is_some()
     }
 
     /// Whether a directory is mapped to `image`.
-    pub(crate) fn knows(&self, image: &str) -> bool {
+    pub(crate) fn is_directory(&self, image: &str) -> bool {
         self.images.contains_key(image)
     }
 
@@ -186,16 +257,62 @@ impl Runtime {
             .is_some_and(|cell| cell.initialized())
     }
 
+    /// The container status's `imageID` for `image`.
+    pub(crate) fn image_id(&self, image: &str) -> String {
+        self.facts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(image)
+            .map_or_else(|| format!("sandfleet://{image}"), |f| f.id.clone())
+    }
+
+    /// The size of `image` as the node reports it (0 for a directory image).
+    fn image_size(&self, image: &str) -> u64 {
+        self.facts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(image)
+            .map_or(0, |f| f.size)
+    }
+
+    /// The argv of a container of `image` with this `command` and `args`, as a
+    /// container runtime makes it: an OCI image's `Entrypoint` unless `command` is
+    /// given, its `Cmd` unless `command` or `args` is.
+    pub(crate) fn argv(&self, image: &str, command: Vec<String>, args: Vec<String>) -> Vec<String> {
+        let facts = self
+            .facts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(image)
+            .cloned();
+        match facts {
+            Some(facts) if command.is_empty() => {
+                let args = if args.is_empty() { facts.cmd } else { args };
+                facts.entrypoint.into_iter().chain(args).collect()
+            }
+            _ => command.into_iter().chain(args).collect(),
+        }
+    }
+
     /// Pull `image` onto `node` as `policy` says; returns how long the pull took
-    /// (None: it was present).
+    /// (None: it was present). An OCI image is pulled for real into the layer
+    /// store (`Always` asks its registry even when the store has it; otherwise a
+    /// copy another node pulled serves), and the pull latency comes on top.
     pub(crate) async fn pull(
         &self,
         node: &str,
         image: &str,
         policy: &str,
-    ) -> Result<Option<Duration>, PullError> {
-        if !self.images.contains_key(image) {
-            return Err(PullError::NotFound);
+    ) -> Result<Option<Pulled>, PullError> {
+        let oci = self.oci_reference(image);
+        if !self.images.contains_key(image) && oci.is_none() {
+            let names_oci =
+                self.oci.contains_key(image) || sandfleet_core::names_a_reference(image);
+            return Err(if names_oci && self.plain {
+                PullError::NeedsIsolation
+            } else {
+                PullError::NotFound
+            });
         }
         let always = policy == "Always";
         if self.cached(node, image) && !always {
@@ -205,7 +322,10 @@ impl Runtime {
             return Err(PullError::NeverPull);
         }
         let started = Instant::now();
-        if always {
+        if always && self.cached(node, image) {
+            if let Some(reference) = &oci {
+                self.pull_oci(image, reference, true).await?;
+            }
             tokio::time::sleep(self.pull_latency).await;
         }
         let cell = self
@@ -215,10 +335,55 @@ impl Runtime {
             .entry((node.to_string(), image.to_string()))
             .or_default()
             .clone();
-        // Pods of one image on one node share the first pull.
-        cell.get_or_init(|| async { tokio::time::sleep(self.pull_latency).await })
-            .await;
-        Ok(Some(started.elapsed()))
+        // Pods of one image on one node share the first pull; a failed one is
+        // tried again by the next.
+        cell.get_or_try_init(|| async {
+            if let Some(reference) = &oci {
+                self.pull_oci(image, reference, always).await?;
+            }
+            tokio::time::sleep(self.pull_latency).await;
+            Ok::<(), PullError>(())
+        })
+        .await?;
+        Ok(Some(Pulled {
+            took: started.elapsed(),
+            size: oci.map(|_| self.image_size(image)),
+        }))
+    }
+
+    async fn pull_oci(&self, image: &str, reference: &str, always: bool) -> Result<(), PullError> {
+        let backend = self.backend().map_err(|e| PullError::Registry {
+            not_found: false,
+            message: format!("{e:#}"),
+        })?;
+        let pulled =
+            backend
+                .pull_oci(reference, always)
+                .await
+                .map_err(|error| PullError::Registry {
+                    not_found: matches!(
+                        error,
+                        LocalError::Image(sandfleet_images::Error::NotFound { .. })
+                    ),
+                    message: error.to_string(),
+                })?;
+        let name = &pulled.reference;
+        let facts = OciFacts {
+            id: format!(
+                "{}/{}@{}",
+                name.registry(),
+                name.repository(),
+                pulled.manifest
+            ),
+            size: pulled.layers.iter().map(|l| l.size).sum(),
+            entrypoint: pulled.config.entrypoint.clone(),
+            cmd: pulled.config.cmd.clone(),
+        };
+        self.facts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(image.to_string(), facts);
+        Ok(())
     }
 
     /// The images on `node` (for its status).
@@ -231,6 +396,21 @@ impl Runtime {
             .collect();
         images.sort();
         images
+    }
+
+    /// The images on `node` with their sizes, and an OCI image's digest name.
+    pub(crate) fn node_image_entries(&self, node: &str) -> Vec<(Vec<String>, u64)> {
+        self.node_images(node)
+            .into_iter()
+            .map(|image| {
+                let id = self.image_id(&image);
+                let mut names = vec![image.clone()];
+                if !id.starts_with("sandfleet://") {
+                    names.insert(0, id);
+                }
+                (names, self.image_size(&image))
+            })
+            .collect()
     }
 
     async fn template(

@@ -2,6 +2,7 @@
 //! official SDK and the driver use it.
 
 mod http;
+mod oci;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
