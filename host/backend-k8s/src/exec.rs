@@ -11,9 +11,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
 use kube::api::{Api, AttachParams, AttachedProcess};
-use sandfleet_core::{
-    ExecRequest, ExecResult, OutputChunk, OutputSink, OutputStream, dropped_marker,
-};
+use sandfleet_core::{CappedOutput, ExecRequest, ExecResult, OutputSink, OutputStream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, SimplexStream, WriteHalf};
 
 use crate::frames::{Stream, kill_argv, script};
@@ -264,68 +262,6 @@ fn marker() -> String {
     format!("sf{:016x}{:016x}", crate::random(), crate::random())
 }
 
-/// Output kept of one stream, up to `limit` bytes.
-struct Kept {
-    stream: OutputStream,
-    bytes: Vec<u8>,
-    dropped: u64,
-    limit: Option<u64>,
-}
-
-impl Kept {
-    fn new(stream: OutputStream, limit: Option<u64>) -> Self {
-        Kept {
-            stream,
-            bytes: Vec::new(),
-            dropped: 0,
-            limit,
-        }
-    }
-
-    /// Keeps what fits of `chunk` and sends it to `sink`.
-    async fn push(&mut self, chunk: Vec<u8>, sink: Option<&OutputSink>) {
-        if chunk.is_empty() {
-            return;
-        }
-        let room = self.limit.map_or(usize::MAX, |limit| {
-            limit.saturating_sub(self.bytes.len() as u64) as usize
-        });
-        let kept = chunk.len().min(room);
-        self.dropped += (chunk.len() - kept) as u64;
-        if kept == 0 {
-            return;
-        }
-        let kept = chunk[..kept].to_vec();
-        self.bytes.extend_from_slice(&kept);
-        if let Some(sink) = sink {
-            let _ = sink
-                .send(OutputChunk {
-                    stream: self.stream,
-                    bytes: kept,
-                })
-                .await;
-        }
-    }
-
-    /// The kept bytes, ended by the dropped-output marker when some were
-    /// dropped (sent to `sink` too).
-    async fn finish(mut self, sink: Option<&OutputSink>) -> (Vec<u8>, u64) {
-        if self.dropped > 0 {
-            let note = dropped_marker(self.stream, self.dropped, self.limit.unwrap_or_default());
-            self.bytes.extend_from_slice(note.as_bytes());
-            if let Some(sink) = sink {
-                let _ = sink
-                    .send(OutputChunk {
-                        stream: self.stream,
-                        bytes: note.into_bytes(),
-                    })
-                    .await;
-            }
-        }
-        (self.bytes, self.dropped)
-    }
-}
-
 /// Reads one command's frames off `stdout` and `stderr` until both end,
 /// killing the command's process group at its timeout.
 async fn follow(
@@ -339,8 +275,8 @@ async fn follow(
 ) -> Result<ExecResult, Closed> {
     let mut out = Stream::new(marker, true);
     let mut err = Stream::new(marker, !request.merge_stderr);
-    let mut kept_out = Kept::new(OutputStream::Stdout, request.max_output);
-    let mut kept_err = Kept::new(OutputStream::Stderr, request.max_output);
+    let mut kept_out = CappedOutput::new(OutputStream::Stdout, request.max_output);
+    let mut kept_err = CappedOutput::new(OutputStream::Stderr, request.max_output);
     let mut out_buf = vec![0u8; READ_CHUNK];
     let mut err_buf = vec![0u8; READ_CHUNK];
     let mut timed_out = false;
@@ -359,14 +295,14 @@ async fn follow(
                 if n == 0 {
                     return Err(closed(&out));
                 }
-                kept_out.push(out.feed(&out_buf[..n]), sink).await;
+                kept_out.keep_and_send(&out.feed(&out_buf[..n]), sink).await;
             }
             read = stderr.read(&mut err_buf), if err.ended.is_none() => {
                 let n = read.map_err(|e| Closed::Lost(format!("reading the command's errors: {e}")))?;
                 if n == 0 {
                     return Err(closed(&out));
                 }
-                kept_err.push(err.feed(&err_buf[..n]), sink).await;
+                kept_err.keep_and_send(&err.feed(&err_buf[..n]), sink).await;
             }
             () = timer => {
                 if timed_out {
@@ -384,8 +320,8 @@ async fn follow(
             }
         }
     }
-    let (stdout, stdout_dropped) = kept_out.finish(sink).await;
-    let (stderr, stderr_dropped) = kept_err.finish(sink).await;
+    let (stdout, stdout_dropped) = kept_out.finish_and_send(sink).await;
+    let (stderr, stderr_dropped) = kept_err.finish_and_send(sink).await;
     let exit_code = match out.ended {
         Some(Some(code)) if !timed_out => code,
         _ => -1,

@@ -14,7 +14,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use sandfleet_core::{
-    ExecRequest, ExecResult, OutputChunk, OutputSink, OutputStream, dropped_marker, stopped_marker,
+    CappedOutput, ExecRequest, ExecResult, OutputChunk, OutputSink, OutputStream, stopped_marker,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe;
@@ -204,9 +204,8 @@ pub(crate) async fn run(
         Some(status) if !killed && disk_exceeded.is_none() => status.code().unwrap_or(-1),
         _ => -1,
     };
-    let (stdout_dropped, stderr_dropped) = (stdout.dropped, stderr.dropped);
-    let mut stdout = stdout.finish(sink).await;
-    let mut stderr = stderr.finish(sink).await;
+    let (mut stdout, stdout_dropped) = stdout.finish(sink).await;
+    let (mut stderr, stderr_dropped) = stderr.finish(sink).await;
     if let (Some(usage), Some(disk)) = (disk_exceeded, disk) {
         // Where the command's own last words went, so a grader reading its
         // output learns why it ended.
@@ -241,12 +240,7 @@ pub(crate) async fn run(
 /// One output stream being collected.
 struct Output {
     pipe: Option<pipe::Receiver>,
-    stream: OutputStream,
-    bytes: Vec<u8>,
-    /// Bytes kept at most.
-    limit: Option<u64>,
-    /// Bytes read past the limit.
-    dropped: u64,
+    kept: CappedOutput,
     /// A kept chunk the sink has not taken yet.
     unsent: Option<OutputChunk>,
     buffer: Box<[u8]>,
@@ -264,10 +258,7 @@ impl Output {
             pipe: reader
                 .map(|reader| pipe::Receiver::from_owned_fd(reader.into()))
                 .transpose()?,
-            stream,
-            bytes: Vec::new(),
-            limit,
-            dropped: 0,
+            kept: CappedOutput::new(stream, limit),
             unsent: None,
             buffer: vec![0; READ_CHUNK].into_boxed_slice(),
         })
@@ -300,23 +291,15 @@ impl Output {
             }
             Ok(n) => n,
             Err(error) => {
-                tracing::warn!(%error, stream = ?self.stream, "reading command output");
+                tracing::warn!(%error, stream = ?self.kept.stream(), "reading command output");
                 self.pipe = None;
                 return;
             }
         };
-        let room = self.limit.map_or(n, |limit| {
-            (limit.saturating_sub(self.bytes.len() as u64) as usize).min(n)
-        });
-        self.dropped += (n - room) as u64;
-        if room == 0 {
-            return;
-        }
-        let kept = &self.buffer[..room];
-        self.bytes.extend_from_slice(kept);
-        if sink.is_some() {
+        let kept = self.kept.keep(&self.buffer[..n]);
+        if sink.is_some() && !kept.is_empty() {
             self.unsent = Some(OutputChunk {
-                stream: self.stream,
+                stream: self.kept.stream(),
                 bytes: kept.to_vec(),
             });
         }
@@ -329,23 +312,13 @@ impl Output {
 
     /// The kept bytes, with the marker for what was dropped (also sent to
     /// `sink`).
-    async fn finish(mut self, sink: Option<&OutputSink>) -> Vec<u8> {
-        if let (Some(sink), Some(chunk)) = (sink, self.unsent.take()) {
-            let _ = sink.send(chunk).await;
-        }
-        if self.dropped > 0 {
-            let limit = self.limit.unwrap_or_default();
-            let marker = dropped_marker(self.stream, self.dropped, limit).into_bytes();
-            if let Some(sink) = sink {
-                let chunk = OutputChunk {
-                    stream: self.stream,
-                    bytes: marker.clone(),
-                };
+    async fn finish(mut self, sink: Option<&OutputSink>) -> (Vec<u8>, u64) {
+        if let Some(sink) = sink {
+            for chunk in self.unsent.take().into_iter().chain(self.kept.marker()) {
                 let _ = sink.send(chunk).await;
             }
-            self.bytes.extend_from_slice(&marker);
         }
-        self.bytes
+        self.kept.finish()
     }
 }
 
@@ -469,7 +442,7 @@ mod tests {
         drop(sink);
         assert_eq!(result.exit_code, 0);
         assert_eq!(result.stdout_dropped, 1_048_576 - 1000);
-        let marker = dropped_marker(OutputStream::Stdout, 1_048_576 - 1000, 1000);
+        let marker = sandfleet_core::dropped_marker(OutputStream::Stdout, 1_048_576 - 1000, 1000);
         assert_eq!(result.stdout.len(), 1000 + marker.len());
         assert!(result.stdout.ends_with(marker.as_bytes()));
         assert_eq!(

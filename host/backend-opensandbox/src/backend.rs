@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use reqwest::Method;
 use sandfleet_core::{
-    Backend, BackendError, Capabilities, Capacity, ErrorKind, ExecGuarantees, ExecRequest,
-    ExecResult, Images, LABEL_RUN_ID, Labels, OutputChunk, OutputSink, OutputStream, Owned,
+    Backend, BackendError, Capabilities, Capacity, CappedOutput, ErrorKind, ExecGuarantees,
+    ExecRequest, ExecResult, Images, LABEL_RUN_ID, Labels, OutputSink, OutputStream, Owned,
     PoolSizing, PoolStatus, Preflight, Reaped, RunId, SandboxHandle, TemplateRef, TemplateSpec,
     validate_labels,
 };
@@ -16,7 +16,7 @@ use sandfleet_transport::{Call, CallKind, Clients, HttpFailure, Transport};
 
 use crate::background::Poller;
 use crate::config::{EndpointMode, OpenSandboxConfig, Resolved};
-use crate::exec::{Cut, DEFAULT_MAX_OUTPUT, Kept, read_to_terminal};
+use crate::exec::{Cut, read_to_terminal};
 use crate::wire::{
     Command, CreateSandbox, Endpoint, Extensions, HandleData, Image, Resources, Sandbox,
     SandboxPage,
@@ -742,33 +742,15 @@ impl Backend for OpenSandboxBackend {
             .follow(&id, started, request.timeout, request.max_output, output)
             .await?;
         if let Some(file) = stderr_file {
-            let limit = request.max_output.unwrap_or(DEFAULT_MAX_OUTPUT);
             let read = self.take_file_output(&execd, sandbox, &file).await;
-            let mut kept = Kept::default();
-            match read {
-                Ok(bytes) => kept.push(&bytes, limit),
-                Err(error) => {
-                    tracing::warn!(sandbox = %sandbox.id, %error, "cannot read back a background command's stderr");
-                    kept.push(
-                        format!(
-                            "(sandfleet: this command's stderr could not be read back: {error})\n"
-                        )
-                        .as_bytes(),
-                        limit,
-                    );
-                }
-            }
-            (result.stderr, result.stderr_dropped) = kept.finish(OutputStream::Stderr, limit);
-            if let Some(sink) = output
-                && !result.stderr.is_empty()
-            {
-                let _ = sink
-                    .send(OutputChunk {
-                        stream: OutputStream::Stderr,
-                        bytes: result.stderr.clone(),
-                    })
-                    .await;
-            }
+            let mut kept = CappedOutput::new(OutputStream::Stderr, request.max_output);
+            let bytes = read.unwrap_or_else(|error| {
+                tracing::warn!(sandbox = %sandbox.id, %error, "cannot read back a background command's stderr");
+                format!("(sandfleet: this command's stderr could not be read back: {error})\n")
+                    .into_bytes()
+            });
+            kept.keep_and_send(&bytes, output).await;
+            (result.stderr, result.stderr_dropped) = kept.finish_and_send(output).await;
         }
         Ok(result)
     }

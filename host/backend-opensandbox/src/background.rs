@@ -7,10 +7,9 @@
 use std::time::{Duration, Instant};
 
 use reqwest::Method;
-use sandfleet_core::{BackendError, ExecResult, OutputChunk, OutputSink, OutputStream};
+use sandfleet_core::{BackendError, CappedOutput, ExecResult, OutputSink, OutputStream};
 use sandfleet_transport::{Call, Transport};
 
-use crate::exec::{DEFAULT_MAX_OUTPUT, Kept};
 use crate::wire::CommandStatus;
 
 /// The first pause between polls; it grows to [`MAX_POLL`].
@@ -38,8 +37,7 @@ impl<F: Fn(Method, String, String) -> Result<Call, BackendError>> Poller<'_, F> 
         max_output: Option<u64>,
         sink: Option<&OutputSink>,
     ) -> Result<ExecResult, BackendError> {
-        let limit = max_output.unwrap_or(DEFAULT_MAX_OUTPUT);
-        let mut kept = Kept::default();
+        let mut kept = CappedOutput::new(OutputStream::Stdout, max_output);
         let mut cursor = 0u64;
         let mut pause = FIRST_POLL;
         let give_up = started + timeout + Duration::from_secs(1);
@@ -47,13 +45,13 @@ impl<F: Fn(Method, String, String) -> Result<Call, BackendError>> Poller<'_, F> 
             let status: CommandStatus = self.status(id).await?;
             // Logs after the status: once it says the command ended, these
             // logs hold all of its output.
-            cursor = self.logs(id, cursor, &mut kept, limit, sink).await?;
+            cursor = self.logs(id, cursor, &mut kept, sink).await?;
             if !status.running {
                 let exit_code = status.exit_code.unwrap_or(-1);
                 if let Some(error) = status.error.filter(|e| !e.is_empty()) {
                     tracing::debug!(cluster = self.cluster, command = id, %error, "background command ended with an error");
                 }
-                let (stdout, stdout_dropped) = kept.finish(OutputStream::Stdout, limit);
+                let (stdout, stdout_dropped) = kept.finish_and_send(sink).await;
                 return Ok(ExecResult {
                     exit_code,
                     stdout,
@@ -66,7 +64,7 @@ impl<F: Fn(Method, String, String) -> Result<Call, BackendError>> Poller<'_, F> 
             }
             if Instant::now() >= give_up {
                 self.interrupt(id).await;
-                let (stdout, stdout_dropped) = kept.finish(OutputStream::Stdout, limit);
+                let (stdout, stdout_dropped) = kept.finish_and_send(sink).await;
                 return Ok(ExecResult {
                     exit_code: -1,
                     stdout,
@@ -96,8 +94,7 @@ impl<F: Fn(Method, String, String) -> Result<Call, BackendError>> Poller<'_, F> 
         &self,
         id: &str,
         cursor: u64,
-        kept: &mut Kept,
-        limit: u64,
+        kept: &mut CappedOutput,
         sink: Option<&OutputSink>,
     ) -> Result<u64, BackendError> {
         let call = (self.call)(
@@ -112,17 +109,7 @@ impl<F: Fn(Method, String, String) -> Result<Call, BackendError>> Poller<'_, F> 
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse().ok());
         let text = self.transport.body(self.cluster, &call, response).await?;
-        if !text.is_empty() {
-            kept.push(&text, limit);
-            if let Some(sink) = sink {
-                let _ = sink
-                    .send(OutputChunk {
-                        stream: OutputStream::Stdout,
-                        bytes: text.clone(),
-                    })
-                    .await;
-            }
-        }
+        kept.keep_and_send(&text, sink).await;
         // Without a cursor header, count the lines read.
         Ok(next.unwrap_or_else(|| cursor + text.iter().filter(|&&b| b == b'\n').count() as u64))
     }

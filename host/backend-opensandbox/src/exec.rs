@@ -2,12 +2,9 @@
 
 use std::time::{Duration, Instant};
 
-use sandfleet_core::{ExecResult, OutputChunk, OutputSink, OutputStream, dropped_marker};
+use sandfleet_core::{CappedOutput, ExecResult, OutputSink, OutputStream};
 
 use crate::events::{Event, EventReader};
-
-/// Output kept per stream when the request sets no limit.
-pub(crate) const DEFAULT_MAX_OUTPUT: u64 = 16 << 20;
 
 /// How a stream ended before its terminal event.
 #[derive(Debug)]
@@ -17,30 +14,6 @@ pub(crate) enum Cut {
     Lost(String, Option<String>),
     /// execd sent something that is not an event.
     Garbled(String),
-}
-
-/// One stream's output, capped.
-#[derive(Default)]
-pub(crate) struct Kept {
-    bytes: Vec<u8>,
-    dropped: u64,
-}
-
-impl Kept {
-    pub(crate) fn push(&mut self, text: &[u8], limit: u64) {
-        let room = (limit as usize).saturating_sub(self.bytes.len());
-        let kept = text.len().min(room);
-        self.bytes.extend_from_slice(&text[..kept]);
-        self.dropped += (text.len() - kept) as u64;
-    }
-
-    pub(crate) fn finish(mut self, stream: OutputStream, limit: u64) -> (Vec<u8>, u64) {
-        if self.dropped > 0 {
-            self.bytes
-                .extend_from_slice(dropped_marker(stream, self.dropped, limit).as_bytes());
-        }
-        (self.bytes, self.dropped)
-    }
 }
 
 /// A stream read to its terminal event.
@@ -62,10 +35,10 @@ pub(crate) async fn read_to_terminal(
     merge_stderr: bool,
     sink: Option<&OutputSink>,
 ) -> Result<Ended, Cut> {
-    let limit = max_output.unwrap_or(DEFAULT_MAX_OUTPUT);
     let mut reader = EventReader::default();
     let mut command_id = None;
-    let (mut stdout, mut stderr) = (Kept::default(), Kept::default());
+    let mut stdout = CappedOutput::new(OutputStream::Stdout, max_output);
+    let mut stderr = CappedOutput::new(OutputStream::Stderr, max_output);
     loop {
         let chunk = match response.chunk().await {
             Ok(Some(chunk)) => chunk,
@@ -90,10 +63,10 @@ pub(crate) async fn read_to_terminal(
                 "execution_complete" | "error" => {
                     let (exit_code, timed_out, failure) = exit_of(&event, started, timeout);
                     if let Some(failure) = failure {
-                        stderr.push(failure.as_bytes(), limit);
+                        stderr.keep_and_send(failure.as_bytes(), sink).await;
                     }
-                    let (stdout, stdout_dropped) = stdout.finish(OutputStream::Stdout, limit);
-                    let (stderr, stderr_dropped) = stderr.finish(OutputStream::Stderr, limit);
+                    let (stdout, stdout_dropped) = stdout.finish_and_send(sink).await;
+                    let (stderr, stderr_dropped) = stderr.finish_and_send(sink).await;
                     return Ok(Ended {
                         result: ExecResult {
                             exit_code,
@@ -114,22 +87,11 @@ pub(crate) async fn read_to_terminal(
                 // Pings and code-interpreter events carry no output.
                 _ => continue,
             };
-            let line = line_of(&event);
             let kept = match stream {
                 OutputStream::Stdout => &mut stdout,
                 OutputStream::Stderr => &mut stderr,
             };
-            kept.push(&line, limit);
-            if let Some(sink) = sink {
-                // The receiver may be gone (a log writer that failed); the
-                // result still holds the output.
-                let _ = sink
-                    .send(OutputChunk {
-                        stream,
-                        bytes: line,
-                    })
-                    .await;
-            }
+            kept.keep_and_send(&line_of(&event), sink).await;
         }
     }
 }

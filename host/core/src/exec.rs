@@ -55,6 +55,94 @@ pub fn dropped_marker(stream: OutputStream, dropped: u64, limit: u64) -> String 
     )
 }
 
+/// One stream's output as every driver keeps it: bytes up to
+/// [`ExecRequest::max_output`] (everything when it is `None`), what came
+/// past it counted, and the [`dropped_marker`] at the end when any was.
+#[derive(Debug)]
+pub struct CappedOutput {
+    stream: OutputStream,
+    limit: Option<u64>,
+    bytes: Vec<u8>,
+    dropped: u64,
+}
+
+impl CappedOutput {
+    /// Nothing kept yet of `stream`, under `limit`.
+    pub fn new(stream: OutputStream, limit: Option<u64>) -> Self {
+        CappedOutput {
+            stream,
+            limit,
+            bytes: Vec::new(),
+            dropped: 0,
+        }
+    }
+
+    /// Keeps what fits of `chunk` and counts the rest; returns the part
+    /// kept, for a sink (empty once the limit is reached).
+    pub fn keep<'a>(&mut self, chunk: &'a [u8]) -> &'a [u8] {
+        let room = self.limit.map_or(usize::MAX, |limit| {
+            usize::try_from(limit.saturating_sub(self.bytes.len() as u64)).unwrap_or(usize::MAX)
+        });
+        let (kept, past) = chunk.split_at(chunk.len().min(room));
+        self.bytes.extend_from_slice(kept);
+        self.dropped += past.len() as u64;
+        kept
+    }
+
+    /// The stream it keeps.
+    pub fn stream(&self) -> OutputStream {
+        self.stream
+    }
+
+    /// [`CappedOutput::keep`], handing the kept part to `sink` (a closed
+    /// sink only stops the streaming).
+    pub async fn keep_and_send(&mut self, chunk: &[u8], sink: Option<&OutputSink>) {
+        let stream = self.stream;
+        let kept = self.keep(chunk);
+        if let Some(sink) = sink
+            && !kept.is_empty()
+        {
+            let chunk = OutputChunk {
+                stream,
+                bytes: kept.to_vec(),
+            };
+            let _ = sink.send(chunk).await;
+        }
+    }
+
+    /// [`CappedOutput::finish`], handing the marker to `sink` first.
+    pub async fn finish_and_send(self, sink: Option<&OutputSink>) -> (Vec<u8>, u64) {
+        if let (Some(sink), Some(marker)) = (sink, self.marker()) {
+            let _ = sink.send(marker).await;
+        }
+        self.finish()
+    }
+
+    /// Bytes dropped past the limit so far.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    /// The marker that will end the output, when some was dropped: what a
+    /// sink receives last.
+    pub fn marker(&self) -> Option<OutputChunk> {
+        (self.dropped > 0).then(|| OutputChunk {
+            stream: self.stream,
+            bytes: dropped_marker(self.stream, self.dropped, self.limit.unwrap_or_default())
+                .into_bytes(),
+        })
+    }
+
+    /// The kept bytes, ended by the marker when some were dropped, and the
+    /// count dropped.
+    pub fn finish(mut self) -> (Vec<u8>, u64) {
+        if let Some(marker) = self.marker() {
+            self.bytes.extend_from_slice(&marker.bytes);
+        }
+        (self.bytes, self.dropped)
+    }
+}
+
 /// The line that ends the output of a command the backend stopped for
 /// `reason` (a limit the command's sandbox passed): the task's doing, to
 /// be graded as such, with the reason where a grader reads.
@@ -85,3 +173,39 @@ pub struct OutputChunk {
 /// is one. A full sink holds the command back (back-pressure), so a sink
 /// must be drained; a closed one stops receiving and the command goes on.
 pub type OutputSink = tokio::sync::mpsc::Sender<OutputChunk>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_past_the_limit_is_counted_and_marked_once() {
+        let mut out = CappedOutput::new(OutputStream::Stderr, Some(5));
+        assert_eq!(out.keep(b"abc"), b"abc");
+        assert_eq!(out.keep(b"defg"), b"de");
+        assert_eq!(out.keep(b"hij"), b"");
+        assert_eq!(out.dropped(), 5);
+        let marker = out.marker().unwrap();
+        assert_eq!(marker.stream, OutputStream::Stderr);
+        let (bytes, dropped) = out.finish();
+        assert_eq!(dropped, 5);
+        assert_eq!(
+            bytes,
+            [
+                b"abcde".as_slice(),
+                dropped_marker(OutputStream::Stderr, 5, 5).as_bytes()
+            ]
+            .concat()
+        );
+        assert_eq!(marker.bytes, bytes[5..]);
+    }
+
+    #[test]
+    fn no_limit_keeps_everything_and_adds_no_marker() {
+        let mut out = CappedOutput::new(OutputStream::Stdout, None);
+        let big = vec![b'x'; 1 << 20];
+        assert_eq!(out.keep(&big).len(), big.len());
+        assert!(out.marker().is_none());
+        assert_eq!(out.finish(), (big, 0));
+    }
+}

@@ -21,7 +21,8 @@ pub use backend::{
 };
 pub use error::{BackendError, ErrorKind};
 pub use exec::{
-    ExecRequest, ExecResult, OutputChunk, OutputSink, OutputStream, dropped_marker, stopped_marker,
+    CappedOutput, ExecRequest, ExecResult, OutputChunk, OutputSink, OutputStream, dropped_marker,
+    stopped_marker,
 };
 pub use labels::{LabelError, label_value, validate_label, validate_labels};
 pub use names::{file_stem, template_name};
