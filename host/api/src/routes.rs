@@ -392,30 +392,42 @@ pub(crate) async fn recycle(
     Path(id): Path<String>,
 ) -> Result<axum::Json<RecycleResponse>, AppError> {
     let slot = state.leases.get(&id)?;
-    let _in_use = slot.in_use();
-    let mut guard = slot.lease.write().await;
-    let lease = guard
-        .as_mut()
-        .ok_or_else(|| AppError::not_found(format!("lease `{id}` was released")))?;
-    match state.session.recycle(lease).await {
-        Ok(recycled) => {
-            state.leases.persist(&id, lease);
-            let view = slot.view(lease);
-            Ok(axum::Json(RecycleResponse {
-                reset: match recycled {
-                    Recycled::Clean => "clean",
-                    Recycled::Replaced => "replaced",
-                }
-                .to_string(),
-                lease: view,
-            }))
+    // The lease is out of its slot while it recycles, so the work runs to
+    // the end even when the client hangs up: dropping it half-way would
+    // leak its sandbox.
+    let recycling = tokio::spawn(async move {
+        let _in_use = slot.in_use();
+        let mut guard = slot.lease.write().await;
+        let Some(lease) = guard.take() else {
+            return Err(AppError::not_found(format!("lease `{id}` was released")));
+        };
+        match state.session.recycle(lease).await {
+            Ok((lease, recycled)) => {
+                state.leases.persist(&id, &lease);
+                let view = slot.view(&lease);
+                *guard = Some(lease);
+                Ok(RecycleResponse {
+                    reset: match recycled {
+                        Recycled::Clean => "clean",
+                        Recycled::Replaced => "replaced",
+                    }
+                    .to_string(),
+                    lease: view,
+                })
+            }
+            Err(error) => {
+                // The session released its sandbox; whoever waits on the
+                // slot finds it empty, as a released lease.
+                drop(guard);
+                release(&state, &id);
+                Err(AppError::from(error))
+            }
         }
-        Err(error) => {
-            // Its sandbox went to the release queue; no fresh one came.
-            drop(guard);
-            release(&state, &id);
-            Err(AppError::from(error))
-        }
+    });
+    match recycling.await {
+        Ok(answer) => answer.map(axum::Json),
+        Err(failed) if failed.is_panic() => std::panic::resume_unwind(failed.into_panic()),
+        Err(_) => Err(AppError::unavailable("the daemon is shutting down")),
     }
 }
 

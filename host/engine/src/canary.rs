@@ -96,8 +96,8 @@ async fn run_twice(spec: &RunSpec, item: &WorkItem) -> Result<CanaryReport, RunE
     let mut held: Option<Held> = None;
     let mut runs = Vec::new();
     for _ in 0..2 {
-        recycler.sandbox_for(0, &item.task, &mut held).await?;
-        let current = held.as_mut().expect("sandbox_for leaves a sandbox");
+        let sandbox = recycler.sandbox_for(0, &item.task, held.take()).await?;
+        let current = held.insert(sandbox);
         current.served += 1;
         let claimed = current.claimed.clone();
         let outputs = commands::execute(&fleet, &claimed, &script, Some(&log))

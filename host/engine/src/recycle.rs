@@ -112,20 +112,21 @@ impl Recycler {
         self.releases.submit(held.claimed);
     }
 
-    /// Leaves in `held` a sandbox of `image` ready for `task`: the one held
-    /// after a verified reset, or a fresh claim (whose baseline the reset
-    /// check records when recycling is on).
+    /// A sandbox of `image` ready for `task`: `current` after a verified
+    /// reset, or a fresh claim (whose baseline the reset check records when
+    /// recycling is on); a `current` that cannot serve goes to the release
+    /// queue.
     ///
     /// # Errors
     ///
-    /// When no sandbox could be claimed; `held` is empty then.
+    /// When no sandbox could be claimed; `current` is released then.
     pub(crate) async fn sandbox_for(
         &self,
         image: usize,
         task: &Task,
-        held: &mut Option<Held>,
-    ) -> Result<(), StepError> {
-        if let Some(current) = held.take() {
+        current: Option<Held>,
+    ) -> Result<Held, StepError> {
+        if let Some(current) = current {
             let reusable = current.claimed.image == image
                 && current.served <= self.fleet.settings.max_reuses
                 && current.baseline.is_some()
@@ -135,10 +136,7 @@ impl Recycler {
                 let verdict = self.reset_and_verify(&current, task).await;
                 self.fleet.phases.record(Phase::Reset, started.elapsed());
                 match verdict {
-                    Ok(()) => {
-                        *held = Some(current);
-                        return Ok(());
-                    }
+                    Ok(()) => return Ok(current),
                     Err(reason) => {
                         tracing::warn!(sandbox = %current.claimed.handle.id, task = %task.id, "quarantined: {reason}");
                         self.fleet.phases.record(Phase::Quarantine, Duration::ZERO);
@@ -163,13 +161,12 @@ impl Recycler {
             }
             None => None,
         };
-        *held = Some(Held {
+        Ok(Held {
             claimed,
             served: 0,
             baseline,
             lease,
-        });
-        Ok(())
+        })
     }
 
     async fn baseline(

@@ -108,8 +108,7 @@ pub enum Purpose {
 
 /// One claimed sandbox, from acquire to release.
 pub struct Lease {
-    /// Always a sandbox, except while recycling replaces it.
-    held: Option<Held>,
+    held: Held,
     image: usize,
     image_name: String,
     /// The task the reset check and evaluation use by default.
@@ -124,13 +123,9 @@ pub struct Lease {
 }
 
 impl Lease {
-    fn held(&self) -> &Held {
-        self.held.as_ref().expect("a lease holds a sandbox")
-    }
-
     /// The sandbox.
     pub fn handle(&self) -> &SandboxHandle {
-        &self.held().claimed.handle
+        &self.held.claimed.handle
     }
 
     /// The image.
@@ -146,12 +141,12 @@ impl Lease {
     /// Why the sandbox is gone, when its renewals failed or a call on it
     /// said so.
     pub fn lost(&self) -> Option<&str> {
-        self.held().lost()
+        self.held.lost()
     }
 
     /// Resets the sandbox has been through.
     pub fn reuses(&self) -> u32 {
-        self.held().served
+        self.held.served
     }
 }
 
@@ -319,14 +314,11 @@ impl Session {
         };
         self.check_image(&task.image)?;
         let image = self.fleet.images.intern(&task.image);
-        let mut held = None;
         let labelled = Task {
             id: name.to_string(),
             ..task.clone()
         };
-        self.recycler
-            .sandbox_for(image, &labelled, &mut held)
-            .await?;
+        let held = self.recycler.sandbox_for(image, &labelled, None).await?;
         let mut lease = Lease {
             held,
             image,
@@ -350,7 +342,7 @@ impl Session {
         let set_up = self
             .evaluator
             .set_up(
-                &lease.held().claimed,
+                &lease.held.claimed,
                 &lease.task,
                 self.plugins.adapter.pin(),
                 &log,
@@ -379,7 +371,7 @@ impl Session {
         if let Some(lost) = lease.lost() {
             return Err(SessionError::Lost(lost.to_string()));
         }
-        let claimed = &lease.held().claimed;
+        let claimed = &lease.held.claimed;
         let span = tracing::info_span!(
             "exec",
             sandbox = %claimed.handle.id,
@@ -405,7 +397,7 @@ impl Session {
         contents: &[u8],
         mode: u32,
     ) -> Result<(), SessionError> {
-        let claimed = &lease.held().claimed;
+        let claimed = &lease.held.claimed;
         self.fleet.clusters[claimed.cluster]
             .backend
             .put_file(&claimed.handle, path, contents, mode)
@@ -419,7 +411,7 @@ impl Session {
     ///
     /// As [`Session::exec`].
     pub async fn get_file(&self, lease: &Lease, path: &str) -> Result<Vec<u8>, SessionError> {
-        let claimed = &lease.held().claimed;
+        let claimed = &lease.held.claimed;
         self.fleet.clusters[claimed.cluster]
             .backend
             .get_file(&claimed.handle, path)
@@ -458,7 +450,6 @@ impl Session {
         let log = self.log_path(lease);
         let span = tracing::info_span!("evaluate", task = %task.id, sandbox = %lease.handle().id);
         let Lease { held, set_up, .. } = lease;
-        let held = held.as_ref().expect("a lease holds a sandbox");
         let request = Request {
             task: &task,
             solution,
@@ -477,40 +468,60 @@ impl Session {
     /// is quarantined and a fresh one of the same image replaces it. A task
     /// lease's setup runs again either way.
     ///
+    /// Taking the lease by value means a failed recycle cannot leave a lease
+    /// without a sandbox for anyone to observe.
+    ///
     /// # Errors
     ///
-    /// When no fresh sandbox could be claimed: the lease is then gone (its
-    /// sandbox was released).
-    pub async fn recycle(&self, lease: &mut Lease) -> Result<Recycled, SessionError> {
-        let before = lease.handle().id.clone();
+    /// When no fresh sandbox could be claimed or the task's setup failed:
+    /// the lease is then gone (its sandbox was released).
+    pub async fn recycle(&self, lease: Lease) -> Result<(Lease, Recycled), SessionError> {
+        let Lease {
+            held,
+            image,
+            image_name,
+            task,
+            for_task,
+            set_up: _,
+            name,
+        } = lease;
+        let before = held.claimed.handle.id.clone();
         let labelled = Task {
-            id: lease.name.clone(),
-            ..lease.task.clone()
+            id: name.clone(),
+            ..task.clone()
         };
-        self.recycler
-            .sandbox_for(lease.image, &labelled, &mut lease.held)
+        let mut held = self
+            .recycler
+            .sandbox_for(image, &labelled, Some(held))
             .await?;
-        let recycled = if lease.handle().id == before {
-            if let Some(held) = lease.held.as_mut() {
-                held.served += 1;
-            }
+        let recycled = if held.claimed.handle.id == before {
+            held.served += 1;
             Recycled::Clean
         } else {
             Recycled::Replaced
         };
-        lease.set_up = None;
-        if lease.for_task {
-            self.set_up(lease).await?;
+        let mut lease = Lease {
+            held,
+            image,
+            image_name,
+            task,
+            for_task,
+            set_up: None,
+            name,
+        };
+        if lease.for_task
+            && let Err(error) = self.set_up(&mut lease).await
+        {
+            self.release(lease);
+            return Err(error);
         }
-        Ok(recycled)
+        Ok((lease, recycled))
     }
 
     /// Hands the lease's sandbox to the release queue; returns at once.
-    pub fn release(&self, mut lease: Lease) {
-        if let Some(held) = lease.held.take() {
-            self.recycler.release(held);
-        }
+    pub fn release(&self, lease: Lease) {
         let _ = std::fs::remove_file(self.log_path(&lease));
+        self.recycler.release(lease.held);
     }
 
     /// Renews the sandbox for its backend's lease time, on backends whose
@@ -521,7 +532,7 @@ impl Session {
     ///
     /// The backend's error; [`SessionError::Lost`] when the sandbox is gone.
     pub async fn renew(&self, lease: &Lease) -> Result<(), SessionError> {
-        let claimed = &lease.held().claimed;
+        let claimed = &lease.held.claimed;
         let backend = &self.fleet.clusters[claimed.cluster].backend;
         let Some(ttl) = backend.capabilities().lease_ttl else {
             return Ok(());

@@ -112,19 +112,21 @@ impl TaskRunner {
             .position(|i| *i == task.image)
             .expect("images come from the tasks");
         let claim_started = Instant::now();
-        if let Err(error) = self.recycler.sandbox_for(image, task, held).await {
-            return Attempt {
-                evaluation: Evaluation::infra(error, adapter),
-                claim_s: claim_started.elapsed().as_secs_f64(),
-                cluster: None,
-                sandbox: None,
-                reuse: 0,
-                reset: None,
-                replaceable: Some(CLAIM_FAILED),
-            };
-        }
+        let current = match self.recycler.sandbox_for(image, task, held.take()).await {
+            Ok(sandbox) => held.insert(sandbox),
+            Err(error) => {
+                return Attempt {
+                    evaluation: Evaluation::infra(error, adapter),
+                    claim_s: claim_started.elapsed().as_secs_f64(),
+                    cluster: None,
+                    sandbox: None,
+                    reuse: 0,
+                    reset: None,
+                    replaceable: Some(CLAIM_FAILED),
+                };
+            }
+        };
         let claim_s = claim_started.elapsed().as_secs_f64();
-        let current = held.as_mut().expect("sandbox_for leaves a sandbox");
         let cluster = Some(self.fleet().clusters[current.claimed.cluster].name.clone());
         let sandbox = Some(current.claimed.handle.id.clone());
         let reuse = current.served;

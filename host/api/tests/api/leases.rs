@@ -269,3 +269,35 @@ async fn a_leased_sandbox_of_an_image_with_a_prepare_hook_is_prepared_first() {
     served.release(&unprepared.id).await;
     served.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failed_recycle_leaves_no_hollow_lease_for_concurrent_calls() {
+    let served = Served::start("", "").await;
+    let lease = served.acquire(image("calc")).await;
+
+    // The reset check cannot restore a sandbox without its repository, so
+    // the recycle quarantines it and claims a fresh one, which cannot be
+    // made: the built images are gone.
+    served
+        .exec(&lease.id, json!({"argv": ["rm", "-rf", ".git"]}))
+        .await;
+    std::fs::remove_dir_all(served.state_dir().join("images")).unwrap();
+
+    let recycle = format!("/v1/leases/{}/recycle", lease.id);
+    let exec = format!("/v1/leases/{}/exec", lease.id);
+    let calls = (0..8).map(|_| served.post(&exec, json!({"argv": ["true"]})));
+    let ((status, body), answers) = tokio::join!(
+        served.post(&recycle, json!({})),
+        futures_util::future::join_all(calls)
+    );
+    assert!(status >= 400, "{status} {body}");
+    // Each concurrent call ran before the recycle, or found the lease
+    // released after it: none found it without a sandbox.
+    for (status, answer) in answers {
+        assert!(matches!(status, 200 | 404), "{status} {answer}");
+    }
+    let (status, body) = served.get(&format!("/v1/leases/{}", lease.id)).await;
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(served.get("/v1/leases").await.1["leases"], json!([]));
+    served.stop().await;
+}
