@@ -12,7 +12,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{Api, PODS, SB, is_true};
-use sandfleet_emulator_k8s::{Config, Emulator, NodeShape};
+use sandfleet_emulator_k8s::{Config, Emulator, K8sArgs, NodeShape};
 use sandfleet_registry_testing::host::programs;
 use sandfleet_registry_testing::image::{Built, Layer, Tar, build_with, push};
 use sandfleet_registry_testing::registry::{Auth, Registry, free_port};
@@ -438,5 +438,70 @@ async fn a_prepull_daemonset_pulls_on_every_node_and_sandboxes_of_the_image_exec
     .unwrap()
     .unwrap();
     assert_eq!(out, "from the image\n/work\n");
+    emulator.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn images_from_maps_names_to_references_beside_directories_and_a_bare_miss_pulls_nothing() {
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: K8sArgs,
+    }
+    let (_registry, reference) = registry_with_tool().await;
+    let work = tempfile::tempdir().unwrap();
+    std::fs::create_dir(work.path().join("calc")).unwrap();
+    std::fs::write(work.path().join("calc/marker.txt"), "a directory image\n").unwrap();
+    let fleet = work.path().join("fleet.toml");
+    std::fs::write(
+        &fleet,
+        format!(
+            "[[clusters]]\nname = \"dev\"\nbackend = \"local\"\n\n[clusters.dev.images]\n\
+             calc = \"calc\"\ntool = {{ oci = \"{reference}\" }}\n"
+        ),
+    )
+    .unwrap();
+    let cli = Cli::try_parse_from([
+        "k8s".to_string(),
+        "--nodes=1".into(),
+        format!("--images-from={}", fleet.display()),
+        format!("--state-dir={}", work.path().join("state").display()),
+    ])
+    .unwrap();
+    let emulator = Emulator::start(cli.args.config().unwrap()).await.unwrap();
+    let api = Api::new(&emulator);
+    api.create(
+        PODS,
+        pod("tool", "tool", json!({"command": ["cat", "/etc/motd"]})),
+    )
+    .await;
+    assert_eq!(finished(&api, "tool").await["status"]["phase"], "Succeeded");
+    assert_eq!(log(&api, "tool").await, "from the image\n");
+    api.create(
+        PODS,
+        pod("calc", "calc", json!({"command": ["cat", "marker.txt"]})),
+    )
+    .await;
+    let calc = finished(&api, "calc").await;
+    assert_eq!(calc["status"]["phase"], "Succeeded", "{calc}");
+    assert_eq!(
+        calc["spec"]["containers"][0]["imagePullPolicy"],
+        "IfNotPresent"
+    );
+    assert_eq!(log(&api, "calc").await, "a directory image\n");
+    // A bare name mapped to nothing is no reference: nothing is pulled, no
+    // registry (docker.io) is asked, and the pod waits in ErrImagePull.
+    api.create(PODS, pod("typo", "toool", json!({"command": ["true"]})))
+        .await;
+    let typo = waiting_reason(&api, "typo", "ErrImagePull").await;
+    let message = typo["status"]["containerStatuses"][0]["state"]["waiting"]["message"]
+        .as_str()
+        .unwrap();
+    assert!(
+        message.contains("no directory or OCI image is mapped to it"),
+        "{message}"
+    );
     emulator.shutdown().await;
 }

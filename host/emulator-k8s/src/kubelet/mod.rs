@@ -375,9 +375,11 @@ impl Kubelet {
         for ct in &all {
             let image = ct["image"].as_str().unwrap_or_default();
             let name = ct["name"].as_str().unwrap_or_default();
-            let policy = ct["imagePullPolicy"]
-                .as_str()
-                .map_or_else(|| default_pull_policy(image), str::to_string);
+            let policy = match ct["imagePullPolicy"].as_str() {
+                Some(policy) => policy.to_string(),
+                None if self.runtime.is_directory(image) => "IfNotPresent".to_string(),
+                None => default_pull_policy(image),
+            };
             if !self.pull_image(&pod, &node, image, name, &policy).await {
                 return;
             }
