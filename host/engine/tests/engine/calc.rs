@@ -35,7 +35,7 @@ impl Harness {
                     deadline: Duration::from_secs(30),
                     ..Limits::default()
                 }),
-                ..HostConfig::default()
+                ..crate::fixture::test_host_config()
             })
             .unwrap(),
         );

@@ -34,7 +34,7 @@ impl Fixture {
             std::fs::create_dir_all(&image).unwrap();
             std::fs::write(image.join("README"), format!("image {i}\n")).unwrap();
         }
-        let registry = Registry::new(PluginHost::new(HostConfig::default()).unwrap());
+        let registry = Registry::new(PluginHost::new(test_host_config()).unwrap());
         registry.set_builtin_fallback(fallback);
         registry
             .add_builtins(sandfleet_guests::BUILTINS.iter().map(|b| (b.name, b.wasm)))
@@ -173,6 +173,16 @@ impl Fixture {
 }
 
 /// A generic-adapter row.
+/// The plugin host's settings for these tests: compiled components cached
+/// under the target directory, so the built-ins are compiled once for the
+/// whole suite rather than once per test.
+pub(crate) fn test_host_config() -> HostConfig {
+    HostConfig {
+        cache_dir: Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("plugin-cache")),
+        ..HostConfig::default()
+    }
+}
+
 pub(crate) fn row(id: &str, image: &str, test: &str, timeout_s: u64) -> String {
     serde_json::json!({"id": id, "image": image, "test": test, "timeout_s": timeout_s}).to_string()
 }
