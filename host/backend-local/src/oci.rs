@@ -40,6 +40,8 @@ pub(crate) struct OciImage {
     pub(crate) user: Option<String>,
     /// The config's `WorkingDir`, when it names one.
     pub(crate) working_dir: Option<String>,
+    /// The digest of its manifest.
+    manifest: sandfleet_images::Digest,
     _pin: Pin,
 }
 
@@ -118,7 +120,17 @@ impl Images {
         let parsed = Reference::parse(reference).map_err(LocalError::Image)?;
         let mut ready = self.ready.lock().await;
         if let Some(image) = ready.get(reference).and_then(Weak::upgrade) {
-            return Ok(image);
+            // The store may hold another image under this reference now (a
+            // pull that asked the registry followed a moved tag): templates
+            // made from here on get that one.
+            let current = self
+                .store()
+                .ok()
+                .and_then(|store| store.image(&parsed).ok())
+                .map(|stored| stored.manifest);
+            if current.is_none_or(|manifest| manifest == image.manifest) {
+                return Ok(image);
+            }
         }
         let store = self.store()?.clone();
         let (events, _) = tokio::sync::mpsc::unbounded_channel();
@@ -304,6 +316,7 @@ fn ready_image(reference: &str, image: &Image, pin: Pin) -> Result<OciImage, Loc
         env,
         user: nonempty(&image.config.user).filter(|user| user != "root" && user != "0"),
         working_dir: nonempty(&image.config.working_dir),
+        manifest: image.manifest.clone(),
         _pin: pin,
     })
 }

@@ -23,6 +23,11 @@ const LIMIT: Duration = Duration::from_secs(60);
 /// The image the tests push: a shell and a few programs, `/etc/motd` of its own,
 /// workdir `/work`, and `Cmd` printing the motd.
 fn tool_image() -> Built {
+    tool_image_saying(b"from the image\n")
+}
+
+/// The tool image with `motd` as its `/etc/motd`.
+fn tool_image_saying(motd: &[u8]) -> Built {
     let architecture = match std::env::consts::ARCH {
         "x86_64" => "amd64",
         "aarch64" => "arm64",
@@ -32,7 +37,7 @@ fn tool_image() -> Built {
     let own = Layer::gzip(
         Tar::new()
             .dir("etc", 0o755)
-            .file("etc/motd", b"from the image\n")
+            .file("etc/motd", motd)
             .dir("work", 0o755)
             .file("work/data.txt", b"image data\n")
             .finish(),
@@ -503,5 +508,43 @@ async fn images_from_maps_names_to_references_beside_directories_and_a_bare_miss
         message.contains("no directory or OCI image is mapped to it"),
         "{message}"
     );
+    emulator.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn always_follows_a_moved_tag_and_if_not_present_keeps_the_nodes_image() {
+    let registry = Registry::start(Auth::None).await;
+    push(&registry, "k8s/moving", "1", &tool_image_saying(b"first\n")).await;
+    let reference = format!("{}/k8s/moving:1", registry.host);
+    let (emulator, api) = cluster(1, Duration::ZERO).await;
+    let run = |name: &str, policy: &str| {
+        pod(
+            name,
+            &reference,
+            json!({"imagePullPolicy": policy, "command": ["cat", "/etc/motd"]}),
+        )
+    };
+    api.create(PODS, run("before", "IfNotPresent")).await;
+    finished(&api, "before").await;
+    assert_eq!(log(&api, "before").await, "first\n");
+    let first_id = api.get(&format!("{PODS}/before")).await.unwrap()["status"]["containerStatuses"]
+        [0]["imageID"]
+        .clone();
+    push(
+        &registry,
+        "k8s/moving",
+        "1",
+        &tool_image_saying(b"second\n"),
+    )
+    .await;
+    // IfNotPresent: the node has the tag, the registry is not asked.
+    api.create(PODS, run("cached", "IfNotPresent")).await;
+    finished(&api, "cached").await;
+    assert_eq!(log(&api, "cached").await, "first\n");
+    // Always: the registry is asked, and the moved tag's image runs.
+    api.create(PODS, run("moved", "Always")).await;
+    let moved = finished(&api, "moved").await;
+    assert_eq!(log(&api, "moved").await, "second\n");
+    assert_ne!(moved["status"]["containerStatuses"][0]["imageID"], first_id);
     emulator.shutdown().await;
 }

@@ -419,7 +419,9 @@ impl Runtime {
         cpu_milli: u32,
         memory_mib: u32,
     ) -> anyhow::Result<TemplateRef> {
-        let key = format!("{image}|{cpu_milli}|{memory_mib}");
+        // An OCI image's digest is part of the key: after a pull that followed a
+        // moved tag, new pods get the new image.
+        let key = format!("{image}|{}|{cpu_milli}|{memory_mib}", self.image_id(image));
         let mut templates = self.templates.lock().await;
         if let Some(made) = templates.get(&key) {
             return Ok(made.clone());
