@@ -5,6 +5,13 @@
 //! apply with managed fields, garbage collection by owner references, and the pod
 //! subresources a kubelet serves (`exec`, `log`).
 //!
+//! Pods run as local sandboxes (`kubelet`): of a directory an image name is mapped
+//! to, or, with isolated pods, of an OCI image pulled for real from its registry into
+//! the local backend's layer store: a reference itself (`registry/repo:tag`), or a
+//! name `--images-from` maps with `{ oci = "REF" }`. `imagePullPolicy` is defaulted
+//! and honoured as Kubernetes does; a failed pull is `ErrImagePull`, then
+//! `ImagePullBackOff`, with the kubelet's events.
+//!
 //! Tests of other crates start one in-process:
 //!
 //! ```no_run

@@ -8,7 +8,12 @@
 //! `commands`) on its own loopback address `127.64.0.0/10:44772`, reached
 //! directly or through the server proxy (`proxy`). `server` is the HTTP/1.1
 //! accept loop with the `keepalive` idle close; `faults` the fault
-//! switches; `counters` what ran and what exists; `images` the image map;
+//! switches; `counters` what ran and what exists; `images` the images (names
+//! mapped to directories or to OCI references; with isolated sandboxes any
+//! reference is pulled into the local backend's layer store, and a failed pull
+//! fails the create with `SANDBOX_IMAGE_PULL_FAILED`, as the Docker runtime's
+//! does — the Kubernetes runtime would only time out; execd runs commands with
+//! the image's `bash`, as the real one does);
 //! `random` ids and seeded draws. See `SEMANTICS.md` in the shared specs
 //! for the behaviour reproduced.
 //!
@@ -58,7 +63,7 @@ pub struct OpenSandboxArgs {
     /// from (repeatable).
     #[arg(long = "image", value_name = "REF=DIR", value_parser = parse_image_arg)]
     pub images: Vec<(String, sandfleet_backend_local::ImageSource)>,
-    /// Take images from the [clusters.<name>.images] tables of a fleet file:
+    /// Take images from the `[clusters.<name>.images]` tables of a fleet file:
     /// directories, and names of OCI references (`{ oci = "REF" }`). Any
     /// other image that names a reference (`registry/repo:tag`) is pulled
     /// as it is (with `--runtime namespaces`).
