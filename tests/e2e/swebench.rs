@@ -6,12 +6,15 @@
 //! the name the swebench adapter derives for the row. The fleet file's
 //! `image_rewrite` points that official name (`swebench/sweb.eval.…`) at
 //! the registry, so the run resolves exactly what a user with Docker Hub
-//! would run. On the local backend, with the network off in the sandbox,
-//! the official eval script grades the gold patch `resolved` and an empty
-//! patch unresolved.
+//! would run. On the local backend and in both devclusters (`sandfleet
+//! devcluster k8s` and `opensandbox`, which pull the reference into their
+//! own layer stores), with the network off in the sandbox, the official
+//! eval script grades the gold patch `resolved` and an empty patch
+//! unresolved.
 
-use std::path::Path;
-use std::process::Command;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use serde_json::{Value, json};
@@ -20,6 +23,8 @@ use sandfleet_registry_testing::image::{Built, push};
 use sandfleet_registry_testing::registry::{Auth, Registry};
 use sandfleet_registry_testing::swebench::{Recipe, default_cache};
 
+use crate::k8s::Devcluster;
+use crate::signals::{signal, wait};
 use crate::{repo, results, stderr};
 
 const INSTANCE: &str = "pytest-dev__pytest-11143";
@@ -66,8 +71,9 @@ fn instance(dir: &Path) -> (Value, Built, String) {
     (row, built, image)
 }
 
-/// Writes a fleet file grading `patch` for the row; returns its path.
-fn fleet(dir: &Path, name: &str, patch: &str, rewrite: (&str, &str)) -> std::path::PathBuf {
+/// Writes a fleet file grading `patch` for the row on `clusters` (the
+/// fleet file's `[fleet]` and `[[clusters]]` tables); returns its path.
+fn fleet(dir: &Path, name: &str, patch: &str, rewrite: (&str, &str), clusters: &str) -> PathBuf {
     let predictions = dir.join(format!("{name}.predictions.jsonl"));
     let prediction =
         json!({"instance_id": INSTANCE, "model_name_or_path": name, "model_patch": patch});
@@ -83,16 +89,7 @@ image_rewrite = {{ "{from}" = "{to}" }}
 name = "swebench"
 settings = {{ grader-version = "swebench-4.1.0" }}
 
-[fleet]
-max_concurrent = 1
-
-[[clusters]]
-name = "local"
-backend = "local"
-
-[clusters.local]
-state_dir = "state"
-"#,
+{clusters}"#,
         from = rewrite.0,
         to = rewrite.1,
     );
@@ -103,7 +100,7 @@ state_dir = "state"
 
 /// `sandfleet run` of `config` into `out`; the one result line and the
 /// graded log.
-fn run(config: &Path, out: &Path) -> (Value, String) {
+fn run(config: &Path, out: &Path, env: &[(String, String)]) -> (Value, String) {
     let started = Instant::now();
     let output = Command::new(env!("CARGO_BIN_EXE_sandfleet"))
         .arg("run")
@@ -112,6 +109,7 @@ fn run(config: &Path, out: &Path) -> (Value, String) {
         .arg(out)
         .current_dir(config.parent().unwrap())
         .env("SANDFLEET_LOG", "warn")
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .output()
         .unwrap();
     eprintln!(
@@ -127,25 +125,58 @@ fn run(config: &Path, out: &Path) -> (Value, String) {
     (results[0].clone(), log)
 }
 
-#[test]
-fn a_real_instance_is_graded_by_its_official_image_on_the_local_backend() {
-    let started = Instant::now();
-    let dir = tempfile::tempdir().unwrap();
-    let (row, built, image) = instance(dir.path());
-    assert!(image.starts_with("swebench/sweb.eval."), "{image}");
-    let (repository, tag) = image.rsplit_once(':').unwrap();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let registry = runtime.block_on(async {
-        let registry = Registry::start(Auth::None).await;
-        push(&registry, repository, tag, &built).await;
-        registry
-    });
-    let mirror = format!("{}/swebench/", registry.host);
+/// The instance's image in a loopback registry under its official name,
+/// and the `image_rewrite` mirror that points the name there.
+struct Published {
+    registry: Registry,
+    row: Value,
+    _runtime: tokio::runtime::Runtime,
+}
+
+impl Published {
+    fn new(dir: &Path) -> Published {
+        let (row, built, image) = instance(dir);
+        assert!(image.starts_with("swebench/sweb.eval."), "{image}");
+        let (repository, tag) = image.rsplit_once(':').unwrap();
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let registry = runtime.block_on(async {
+            let registry = Registry::start(Auth::None).await;
+            push(&registry, repository, tag, &built).await;
+            registry
+        });
+        Published {
+            registry,
+            row,
+            _runtime: runtime,
+        }
+    }
+
+    fn mirror(&self) -> String {
+        format!("{}/swebench/", self.registry.host)
+    }
+}
+
+/// Grades the gold patch and the empty patch on `clusters` (with `env`
+/// for `sandfleet run`) and checks both grades and logs.
+fn grades_gold_and_empty(
+    dir: &Path,
+    published: &Published,
+    clusters: &str,
+    env: &[(String, String)],
+) {
+    let row = &published.row;
+    let mirror = published.mirror();
     let rewrite = ("swebench/", mirror.as_str());
 
     // The gold patch: resolved, the FAIL_TO_PASS test among those that ran.
-    let gold = fleet(dir.path(), "gold", row["patch"].as_str().unwrap(), rewrite);
-    let (result, log) = run(&gold, &dir.path().join("out-gold"));
+    let gold = fleet(
+        dir,
+        "gold",
+        row["patch"].as_str().unwrap(),
+        rewrite,
+        clusters,
+    );
+    let (result, log) = run(&gold, &dir.join("out-gold"), env);
     assert_eq!(result["status"], "ok", "{result:#}");
     assert_eq!(result["grade"]["status"], "passed", "{result:#}");
     let graded = report(&result);
@@ -164,8 +195,8 @@ fn a_real_instance_is_graded_by_its_official_image_on_the_local_backend() {
     );
 
     // The empty patch: graded, unresolved, the FAIL_TO_PASS test failing.
-    let empty = fleet(dir.path(), "empty", "", rewrite);
-    let (result, log) = run(&empty, &dir.path().join("out-empty"));
+    let empty = fleet(dir, "empty", "", rewrite, clusters);
+    let (result, log) = run(&empty, &dir.join("out-empty"), env);
     assert_eq!(result["status"], "failed", "{result:#}");
     assert_eq!(result["grade"]["status"], "failed", "{result:#}");
     let graded = report(&result);
@@ -175,9 +206,108 @@ fn a_real_instance_is_graded_by_its_official_image_on_the_local_backend() {
         "the empty patch's log does not fail {FAIL_TO_PASS}:\n{}",
         tail(&log)
     );
-    drop(registry);
+}
+
+#[test]
+fn a_real_instance_is_graded_by_its_official_image_on_the_local_backend() {
+    let started = Instant::now();
+    let dir = tempfile::tempdir().unwrap();
+    let published = Published::new(dir.path());
+    let clusters = r#"[fleet]
+max_concurrent = 1
+
+[[clusters]]
+name = "local"
+backend = "local"
+
+[clusters.local]
+state_dir = "state"
+"#;
+    grades_gold_and_empty(dir.path(), &published, clusters, &[]);
     eprintln!(
-        "swebench: the local-backend test took {:.1?}",
+        "swebench: the local backend's test took {:.1?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn a_real_instance_is_graded_by_its_official_image_on_devcluster_k8s() {
+    let started = Instant::now();
+    let dir = tempfile::tempdir().unwrap();
+    let published = Published::new(dir.path());
+    // Pods of a reference are pulled into the devcluster's own layer store.
+    let cluster = Devcluster::start(dir.path(), "swebench", &[]);
+    let kubeconfig = dir.path().join("swebench.yaml");
+    let clusters = r#"[fleet]
+strategy = "sliding"
+max_concurrent = 1
+max_warmpool_size = 1
+claim_timeout = "300s"
+cpu_milli = 1000
+memory_mib = 2048
+
+[[clusters]]
+name = "k8s"
+backend = "k8s"
+
+[clusters.k8s]
+namespace = "default"
+lease = "10m"
+"#;
+    let env = [("KUBECONFIG".to_string(), kubeconfig.display().to_string())];
+    grades_gold_and_empty(dir.path(), &published, clusters, &env);
+    drop(cluster);
+    eprintln!(
+        "swebench: the devcluster k8s test took {:.1?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn a_real_instance_is_graded_by_its_official_image_on_devcluster_opensandbox() {
+    let started = Instant::now();
+    let dir = tempfile::tempdir().unwrap();
+    let published = Published::new(dir.path());
+    // Sandboxes of a reference are pulled into the devcluster's own store.
+    let mut server = Command::new(env!("CARGO_BIN_EXE_sandfleet"))
+        .args(["devcluster", "opensandbox"])
+        .current_dir(repo())
+        .env("SANDFLEET_LOG", "warn")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Ready once it has printed both lines (it prints nothing else).
+    let mut env = Vec::new();
+    for line in BufReader::new(server.stdout.take().unwrap()).lines() {
+        if let Some((name, value)) = line.unwrap().split_once('=') {
+            env.push((name.to_string(), value.to_string()));
+        }
+        if env.len() == 2 {
+            break;
+        }
+    }
+    assert_eq!(env.len(), 2, "the devcluster printed {env:?}");
+    let clusters = r#"[fleet]
+strategy = "none"
+max_concurrent = 1
+claim_timeout = "300s"
+
+[[clusters]]
+name = "opensandbox"
+backend = "opensandbox"
+
+[clusters.opensandbox]
+url_env = "OPENSANDBOX_BASE_URL"
+api_key_env = "OPENSANDBOX_API_KEY"
+timeout = "10m"
+limits = { memory = "2Gi" }
+"#;
+    grades_gold_and_empty(dir.path(), &published, clusters, &env);
+    signal(&server, "-TERM");
+    let status = wait(&mut server);
+    assert!(status.success(), "devcluster exited {status}");
+    eprintln!(
+        "swebench: the devcluster opensandbox test took {:.1?}",
         started.elapsed()
     );
 }
