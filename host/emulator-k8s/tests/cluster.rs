@@ -132,8 +132,9 @@ async fn an_image_with_no_directory_leaves_the_pod_pending_in_err_image_pull() {
     .await
     .unwrap();
     let api = Api::new(&emulator);
-    api.create(PODS, pod("nope", "ghcr.io/none:1", json!({})))
-        .await;
+    // A bare name mapped to nothing: no registry is asked (a reference would be
+    // pulled, with isolated pods; see tests/oci.rs against a loopback registry).
+    api.create(PODS, pod("nope", "none-such", json!({}))).await;
     let stuck = api
         .wait(&format!("{PODS}/nope"), LIMIT, |o| {
             o.is_some_and(|p| {
@@ -145,7 +146,12 @@ async fn an_image_with_no_directory_leaves_the_pod_pending_in_err_image_pull() {
         .unwrap();
     assert_eq!(stuck["status"]["phase"], "Pending");
     let events = events_of(&api, "nope").await;
-    assert!(events.iter().any(|(r, m)| r == "Failed" && m.starts_with("Failed to pull image \"ghcr.io/none:1\"")), "{events:?}");
+    assert!(
+        events.iter().any(|(r, m)| r == "Failed"
+            && m.starts_with("Failed to pull image \"none-such\": rpc error: code = NotFound")
+            && m.contains("no directory or OCI image is mapped to it")),
+        "{events:?}"
+    );
     assert!(
         events
             .iter()
@@ -153,6 +159,22 @@ async fn an_image_with_no_directory_leaves_the_pod_pending_in_err_image_pull() {
         "{events:?}"
     );
     assert_eq!(emulator.running_pods(), 0);
+    // Plain pods cannot run an OCI image; nothing is pulled.
+    api.create(PODS, pod("oci", "127.0.0.1:9/team/tool:1", json!({})))
+        .await;
+    api.wait(&format!("{PODS}/oci"), LIMIT, |o| {
+        o.is_some_and(|p| {
+            p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] == "ImagePullBackOff"
+        })
+    })
+    .await;
+    let events = events_of(&api, "oci").await;
+    assert!(
+        events
+            .iter()
+            .any(|(r, m)| r == "Failed" && m.contains("OCI images run in isolated pods only")),
+        "{events:?}"
+    );
     // The server goes on serving, and other pods run.
     api.create(PODS, pod("fine", "py", json!({}))).await;
     running(&api, "fine").await;

@@ -117,6 +117,18 @@ struct OciFacts {
 /// A node and an image name.
 type NodeImage = (String, String);
 
+/// One sandbox being made, counted until it is made or has failed.
+struct Starting<'a>(&'a Runtime);
+
+impl Drop for Starting<'_> {
+    fn drop(&mut self) {
+        self.0
+            .starting
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        self.0.started.notify_waiters();
+    }
+}
+
 /// Runs pods as local sandboxes.
 pub(crate) struct Runtime {
     backend: Option<Arc<LocalBackend>>,
@@ -133,6 +145,11 @@ pub(crate) struct Runtime {
     /// (node, image) → the pull, done once.
     pulled: Mutex<HashMap<NodeImage, Arc<OnceCell<()>>>>,
     sandboxes: Mutex<HashMap<String, Arc<PodSandbox>>>,
+    /// Set once teardown begins: no sandbox is made after it.
+    closed: std::sync::atomic::AtomicBool,
+    /// Sandboxes being made now, which teardown waits for.
+    starting: std::sync::atomic::AtomicUsize,
+    started: tokio::sync::Notify,
     /// Pod uid → its containers' logs (by container name), from its start until it is
     /// deleted.
     logs: Mutex<HashMap<String, BTreeMap<String, Arc<ContainerLog>>>>,
@@ -219,6 +236,9 @@ impl Runtime {
             templates: tokio::sync::Mutex::new(HashMap::new()),
             pulled: Mutex::new(HashMap::new()),
             sandboxes: Mutex::new(HashMap::new()),
+            closed: std::sync::atomic::AtomicBool::new(false),
+            starting: std::sync::atomic::AtomicUsize::new(0),
+            started: tokio::sync::Notify::new(),
             logs: Mutex::new(HashMap::new()),
             _scratch: scratch,
         })
@@ -455,6 +475,14 @@ impl Runtime {
         env: Vec<(String, String)>,
         workdir: Option<String>,
     ) -> anyhow::Result<Arc<PodSandbox>> {
+        use std::sync::atomic::Ordering;
+        // Counted before the check, so teardown either sees it or it sees teardown.
+        self.starting.fetch_add(1, Ordering::SeqCst);
+        let _counted = Starting(self);
+        anyhow::ensure!(
+            !self.closed.load(Ordering::SeqCst),
+            "the cluster is shutting down"
+        );
         let template = self.template(image, cpu_milli, memory_mib).await?;
         let mut labels: Labels = self.run_id.labels();
         labels.insert(sandfleet_core::LABEL_TASK.to_string(), uid.to_string());
@@ -616,8 +644,22 @@ impl Runtime {
         }
     }
 
-    /// Destroy every sandbox and whatever the run left in the local backend.
+    /// Destroy every sandbox and whatever the run left in the local backend, once
+    /// the sandboxes being made are (bounded).
     pub(crate) async fn teardown(&self) {
+        use std::sync::atomic::Ordering;
+        self.closed.store(true, Ordering::SeqCst);
+        let deadline = tokio::time::Instant::now() + CREATE_TIMEOUT;
+        loop {
+            let notified = self.started.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.starting.load(Ordering::SeqCst) == 0
+                || tokio::time::timeout_at(deadline, notified).await.is_err()
+            {
+                break;
+            }
+        }
         let all: Vec<String> = self
             .sandboxes
             .lock()
