@@ -42,7 +42,9 @@
 //! once, and a change to the instance rebuilds only the instance layer. A
 //! layer is written into a temporary directory and renamed into place when
 //! complete; a killed build leaves only temporary directories, which never
-//! count as a cached layer and which the next build removes.
+//! count as a cached layer and which the next build removes (mmdebstrap and
+//! the chroot steps run in namespaces of their own and die with the build,
+//! so nothing else is left: no process, no mount).
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -302,8 +304,9 @@ impl Recipe {
             "swebench recipe: mmdebstrap --variant=minbase {} (the base layer; needs the Debian mirror)",
             self.suite
         );
-        let mut command = Command::new("/usr/bin/mmdebstrap");
+        let mut command = contained("/usr/bin/mmdebstrap");
         command
+            .env("TMPDIR", tar.parent().unwrap())
             .arg("--variant=minbase")
             .arg(format!("--include={}", self.debs.join(",")))
             .arg("--format=tar")
@@ -581,7 +584,7 @@ fn untar(blob: &Path, rootfs: &Path) -> Result<(), String> {
 /// Runs `script` with bash in `rootfs` through `chroot`, with a clean
 /// environment (`PATH`, `HOME`, `LANG`, pip offline, and `env`).
 fn chroot(rootfs: &Path, env: &[(String, String)], script: &str, what: &str) -> Result<(), String> {
-    let mut command = Command::new("/usr/sbin/chroot");
+    let mut command = contained("/usr/sbin/chroot");
     command.arg(rootfs).args([
         "/usr/bin/env",
         "-i",
@@ -596,6 +599,24 @@ fn chroot(rootfs: &Path, env: &[(String, String)], script: &str, what: &str) -> 
     command.args(env.iter().map(|(k, v)| format!("{k}={v}")));
     command.args(["/bin/bash", "-c", script]);
     run(&mut command, what)
+}
+
+/// `program` in a mount and a pid namespace of its own, killed with
+/// everything it started when the build is (`setpriv --pdeathsig`,
+/// `unshare --kill-child`): a killed build leaves no process writing into
+/// its work directory and none of mmdebstrap's mounts (`/proc`, `/sys`,
+/// `/dev/pts` of its chroot) on the host.
+fn contained(program: &str) -> Command {
+    let mut command = Command::new("/usr/bin/setpriv");
+    command.args([
+        "--pdeathsig",
+        "KILL",
+        "/usr/bin/unshare",
+        "--pid",
+        "--kill-child",
+    ]);
+    command.args(["--mount", "--propagation", "private", "--", program]);
+    command
 }
 
 /// Runs `command`; an error names `what`, the exit status and the last
