@@ -90,6 +90,29 @@ pub(crate) struct Fleet {
     pooled: AtomicU32,
     port_collided: AtomicBool,
     expiry_changed: Notify,
+    /// Set once teardown begins: no sandbox is made after it.
+    closed: AtomicBool,
+    /// Creates under way, which teardown waits for.
+    creating: AtomicU32,
+    created: Notify,
+}
+
+/// One create under way, counted until it has ended.
+struct Creating<'a>(&'a Fleet);
+
+impl Drop for Creating<'_> {
+    fn drop(&mut self) {
+        self.0.creating.fetch_sub(1, Ordering::SeqCst);
+        self.0.created.notify_waiters();
+    }
+}
+
+fn shutting_down() -> ApiError {
+    ApiError::runtime(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "SANDBOX_CREATE_FAILED",
+        "Failed to create sandbox: the server is shutting down",
+    )
 }
 
 impl Fleet {
@@ -114,6 +137,9 @@ impl Fleet {
             pooled: AtomicU32::new(0),
             port_collided: AtomicBool::new(false),
             expiry_changed: Notify::new(),
+            closed: AtomicBool::new(false),
+            creating: AtomicU32::new(0),
+            created: Notify::new(),
         })
     }
 
@@ -231,7 +257,16 @@ impl Fleet {
         self: &Arc<Self>,
         spec: CreateSpec,
     ) -> Result<Arc<Sandbox>, ApiError> {
+        // Counted before the check, so teardown either sees it or it sees teardown.
+        self.creating.fetch_add(1, Ordering::SeqCst);
+        let _counted = Creating(self);
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(shutting_down());
+        }
         self.ensure_image(&spec.image).await?;
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(shutting_down());
+        }
         if self.faults.port_500 && !self.port_collided.swap(true, Ordering::AcqRel) {
             return Err(ApiError::runtime(
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -270,6 +305,10 @@ impl Fleet {
                     format!("Failed to create sandbox {id}: {e}"),
                 ),
             })?;
+        if self.closed.load(Ordering::SeqCst) {
+            let _ = self.backend.release(&handle).await;
+            return Err(shutting_down());
+        }
         let socket = match self.reserve_address() {
             Ok(socket) => socket,
             Err(error) => {
@@ -422,6 +461,20 @@ impl Fleet {
     /// Deletes every sandbox and everything the run left in the local
     /// backend.
     pub(crate) async fn teardown(&self) {
+        // Creates under way finish first (bounded; one still pulling its image
+        // then stops before it makes a sandbox).
+        self.closed.store(true, Ordering::SeqCst);
+        let deadline = tokio::time::Instant::now() + CREATE_TIMEOUT;
+        loop {
+            let notified = self.created.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.creating.load(Ordering::SeqCst) == 0
+                || tokio::time::timeout_at(deadline, notified).await.is_err()
+            {
+                break;
+            }
+        }
         let all: Vec<Arc<Sandbox>> = std::mem::take(&mut *self.map()).into_values().collect();
         let mut deleting = tokio::task::JoinSet::new();
         for sandbox in all {
