@@ -218,6 +218,13 @@ impl Recipe {
     pub fn build(&self, cache: &Path) -> Result<Built, String> {
         std::fs::create_dir_all(cache)
             .map_err(|e| format!("cannot create the recipe cache {}: {e}", cache.display()))?;
+        // One build at a time per cache, across threads and processes (the
+        // tests of several backends start together): the others wait, then
+        // find the layers cached. The lock goes with its holder, killed too.
+        let lock_path = cache.join(".lock");
+        let lock = File::create(&lock_path)
+            .and_then(|file| file.lock().map(|()| file))
+            .map_err(|e| format!("cannot lock {}: {e}", lock_path.display()))?;
         remove_abandoned(cache);
         let [base_key, env_key, instance_key] = self.keys()?;
         let dirs = [
@@ -284,6 +291,7 @@ impl Recipe {
             }
         };
         drop(work);
+        drop(lock);
         Ok(self.image(vec![base, env, instance]))
     }
 
