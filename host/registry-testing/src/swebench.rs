@@ -627,8 +627,8 @@ fn contained(program: &str) -> Command {
     command
 }
 
-/// Runs `command`; an error names `what`, the exit status and the last
-/// line the command printed.
+/// Runs `command`; an error names `what`, the exit status and the first
+/// error line the command printed (else its last line).
 fn run(command: &mut Command, what: &str) -> Result<(), String> {
     let output = command
         .stdin(Stdio::null())
@@ -640,13 +640,15 @@ fn run(command: &mut Command, what: &str) -> Result<(), String> {
     }
     let stderr = String::from_utf8_lossy(&output.stderr);
     let stdout = String::from_utf8_lossy(&output.stdout);
-    let last = stderr
-        .lines()
-        .chain(stdout.lines())
-        .rfind(|l| !l.trim().is_empty())
+    // The first error apt, mmdebstrap or pip reports says what failed (a
+    // mirror that cannot be reached); the last line says that it did.
+    let lines = || stderr.lines().chain(stdout.lines());
+    let said = lines()
+        .find(|l| l.starts_with("E: ") || l.starts_with("ERROR: "))
+        .or_else(|| lines().rfind(|l| !l.trim().is_empty()))
         .unwrap_or("(no output)")
         .trim();
-    Err(format!("{what} failed ({}): {last}", output.status))
+    Err(format!("{what} failed ({}): {said}", output.status))
 }
 
 fn which(program: &str) -> Option<PathBuf> {
