@@ -574,6 +574,7 @@ impl Backend for K8sBackend {
                 kills_process_group: true,
             },
             images: Images::AnyReference,
+            scrub: true,
         }
     }
 

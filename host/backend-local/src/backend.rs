@@ -297,6 +297,9 @@ impl Inner {
                     Images::Named(self.config.images.keys().cloned().collect::<BTreeSet<_>>())
                 }
             },
+            // Isolated sandboxes restart on a fresh writable layer; plain
+            // ones have their processes stopped.
+            scrub: true,
         }
     }
 }

@@ -473,6 +473,8 @@ impl Backend for OpenSandboxBackend {
                 kills_process_group: true,
             },
             images: Images::AnyReference,
+            // No API stops a sandbox's processes or resets its files.
+            scrub: false,
         }
     }
 

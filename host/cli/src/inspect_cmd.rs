@@ -45,7 +45,12 @@ pub(crate) fn plan(config_path: &Path) -> anyhow::Result<ExitCode> {
         for cluster in &clusters {
             println!(
                 "{}",
-                RecycleEstimate::render(&cluster.name, &cluster.kind, config.fleet.recycle)
+                RecycleEstimate::render(
+                    &cluster.name,
+                    &cluster.kind,
+                    cluster.backend.capabilities().scrub,
+                    config.fleet.recycle
+                )
             );
         }
         if config.fleet.strategy != Strategy::None {

@@ -114,6 +114,10 @@ pub struct Capabilities {
     pub exec: ExecGuarantees,
     /// Which images it can make.
     pub images: Images,
+    /// Whether [`Backend::scrub`] can put a used sandbox back to its image
+    /// outside the reset check's reach. Without it a used sandbox is never
+    /// reused, so the engine takes no reset baseline of it either.
+    pub scrub: bool,
 }
 
 /// A warm pool's state.

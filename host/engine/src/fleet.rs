@@ -487,6 +487,11 @@ impl Fleet {
         Ok(template)
     }
 
+    /// Whether `cluster`'s backend can scrub a used sandbox for reuse.
+    pub(crate) fn can_scrub(&self, cluster: usize) -> bool {
+        self.capabilities[cluster].scrub
+    }
+
     /// Counts `more` warm sandboxes kept now (in a backend's pool or a
     /// prepared one).
     pub(crate) fn note_more_warm(&self, more: u32) {

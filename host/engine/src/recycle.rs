@@ -151,7 +151,7 @@ impl Recycler {
         let Ready { claimed, lease } = self.fleet.claim_ready(image, &task.id).await?;
         // After the prepare hook: a reset keeps what it made.
         let baseline = match &self.reset {
-            Some(check) => {
+            Some(check) if self.fleet.can_scrub(claimed.cluster) => {
                 let started = Instant::now();
                 let baseline = self.baseline(check.pin(), &claimed, task).await;
                 self.fleet.phases.record(Phase::Reset, started.elapsed());
@@ -159,7 +159,7 @@ impl Recycler {
                     .inspect_err(|e| tracing::warn!(sandbox = %claimed.handle.id, "no baseline, so no recycling: {e}"))
                     .ok()
             }
-            None => None,
+            _ => None,
         };
         Ok(Held {
             claimed,

@@ -75,19 +75,19 @@ impl RecycleEstimate {
         self.fresh.map(|fresh| self.reset < fresh)
     }
 
-    /// One line for `sandfleet plan` about cluster `name` of `kind`;
-    /// `recycle` is what the fleet file asks for.
-    pub fn render(name: &str, kind: &str, recycle: bool) -> String {
+    /// One line for `sandfleet plan` about cluster `name` of `kind`, whose
+    /// backend can scrub a used sandbox when `scrubs`; `recycle` is what the
+    /// fleet file asks for.
+    pub fn render(name: &str, kind: &str, scrubs: bool, recycle: bool) -> String {
         let asked = if recycle {
             "recycle = true"
         } else {
             "recycle = false"
         };
-        if kind == "opensandbox" {
+        if !scrubs {
             return format!(
                 "recycling on cluster `{name}` ({kind}, {asked}) never happens: the backend cannot \
-                 scrub its sandboxes, so each one is quarantined after its first task (recycle = \
-                 true only adds a baseline per sandbox)"
+                 scrub its sandboxes, so each one serves one task and is released"
             );
         }
         let Some(estimate) = Self::of(kind) else {
@@ -139,21 +139,21 @@ mod tests {
 
     #[test]
     fn each_kind_gets_a_line_naming_the_cluster_and_the_setting() {
-        let local = RecycleEstimate::render("here", "local", true);
+        let local = RecycleEstimate::render("here", "local", true, true);
         assert!(
             local.starts_with("recycling on cluster `here` (local, recycle = true) does not pay"),
             "{local}"
         );
         assert!(local.contains("of host CPU"), "{local}");
-        let remote = RecycleEstimate::render("gke", "k8s", false);
+        let remote = RecycleEstimate::render("gke", "k8s", true, false);
         assert!(
             remote
                 .contains("pays when a fresh sandbox costs a task more than ~250 ms of wall time"),
             "{remote}"
         );
-        let never = RecycleEstimate::render("os", "opensandbox", true);
+        let never = RecycleEstimate::render("os", "opensandbox", false, true);
         assert!(never.contains("never happens"), "{never}");
-        let unknown = RecycleEstimate::render("x", "nomad", false);
+        let unknown = RecycleEstimate::render("x", "nomad", true, false);
         assert!(unknown.contains("no reset cost measured"), "{unknown}");
     }
 }

@@ -219,6 +219,7 @@ impl Backend for Scripted {
                 kills_process_group: true,
             },
             images: Images::AnyReference,
+            scrub: true,
         }
     }
 

@@ -172,7 +172,6 @@ impl Fixture {
     }
 }
 
-/// A generic-adapter row.
 /// The plugin host's settings for these tests: compiled components cached
 /// under the target directory, so the built-ins are compiled once for the
 /// whole suite rather than once per test.
@@ -183,6 +182,7 @@ pub(crate) fn test_host_config() -> HostConfig {
     }
 }
 
+/// A generic-adapter row.
 pub(crate) fn row(id: &str, image: &str, test: &str, timeout_s: u64) -> String {
     serde_json::json!({"id": id, "image": image, "test": test, "timeout_s": timeout_s}).to_string()
 }

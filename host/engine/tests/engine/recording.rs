@@ -25,6 +25,8 @@ pub(crate) struct Recording {
     /// Extra warm sandboxes started with every claim: a backend that
     /// over-creates, for the breaker.
     pub(crate) leak_per_claim: u32,
+    /// Declares that the backend cannot scrub, as OpenSandbox does.
+    pub(crate) without_scrub: bool,
 }
 
 impl Recording {
@@ -34,6 +36,7 @@ impl Recording {
             events: Mutex::new(Vec::new()),
             execs: Mutex::new(Vec::new()),
             leak_per_claim: 0,
+            without_scrub: false,
         }
     }
 
@@ -52,7 +55,10 @@ impl Backend for Recording {
         self.inner.name()
     }
     fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
+        Capabilities {
+            scrub: self.inner.capabilities().scrub && !self.without_scrub,
+            ..self.inner.capabilities()
+        }
     }
     async fn preflight(&self) -> Preflight {
         self.inner.preflight().await

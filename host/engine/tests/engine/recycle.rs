@@ -5,6 +5,7 @@
 use sandfleet_engine::{CancellationToken, FleetSettings, RunReport, Strategy};
 
 use crate::fixture::{Fixture, row};
+use crate::recording::Recording;
 
 /// Runs `rows` one at a time on git images, recycling through git-restore.
 pub(crate) async fn run_recycling(fixture: &Fixture, rows: &[String]) -> RunReport {
@@ -110,4 +111,43 @@ async fn a_process_a_task_leaves_running_cannot_tamper_with_the_next_task() {
     // Recycled (so the tamperer had its chance), and clean.
     assert_eq!(report.recycle.reused, 1, "{}", report.render());
     assert_eq!(report.tasks.ok, 2, "{}", report.render());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_backend_that_cannot_scrub_gets_no_baseline_and_no_reuse_under_recycle() {
+    let fixture = Fixture::new(1);
+    let rows: Vec<String> = (0..3)
+        .map(|i| row(&format!("t{i}"), "img0", "true", 30))
+        .collect();
+    let backend = std::sync::Arc::new(Recording {
+        without_scrub: true,
+        ..Recording::new(fixture.backend_with_images(true))
+    });
+    let mut spec = fixture.spec(
+        backend.clone(),
+        FleetSettings {
+            strategy: Strategy::None,
+            max_concurrent: 1,
+            recycle: true,
+            max_reuses: 8,
+            ..FleetSettings::default()
+        },
+        CancellationToken::new(),
+    );
+    spec.plugins = fixture.plugins(Some("git-restore"));
+    let report = sandfleet_engine::run(spec, fixture.items(&rows))
+        .await
+        .unwrap();
+    assert_eq!(report.tasks.ok, 3, "{}", report.render());
+    // Each task in a sandbox of its own, none quarantined: nothing was
+    // promised reuse, so nothing failed it.
+    assert_eq!(report.claims, 3, "{}", report.render());
+    assert_eq!(report.recycle.reused, 0, "{}", report.render());
+    assert_eq!(report.recycle.quarantined, 0, "{}", report.render());
+    // Only the tasks' own commands ran: no baseline of the reset check.
+    let execs = backend.execs.lock().unwrap().clone();
+    assert!(
+        execs.iter().all(|argv| !argv.join(" ").contains("git ")),
+        "{execs:?}"
+    );
 }
