@@ -130,7 +130,11 @@ impl LocalBackend {
             },
             Isolation::Plain => None,
         };
-        let oci = OciImages::new(state.root(), config.sandbox_uid_base);
+        let oci = OciImages::new(
+            state.root(),
+            config.sandbox_uid_base,
+            config.registries.clone(),
+        );
         let cores = machine::cores();
         let max_sandboxes = config.max_sandboxes(cores);
         let hidden = std::iter::once(state.root())

@@ -17,6 +17,10 @@
 //! django = { path = "images/django", git = true, pids = 8192 }   # per-image limits override
 //! rootfs = "images/rootfs"           # short form: git = false
 //! python = { oci = "python:3.11", pids = 8192 }                # an OCI image, pulled on first use
+//!
+//! [registries]
+//! insecure = ["registry.lab:5000"]   # plain HTTP (loopback registries always may)
+//! platform = "linux/arm64"           # from multi-platform images; default: the host's
 //! ```
 //!
 //! Any other image name a template asks for is taken as an OCI reference
@@ -27,6 +31,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Component, Path, PathBuf};
 
+use sandfleet_images::Platform;
 use serde::Deserialize;
 use serde::de::{self, MapAccess, Visitor};
 
@@ -141,6 +146,36 @@ pub struct LocalConfig {
     /// Image names and the OCI references they stand for (`{ oci = "REF"
     /// }` entries of `[images]`).
     pub oci_images: BTreeMap<String, OciSource>,
+    /// How OCI images are pulled (`[clusters.<name>.registries]`).
+    pub registries: RegistrySettings,
+}
+
+/// How a local cluster reaches registries.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RegistrySettings {
+    /// Registries (`host` or `host:port`) spoken to over plain HTTP;
+    /// loopback ones always are.
+    pub insecure: Vec<String>,
+    /// The platform taken from a multi-platform image, `os/arch` or
+    /// `os/arch/variant`. Default: the host's.
+    #[serde(deserialize_with = "platform")]
+    pub platform: Platform,
+}
+
+impl Default for RegistrySettings {
+    fn default() -> Self {
+        RegistrySettings {
+            insecure: Vec::new(),
+            platform: Platform::host(),
+        }
+    }
+}
+
+fn platform<'de, D: de::Deserializer<'de>>(deserializer: D) -> Result<Platform, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    text.parse()
+        .map_err(|e: String| de::Error::custom(format!("platform `{text}`: {e}")))
 }
 
 impl Default for LocalConfig {
@@ -158,6 +193,7 @@ impl Default for LocalConfig {
             limits: SandboxLimits::default(),
             images: BTreeMap::new(),
             oci_images: BTreeMap::new(),
+            registries: RegistrySettings::default(),
         }
     }
 }
@@ -179,6 +215,7 @@ impl<'de> Deserialize<'de> for LocalConfig {
             "hidden_paths",
             "limits",
             "images",
+            "registries",
         ];
 
         struct ConfigVisitor;
@@ -204,6 +241,7 @@ impl<'de> Deserialize<'de> for LocalConfig {
                         "etc" => config.etc = map.next_value()?,
                         "hidden_paths" => config.hidden_paths = map.next_value()?,
                         "limits" => config.limits = map.next_value()?,
+                        "registries" => config.registries = map.next_value()?,
                         "images" => {
                             let entries: BTreeMap<String, ImageEntry> = map.next_value()?;
                             for (name, entry) in entries {
@@ -633,6 +671,21 @@ mod tests {
             }
         );
         assert_eq!(config.max_sandboxes(2), 8);
+    }
+
+    #[test]
+    fn registries_name_insecure_hosts_and_a_platform() {
+        let config = parse(
+            "[registries]\ninsecure = [\"registry.lab:5000\"]\nplatform = \"linux/arm64/v8\"",
+        )
+        .unwrap();
+        assert_eq!(config.registries.insecure, ["registry.lab:5000"]);
+        assert_eq!(config.registries.platform.to_string(), "linux/arm64/v8");
+        assert_eq!(parse("").unwrap().registries.platform, Platform::host());
+        let error = parse("[registries]\nplatform = \"arm64\"").unwrap_err();
+        assert!(error.contains("platform `arm64`"), "{error}");
+        let error = parse("[registries]\nmirror = \"x\"").unwrap_err();
+        assert!(error.contains("mirror"), "{error}");
     }
 
     #[test]

@@ -59,7 +59,8 @@ mod warming;
 
 pub use backend::LocalBackend;
 pub use config::{
-    ImageSource, IsolationMode, LimitOverrides, LocalConfig, OciSource, SandboxLimits,
+    ImageSource, IsolationMode, LimitOverrides, LocalConfig, OciSource, RegistrySettings,
+    SandboxLimits,
 };
 pub use error::LocalError;
 pub use spawn::{Exit, SpawnRequest, Spawned};

@@ -22,6 +22,7 @@ use sandfleet_images::{
     Image, Ownership, Pin, ProgressEvent, PullOptions, PullPolicy, Reference, Store,
 };
 
+use crate::config::RegistrySettings;
 use crate::error::LocalError;
 
 /// Where sandboxes may not keep their workdir: what each init mounts anew.
@@ -82,6 +83,7 @@ fn usable_workdir(dir: &str) -> bool {
 /// directory images never makes one), and the images made ready from it.
 pub(crate) struct Images {
     state_dir: PathBuf,
+    registries: RegistrySettings,
     ownership: Ownership,
     store: OnceLock<Store>,
     /// By reference; held weakly, so an image no template or sandbox uses
@@ -91,10 +93,11 @@ pub(crate) struct Images {
 
 impl Images {
     /// The store under `state_dir`, for sandboxes whose ids start at
-    /// `uid_base` when run as root.
-    pub(crate) fn new(state_dir: &Path, uid_base: u32) -> Self {
+    /// `uid_base` when run as root, pulling as `registries` says.
+    pub(crate) fn new(state_dir: &Path, uid_base: u32, registries: RegistrySettings) -> Self {
         Images {
             state_dir: state_dir.to_path_buf(),
+            registries,
             ownership: Ownership::for_sandboxes(uid_base),
             store: OnceLock::new(),
             ready: tokio::sync::Mutex::new(HashMap::new()),
@@ -134,7 +137,7 @@ impl Images {
         }
         let store = self.store()?.clone();
         let (events, _) = tokio::sync::mpsc::unbounded_channel();
-        let image = pull(store.clone(), parsed, pull_options(), events).await?;
+        let image = pull(store.clone(), parsed, self.pull_options(), events).await?;
         let pin = store.pin(&image).map_err(LocalError::Image)?;
         let made = Arc::new(ready_image(reference, &image, pin)?);
         ready.retain(|_, image| image.strong_count() > 0);
@@ -175,10 +178,10 @@ impl Images {
         }
         let parsed: Vec<Reference> = absent.iter().map(|(_, r)| r.clone()).collect();
         let runtime = tokio::runtime::Handle::current();
-        let asked = tokio::task::spawn_blocking(move || {
-            runtime.block_on(store.missing(&parsed, &pull_options()))
-        })
-        .await;
+        let options = self.pull_options();
+        let asked =
+            tokio::task::spawn_blocking(move || runtime.block_on(store.missing(&parsed, &options)))
+                .await;
         match asked {
             Ok(found) => {
                 for ((slot, _), missing) in absent.iter().zip(found) {
@@ -207,7 +210,7 @@ impl Images {
         let parsed = Reference::parse(reference).map_err(LocalError::Image)?;
         let store = self.store()?.clone();
         let (events, mut heard) = tokio::sync::mpsc::unbounded_channel();
-        let pulled = pull(store, parsed, pull_options(), events);
+        let pulled = pull(store, parsed, self.pull_options(), events);
         tokio::pin!(pulled);
         loop {
             tokio::select! {
@@ -237,16 +240,18 @@ impl Images {
         let (events, _) = tokio::sync::mpsc::unbounded_channel();
         let options = PullOptions {
             policy,
-            ..PullOptions::default()
+            ..self.pull_options()
         };
         pull(store, parsed, options, events).await
     }
-}
 
-fn pull_options() -> PullOptions {
-    PullOptions {
-        policy: PullPolicy::IfNotPresent,
-        ..PullOptions::default()
+    fn pull_options(&self) -> PullOptions {
+        PullOptions {
+            policy: PullPolicy::IfNotPresent,
+            insecure: self.registries.insecure.clone(),
+            platform: self.registries.platform.clone(),
+            ..PullOptions::default()
+        }
     }
 }
 

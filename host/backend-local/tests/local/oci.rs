@@ -239,3 +239,65 @@ async fn a_failed_pull_names_the_reference_the_registry_and_the_status() {
         "{error}"
     );
 }
+
+#[tokio::test]
+async fn the_configured_platform_is_the_one_taken_from_a_multi_platform_image() {
+    use sandfleet_images::spec::Compression;
+    use sandfleet_registry_testing::image::{build_with, push_index};
+    use sandfleet_registry_testing::registry::{Auth, Registry};
+
+    let registry = Registry::start(Auth::None).await;
+    // Both entries run the host's programs; only a file says which it is.
+    let built: Vec<_> = ["amd64", "arm64"]
+        .iter()
+        .map(|arch| {
+            let marker = Tar::new()
+                .dir("etc", 0o755)
+                .file("etc/platform", arch.as_bytes());
+            let layers: Vec<Layer> = oci_image::base_layers()
+                .iter()
+                .cloned()
+                .chain([Layer::new(marker.finish(), Compression::None)])
+                .collect();
+            build_with(&layers, arch, None, oci_image::escape_config())
+        })
+        .collect();
+    push_index(
+        &registry,
+        "oci/multi",
+        "1",
+        &[(&built[0], "amd64"), (&built[1], "arm64")],
+    )
+    .await;
+    let reference = format!("{}/oci/multi:1", registry.host);
+    let host = if cfg!(target_arch = "aarch64") {
+        "arm64"
+    } else {
+        "amd64"
+    };
+    let other = if host == "amd64" { "arm64" } else { "amd64" };
+    for (platform, expected) in [(None, host), (Some(format!("linux/{other}")), other)] {
+        let state = tempfile::tempdir().unwrap();
+        let mut config = LocalConfig {
+            state_dir: Some(state.path().to_path_buf()),
+            isolation: IsolationMode::Namespaces,
+            ..LocalConfig::default()
+        };
+        if let Some(platform) = &platform {
+            config.registries.platform = platform.parse().unwrap();
+        }
+        let backend = LocalBackend::new("local", config).unwrap();
+        let run_id = RunId::generate("oci");
+        let template = backend
+            .ensure_template(&spec(&run_id, &reference, &[]))
+            .await
+            .unwrap();
+        let sandbox = backend
+            .claim(&template, &run_id.labels(), Instant::now() + PATIENCE)
+            .await
+            .unwrap();
+        let seen = sh_ok(&backend, &sandbox, "cat /etc/platform").await;
+        assert_eq!(seen, expected, "platform {platform:?}");
+        backend.release(&sandbox).await.unwrap();
+    }
+}
