@@ -372,12 +372,17 @@ impl OpenSandboxBackend {
     }
 
     async fn delete(&self, id: &str) -> Result<(), BackendError> {
-        let call = self.lifecycle(
+        self.delete_with(id, |call| call).await
+    }
+
+    /// Deletes sandbox `id` with the call as `shape` leaves it.
+    async fn delete_with(&self, id: &str, shape: fn(Call) -> Call) -> Result<(), BackendError> {
+        let call = shape(self.lifecycle(
             Method::DELETE,
             &format!("/sandboxes/{id}"),
             CallKind::Lifecycle,
             format!("delete sandbox {id}"),
-        );
+        ));
         match self.transport.send(&self.name, &call).await {
             Ok(_) => Ok(()),
             // Already gone: a repeat DELETE answers 404.
@@ -813,7 +818,9 @@ impl Backend for OpenSandboxBackend {
     }
 
     async fn release(&self, sandbox: &SandboxHandle) -> Result<(), BackendError> {
-        self.delete(&sandbox.id).await
+        // The engine retries a release as a whole.
+        self.delete_with(&sandbox.id, |call| call.retried_by_caller())
+            .await
     }
 
     async fn renew(&self, sandbox: &SandboxHandle, ttl: Duration) -> Result<(), BackendError> {
@@ -830,8 +837,10 @@ impl Backend for OpenSandboxBackend {
                 CallKind::Lifecycle,
                 format!("renew sandbox {}", sandbox.id),
             )
-            // An absolute expiry set twice is set once.
+            // An absolute expiry set twice is set once; the engine retries
+            // a renewal as a whole.
             .idempotent(true)
+            .retried_by_caller()
             .json(serde_json::json!({"expiresAt": expires.to_string()}));
         match self.transport.send(&self.name, &call).await {
             Ok(_) => Ok(()),

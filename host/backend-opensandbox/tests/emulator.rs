@@ -511,3 +511,30 @@ async fn long_commands_are_polled_and_keep_their_streams_apart_through_a_cut_str
     backend.release(&sandbox).await.unwrap();
     emulator.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_throttled_release_is_sent_once_for_the_engine_to_retry_while_a_reap_retries_itself() {
+    let emulator = emulator("throttle-deletes").await;
+    let backend = backend(&emulator);
+    let run = RunId::generate("os-driver");
+    let sandbox = claim(&backend, &run).await;
+
+    // The engine retries a release within its budget, so the driver sends
+    // it once and hands back the throttle with the pause asked for.
+    let error = backend.release(&sandbox).await.unwrap_err();
+    assert_eq!(
+        error.kind(),
+        ErrorKind::Throttled {
+            retry_after: Some(Duration::from_secs(1))
+        },
+        "{error}"
+    );
+    assert_eq!(emulator.executions().delete_requests, 1);
+
+    // A reap is nobody else's to retry: the transport tries again itself.
+    let before = emulator.executions().delete_requests;
+    assert!(backend.reap(&run).await.is_err());
+    let sent = emulator.executions().delete_requests - before;
+    assert_eq!(sent, TransportConfig::default().attempts as u64);
+    emulator.shutdown().await;
+}

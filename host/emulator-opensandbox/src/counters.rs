@@ -28,6 +28,9 @@ pub struct Executions {
     pub sandboxes_created: u64,
     /// Sandboxes deleted by `DELETE`.
     pub sandboxes_deleted: u64,
+    /// `DELETE /sandboxes/{id}` requests received, whatever they were
+    /// answered: how often a client sent a delete.
+    pub delete_requests: u64,
     /// Sandboxes deleted at their `expiresAt`.
     pub sandboxes_expired: u64,
     /// Sandboxes that exist now.
@@ -64,6 +67,10 @@ impl Counters {
                 *c.by_marker.entry(marker.to_string()).or_default() += 1;
             }
         });
+    }
+
+    pub(crate) fn delete_requested(&self) {
+        self.with(|c| c.delete_requests += 1);
     }
 
     pub(crate) fn sandbox_created(&self) {

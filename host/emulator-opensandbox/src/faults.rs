@@ -38,6 +38,10 @@ pub struct Faults {
     /// `port-500`: the first create fails with 500, its port "already
     /// allocated", and leaves nothing behind.
     pub port_500: bool,
+    /// `throttle-deletes`: every `DELETE /sandboxes/{id}` answers 429
+    /// (`Retry-After: 1`) and deletes nothing, as an API server under a
+    /// rate limit would.
+    pub throttle_deletes: bool,
 }
 
 impl Default for Faults {
@@ -51,6 +55,7 @@ impl Default for Faults {
             flaky: None,
             seed: 1,
             port_500: false,
+            throttle_deletes: false,
         }
     }
 }
@@ -120,10 +125,11 @@ impl FromStr for Faults {
                         .map_err(|_| format!("fault `seed={v}`: not an unsigned integer"))?;
                 }
                 "port-500" => faults.port_500 = true,
+                "throttle-deletes" => faults.throttle_deletes = true,
                 other => {
                     return Err(format!(
                         "unknown fault `{other}` (known: keepalive=DUR, execd-late=MS, grace-tail[=MS], \
-                         cut-tail, pool-max=N, flaky=P, seed=N, port-500)"
+                         cut-tail, pool-max=N, flaky=P, seed=N, port-500, throttle-deletes)"
                     ));
                 }
             }

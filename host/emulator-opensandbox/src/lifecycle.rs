@@ -88,6 +88,7 @@ pub(crate) fn router(app: Arc<App>) -> Router {
             )
         })
         .layer(middleware::from_fn_with_state(Arc::clone(&app), flaky))
+        .layer(middleware::from_fn_with_state(Arc::clone(&app), deletes))
         .layer(middleware::from_fn_with_state(Arc::clone(&app), auth))
         .layer(middleware::from_fn_with_state(Arc::clone(&app), request_id))
         .with_state(app)
@@ -147,6 +148,33 @@ async fn flaky(State(app): AppState, request: Request, next: Next) -> Response {
             )
             .into_response();
         }
+    }
+    next.run(request).await
+}
+
+/// Counts sandbox deletes as they arrive; with `throttle-deletes`, answers
+/// each with 429 before anything is done.
+async fn deletes(State(app): AppState, request: Request, next: Next) -> Response {
+    let path = request.uri().path();
+    let rest = path.strip_prefix("/v1").unwrap_or(path);
+    let sandbox = rest
+        .strip_prefix("/sandboxes/")
+        .is_some_and(|id| !id.is_empty() && !id.contains('/'));
+    if request.method() != axum::http::Method::DELETE || !sandbox {
+        return next.run(request).await;
+    }
+    app.fleet.counters.delete_requested();
+    if app.fleet.faults.throttle_deletes {
+        let mut response = ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "GENERAL::TOO_MANY_REQUESTS",
+            "Too many requests (fault throttle-deletes: the sandbox was not deleted)",
+        )
+        .into_response();
+        response
+            .headers_mut()
+            .insert(axum::http::header::RETRY_AFTER, 1.into());
+        return response;
     }
     next.run(request).await
 }

@@ -42,6 +42,7 @@ pub struct Call {
     pub(crate) what: String,
     idempotent: Option<bool>,
     pub(crate) not_delivered: Option<NotDelivered>,
+    pub(crate) retried_by_caller: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -72,6 +73,7 @@ impl Call {
             what: what.into(),
             idempotent: None,
             not_delivered: None,
+            retried_by_caller: false,
         }
     }
 
@@ -107,6 +109,15 @@ impl Call {
     /// create or a command so).
     pub fn idempotent(mut self, idempotent: bool) -> Self {
         self.idempotent = Some(idempotent);
+        self
+    }
+
+    /// Leaves the retrying of answered failures (throttled, unavailable,
+    /// lost) to the caller, which retries the whole operation within its
+    /// own budget: the transport repeats the call only when it never left,
+    /// so one operation is not sent attempts × attempts times.
+    pub fn retried_by_caller(mut self) -> Self {
+        self.retried_by_caller = true;
         self
     }
 

@@ -61,6 +61,7 @@ impl Failed {
             Failed::Status(failure) if call.not_delivered.is_some_and(|check| check(failure)) => {
                 true
             }
+            _ if call.retried_by_caller => false,
             Failed::Lost(_) | Failed::TimedOut(_) => idempotent,
             Failed::Status(failure) => {
                 idempotent && matches!(failure.status.as_u16(), 429 | 502 | 503)
