@@ -67,7 +67,16 @@ pub(crate) struct Inner {
     /// One async mutex per layer being fetched in this process: the
     /// first caller fetches, the others wait and find it done.
     inflight: Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
-    counter: AtomicU64,
+}
+
+/// Numbers the temporary names of this process. Process-wide, not per
+/// store: two stores opened on one directory in one process (tests, a
+/// daemon's clusters) would otherwise pick the same name and move each
+/// other's files.
+static TEMPORARY_NAMES: AtomicU64 = AtomicU64::new(0);
+
+fn temporary_number() -> u64 {
+    TEMPORARY_NAMES.fetch_add(1, Ordering::Relaxed)
 }
 
 /// An image in the store.
@@ -202,7 +211,6 @@ impl Store {
                 root,
                 ownership,
                 inflight: Mutex::new(HashMap::new()),
-                counter: AtomicU64::new(0),
             }),
         };
         for dir in [
@@ -624,7 +632,7 @@ impl Store {
 
     /// A fresh temporary directory name for unpacking `diff_id`.
     pub(crate) fn temporary(&self, diff_id: &Digest) -> PathBuf {
-        let n = self.inner.counter.fetch_add(1, Ordering::Relaxed);
+        let n = temporary_number();
         self.inner.root.join("tmp").join(format!(
             "{}.{}.{n}",
             self.temporary_prefix(diff_id),
@@ -777,7 +785,7 @@ impl Store {
     /// Writes through a temporary file renamed into place, so readers see
     /// the old file or the new one.
     pub(crate) fn write_atomic(&self, path: &Path, bytes: &[u8]) -> Result<(), Error> {
-        let n = self.inner.counter.fetch_add(1, Ordering::Relaxed);
+        let n = temporary_number();
         let tmp = path.with_extension(format!("tmp.{}.{n}", std::process::id()));
         std::fs::write(&tmp, bytes).map_err(|e| Error::io(STORE, "writing", &tmp, e))?;
         std::fs::rename(&tmp, path).map_err(|e| {
@@ -893,5 +901,23 @@ pub(crate) fn joined(shown: &str, error: tokio::task::JoinError) -> Error {
         reference: shown.to_string(),
         what: "a store task".to_string(),
         source: io::Error::other(error.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn two_stores_on_one_directory_never_pick_the_same_temporary_name() {
+        // The escape suite once failed with a rename's ENOENT: two stores
+        // of one process on one directory, both counting from zero, wrote
+        // the same image record through the same temporary file.
+        let dir = tempfile::tempdir().unwrap();
+        let ownership = Ownership::for_sandboxes(0x7000_0000);
+        let first = Store::open(dir.path(), ownership).unwrap();
+        let second = Store::open(dir.path(), ownership).unwrap();
+        let layer = Digest::of(b"layer");
+        assert_ne!(first.temporary(&layer), second.temporary(&layer));
     }
 }
