@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use sandfleet_backend_local::{IsolationMode, LocalBackend, LocalConfig};
-use sandfleet_core::{Backend, ErrorKind, RunId, TemplateSpec};
+use sandfleet_core::{Backend, ErrorKind, RunId, SandboxHandle, TemplateSpec};
 use sandfleet_images::{Ownership, Reference, Store};
 use sandfleet_registry_testing::image::{Layer, Tar};
 use sandfleet_registry_testing::registry::free_port;
@@ -18,15 +18,36 @@ use crate::oci_image::{self, IMAGE_PATH};
 
 /// A namespaced backend over a state directory of its own, and a run.
 fn backend(state: &tempfile::TempDir) -> (LocalBackend, RunId) {
-    let config = LocalConfig {
+    backend_with(state, |_| {})
+}
+
+/// [`backend`], with `configure` changing its configuration first.
+fn backend_with(
+    state: &tempfile::TempDir,
+    configure: impl FnOnce(&mut LocalConfig),
+) -> (LocalBackend, RunId) {
+    let mut config = LocalConfig {
         state_dir: Some(state.path().to_path_buf()),
         isolation: IsolationMode::Namespaces,
         ..LocalConfig::default()
     };
+    configure(&mut config);
     (
         LocalBackend::new("local", config).unwrap(),
         RunId::generate("oci"),
     )
+}
+
+/// A claimed sandbox of `reference`.
+async fn claimed(backend: &LocalBackend, run_id: &RunId, reference: &str) -> SandboxHandle {
+    let template = backend
+        .ensure_template(&spec(run_id, reference, &[]))
+        .await
+        .unwrap();
+    backend
+        .claim(&template, &run_id.labels(), Instant::now() + PATIENCE)
+        .await
+        .unwrap()
 }
 
 fn spec(run_id: &RunId, image: &str, env: &[(&str, &str)]) -> TemplateSpec {
@@ -145,14 +166,7 @@ async fn whiteouts_opaque_directories_and_hundreds_of_layers_are_the_images() {
     let served = oci_image::serve("oci/layers", &extra, oci_image::escape_config()).await;
     let state = tempfile::tempdir().unwrap();
     let (backend, run_id) = backend(&state);
-    let template = backend
-        .ensure_template(&spec(&run_id, &served.reference, &[]))
-        .await
-        .unwrap();
-    let sandbox = backend
-        .claim(&template, &run_id.labels(), Instant::now() + PATIENCE)
-        .await
-        .unwrap();
+    let sandbox = claimed(&backend, &run_id, &served.reference).await;
     let seen = sh_ok(
         &backend,
         &sandbox,
@@ -170,10 +184,7 @@ async fn whiteouts_opaque_directories_and_hundreds_of_layers_are_the_images() {
         "echo changed > /data/keep; rm /layers/top",
     )
     .await;
-    let other = backend
-        .claim(&template, &run_id.labels(), Instant::now() + PATIENCE)
-        .await
-        .unwrap();
+    let other = claimed(&backend, &run_id, &served.reference).await;
     let seen = sh_ok(&backend, &other, "cat /data/keep; cat /layers/top").await;
     assert_eq!(seen, format!("keep{}\n", MANY - 1));
     backend.release(&sandbox).await.unwrap();
@@ -190,14 +201,7 @@ async fn commands_run_as_the_images_user() {
     .await;
     let state = tempfile::tempdir().unwrap();
     let (backend, run_id) = backend(&state);
-    let template = backend
-        .ensure_template(&spec(&run_id, &served.reference, &[]))
-        .await
-        .unwrap();
-    let sandbox = backend
-        .claim(&template, &run_id.labels(), Instant::now() + PATIENCE)
-        .await
-        .unwrap();
+    let sandbox = claimed(&backend, &run_id, &served.reference).await;
     let result = sh(&backend, &sandbox, "id -u; id -g; pwd").await;
     if rustix::process::geteuid().is_root() {
         assert_eq!(
@@ -278,24 +282,12 @@ async fn the_configured_platform_is_the_one_taken_from_a_multi_platform_image() 
     let other = if host == "amd64" { "arm64" } else { "amd64" };
     for (platform, expected) in [(None, host), (Some(format!("linux/{other}")), other)] {
         let state = tempfile::tempdir().unwrap();
-        let mut config = LocalConfig {
-            state_dir: Some(state.path().to_path_buf()),
-            isolation: IsolationMode::Namespaces,
-            ..LocalConfig::default()
-        };
-        if let Some(platform) = &platform {
-            config.registries.platform = platform.parse().unwrap();
-        }
-        let backend = LocalBackend::new("local", config).unwrap();
-        let run_id = RunId::generate("oci");
-        let template = backend
-            .ensure_template(&spec(&run_id, &reference, &[]))
-            .await
-            .unwrap();
-        let sandbox = backend
-            .claim(&template, &run_id.labels(), Instant::now() + PATIENCE)
-            .await
-            .unwrap();
+        let (backend, run_id) = backend_with(&state, |config| {
+            if let Some(platform) = &platform {
+                config.registries.platform = platform.parse().unwrap();
+            }
+        });
+        let sandbox = claimed(&backend, &run_id, &reference).await;
         let seen = sh_ok(&backend, &sandbox, "cat /etc/platform").await;
         assert_eq!(seen, expected, "platform {platform:?}");
         backend.release(&sandbox).await.unwrap();

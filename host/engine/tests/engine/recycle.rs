@@ -9,8 +9,17 @@ use crate::recording::Recording;
 
 /// Runs `rows` one at a time on git images, recycling through git-restore.
 pub(crate) async fn run_recycling(fixture: &Fixture, rows: &[String]) -> RunReport {
+    run_recycling_on(fixture, fixture.backend_with_images(true), rows).await
+}
+
+/// [`run_recycling`] on `backend`.
+async fn run_recycling_on(
+    fixture: &Fixture,
+    backend: std::sync::Arc<dyn sandfleet_core::Backend>,
+    rows: &[String],
+) -> RunReport {
     let mut spec = fixture.spec(
-        fixture.backend_with_images(true),
+        backend,
         FleetSettings {
             strategy: Strategy::None,
             max_concurrent: 1,
@@ -123,21 +132,7 @@ async fn a_backend_that_cannot_scrub_gets_no_baseline_and_no_reuse_under_recycle
         without_scrub: true,
         ..Recording::new(fixture.backend_with_images(true))
     });
-    let mut spec = fixture.spec(
-        backend.clone(),
-        FleetSettings {
-            strategy: Strategy::None,
-            max_concurrent: 1,
-            recycle: true,
-            max_reuses: 8,
-            ..FleetSettings::default()
-        },
-        CancellationToken::new(),
-    );
-    spec.plugins = fixture.plugins(Some("git-restore"));
-    let report = sandfleet_engine::run(spec, fixture.items(&rows))
-        .await
-        .unwrap();
+    let report = run_recycling_on(&fixture, backend.clone(), &rows).await;
     assert_eq!(report.tasks.ok, 3, "{}", report.render());
     // Each task in a sandbox of its own, none quarantined: nothing was
     // promised reuse, so nothing failed it.
