@@ -3,7 +3,7 @@
 //! `sandfleet run examples/quickstart-opensandbox.toml` against it.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 
 use crate::signals::{signal, wait};
 use crate::{repo, results, run_id, stderr};
@@ -13,33 +13,14 @@ use sandfleet_test_support::quickstart::{expected_statuses, statuses};
 fn the_quickstart_on_the_faulty_emulator_gives_the_local_runs_statuses() {
     let scratch = tempfile::tempdir().unwrap();
     let env_file = scratch.path().join("opensandbox.env");
-    let mut server = Command::new(env!("CARGO_BIN_EXE_sandfleet"))
-        .args([
-            "devcluster",
-            "opensandbox",
-            "--images-from",
-            "examples/quickstart.toml",
-            "--faults",
-            "keepalive=5s,execd-late=500,cut-tail,flaky=0.05",
-            "--write-env",
-        ])
-        .arg(&env_file)
-        .current_dir(repo())
-        .env("SANDFLEET_LOG", "warn")
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Ready once it has printed both lines (it prints nothing else).
-    let mut env = Vec::new();
-    for line in BufReader::new(server.stdout.take().unwrap()).lines() {
-        let line = line.unwrap();
-        if let Some((name, value)) = line.split_once('=') {
-            env.push((name.to_string(), value.to_string()));
-        }
-        if env.len() == 2 {
-            break;
-        }
-    }
+    let (mut server, env) = start_devcluster(&[
+        "--images-from",
+        "examples/quickstart.toml",
+        "--faults",
+        "keepalive=5s,execd-late=500,cut-tail,flaky=0.05",
+        "--write-env",
+        env_file.to_str().unwrap(),
+    ]);
     let names: Vec<&str> = env.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(names, ["OPENSANDBOX_BASE_URL", "OPENSANDBOX_API_KEY"]);
     let written = std::fs::read_to_string(&env_file).unwrap();
@@ -98,4 +79,27 @@ fn the_quickstart_on_the_faulty_emulator_gives_the_local_runs_statuses() {
     signal(&server, "-TERM");
     let status = wait(&mut server);
     assert!(status.success(), "devcluster exited {status}");
+}
+
+/// `sandfleet devcluster opensandbox` with `args`, from the repository, and
+/// the `NAME=value` lines it printed once ready (it prints nothing else).
+pub(crate) fn start_devcluster(args: &[&str]) -> (Child, Vec<(String, String)>) {
+    let mut server = Command::new(env!("CARGO_BIN_EXE_sandfleet"))
+        .args(["devcluster", "opensandbox"])
+        .args(args)
+        .current_dir(repo())
+        .env("SANDFLEET_LOG", "warn")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut env = Vec::new();
+    for line in BufReader::new(server.stdout.take().unwrap()).lines() {
+        if let Some((name, value)) = line.unwrap().split_once('=') {
+            env.push((name.to_string(), value.to_string()));
+        }
+        if env.len() == 2 {
+            break;
+        }
+    }
+    (server, env)
 }

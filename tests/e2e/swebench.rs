@@ -12,9 +12,8 @@
 //! eval script grades the gold patch `resolved` and an empty patch
 //! unresolved.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Instant;
 
 use serde_json::{Value, json};
@@ -269,23 +268,7 @@ fn a_real_instance_is_graded_by_its_official_image_on_devcluster_opensandbox() {
     let dir = tempfile::tempdir().unwrap();
     let published = Published::new(dir.path());
     // Sandboxes of a reference are pulled into the devcluster's own store.
-    let mut server = Command::new(env!("CARGO_BIN_EXE_sandfleet"))
-        .args(["devcluster", "opensandbox"])
-        .current_dir(repo())
-        .env("SANDFLEET_LOG", "warn")
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Ready once it has printed both lines (it prints nothing else).
-    let mut env = Vec::new();
-    for line in BufReader::new(server.stdout.take().unwrap()).lines() {
-        if let Some((name, value)) = line.unwrap().split_once('=') {
-            env.push((name.to_string(), value.to_string()));
-        }
-        if env.len() == 2 {
-            break;
-        }
-    }
+    let (mut server, env) = crate::opensandbox::start_devcluster(&[]);
     assert_eq!(env.len(), 2, "the devcluster printed {env:?}");
     let clusters = r#"[fleet]
 strategy = "none"
