@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
-pub use sandfleet_emulator_opensandbox::MARKER_ENV;
+use sandfleet_emulator_runtime::MARKER_ENV;
 
 /// A snapshot of the exec counters ([`crate::Emulator::executions`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -60,9 +60,9 @@ use tokio::task::JoinHandle;
 
 pub use authz::{DenyRule, USER};
 pub use controllers::Tuning;
-pub use executions::{Executions, MARKER_ENV};
+pub use executions::Executions;
 pub use kubeconfig::{CONTEXT, Kubeconfig};
-pub use kubelet::runtime::{ImageMap, OciMap, PodRuntime};
+pub use sandfleet_emulator_runtime::{ImageMap, Isolation as PodRuntime, MARKER_ENV, OciMap};
 pub use seed::NodeShape;
 
 /// The four agent-sandbox CRDs (kubernetes-sigs/agent-sandbox, v1beta1), embedded.
@@ -366,7 +366,7 @@ pub struct K8sArgs {
     pub node_disk: String,
     /// An image pods can run: `REF=DIR`, the image name as a pod's `image` field says
     /// it and the directory it maps to (repeatable).
-    #[arg(long = "image", value_name = "REF=DIR", value_parser = sandfleet_emulator_opensandbox::parse_image_arg)]
+    #[arg(long = "image", value_name = "REF=DIR", value_parser = sandfleet_emulator_runtime::parse_image_arg)]
     pub images: Vec<(String, sandfleet_backend_local::ImageSource)>,
     /// Take the images from a fleet file's `[clusters.<name>.images]` tables:
     /// directories (relative paths resolved against the file) and names of OCI
@@ -406,14 +406,10 @@ impl K8sArgs {
     /// # Errors
     /// When `--images-from` cannot be read or names no images.
     pub fn config(&self) -> anyhow::Result<Config> {
-        let mut images = match &self.images_from {
-            Some(fleet) => sandfleet_emulator_opensandbox::images_from_fleet(fleet)?,
-            None => sandfleet_emulator_opensandbox::FleetImages::default(),
-        };
-        for (name, source) in &self.images {
-            images.oci.remove(name);
-            images.directories.insert(name.clone(), source.clone());
-        }
+        let images = sandfleet_emulator_runtime::FleetImages::from_args(
+            self.images_from.as_deref(),
+            &self.images,
+        )?;
         Ok(Config {
             listen: self.listen,
             nodes: NodeShape {

@@ -24,7 +24,9 @@ use sandfleet_core::{Backend, ExecRequest, OutputChunk, OutputStream, SandboxHan
 use serde_json::{Value, json};
 use tokio::sync::{Notify, mpsc, watch};
 
-use crate::counters::{Counters, MARKER_ENV};
+use sandfleet_emulator_runtime::MARKER_ENV;
+
+use crate::counters::Counters;
 
 /// Runs `$1` with bash as a job of its own (its own process group), writes
 /// that group's id to `$2`, and exits with the job's status. The job keeps

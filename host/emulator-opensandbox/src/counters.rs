@@ -9,11 +9,6 @@ use std::sync::Mutex;
 
 use serde::Serialize;
 
-/// The environment variable (in `POST /command`'s `envs`) whose value marks
-/// a client's logical command: the emulator counts starts per marker, so a
-/// command a client retried shows up as a count of 2.
-pub const MARKER_ENV: &str = "SANDFLEET_COMMAND_ID";
-
 /// A snapshot of the counters.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Executions {
@@ -21,7 +16,7 @@ pub struct Executions {
     pub commands: u64,
     /// Starts per execd command id (always 1 each: ids are never reused).
     pub by_command_id: BTreeMap<String, u64>,
-    /// Starts per marker ([`MARKER_ENV`]); commands without one are not
+    /// Starts per marker ([`crate::MARKER_ENV`]); commands without one are not
     /// here.
     pub by_marker: BTreeMap<String, u64>,
     /// Sandboxes created.

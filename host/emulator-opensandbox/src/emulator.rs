@@ -7,29 +7,17 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
-use sandfleet_backend_local::{IsolationMode, LocalBackend, LocalConfig};
-use sandfleet_core::{Backend, RunId};
+use sandfleet_emulator_runtime::{FleetImages, ImageMap, OciMap, SandboxHost};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::Runtime;
 use crate::counters::Executions;
 use crate::faults::Faults;
 use crate::fleet::Fleet;
-use crate::images::{FleetImages, ImageMap, OciMap};
 use crate::lifecycle::{self, App};
 use crate::random::Rng;
-
-/// How sandboxes run.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum Runtime {
-    /// Isolated local sandboxes (namespaces, cgroups, seccomp), each probed
-    /// before it is offered.
-    #[default]
-    Namespaces,
-    /// Plain directories and processes, no isolation: for scale tests.
-    Plain,
-}
 
 /// What an [`Emulator`] serves.
 #[derive(Debug, Clone)]
@@ -75,7 +63,6 @@ pub struct Emulator {
     fleet: Arc<Fleet>,
     stop: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
-    _scratch: Option<tempfile::TempDir>,
 }
 
 impl Emulator {
@@ -102,51 +89,13 @@ impl Emulator {
                  (plain sandboxes cannot run OCI images)"
             );
         }
-        for (reference, source) in &config.images {
-            if !source.path.is_dir() {
-                bail!(
-                    "image `{reference}`: {} is not a directory",
-                    source.path.display()
-                );
-            }
-        }
-        let scratch = match &config.state_dir {
-            Some(_) => None,
-            None => Some(
-                tempfile::Builder::new()
-                    .prefix("sandfleet-emulator-opensandbox-")
-                    .tempdir()
-                    .context("making a state directory")?,
-            ),
+        let images = FleetImages {
+            directories: config.images,
+            oci: config.oci_images,
         };
-        let state_dir = config
-            .state_dir
-            .clone()
-            .or_else(|| scratch.as_ref().map(|d| d.path().to_path_buf()))
-            .expect("one of the two is set");
-        let local = LocalConfig {
-            state_dir: Some(std::path::absolute(&state_dir).unwrap_or(state_dir)),
-            isolation: match config.runtime {
-                Runtime::Namespaces => IsolationMode::Namespaces,
-                Runtime::Plain => IsolationMode::None,
-            },
-            // The server, not the local backend, bounds what exists.
-            max_sandboxes: Some(1_000_000),
-            images: config.images.clone(),
-            oci_images: config.oci_images.clone(),
-            ..LocalConfig::default()
-        };
-        let backend =
-            LocalBackend::new("opensandbox-emulator", local).map_err(|e| anyhow::anyhow!("{e}"))?;
-        if config.runtime == Runtime::Namespaces {
-            let preflight = backend.preflight().await;
-            if !preflight.failures.is_empty() {
-                bail!(
-                    "local sandboxes cannot run here ({}); --runtime plain runs them unisolated",
-                    preflight.failures.join("; ")
-                );
-            }
-        }
+        images.check_directories()?;
+        let host = SandboxHost::open("opensandbox", images, config.runtime, config.state_dir)?;
+        host.preflight("them").await?;
         let api_key = config
             .api_key
             .clone()
@@ -155,12 +104,7 @@ impl Emulator {
             .await
             .with_context(|| format!("--listen {}: cannot bind", config.listen))?;
         let address = listener.local_addr()?;
-        let run_id = RunId::generate("opensandbox-emulator");
-        let images = FleetImages {
-            directories: config.images,
-            oci: config.oci_images,
-        };
-        let fleet = Fleet::new(backend, run_id, images, config.faults.clone());
+        let fleet = Fleet::new(host, config.faults.clone());
         let app = App::new(Arc::clone(&fleet), api_key.clone());
         let stop = CancellationToken::new();
         let server = tokio::spawn(crate::server::serve(
@@ -176,7 +120,6 @@ impl Emulator {
             fleet,
             stop,
             tasks: vec![server, reaper],
-            _scratch: scratch,
         })
     }
 

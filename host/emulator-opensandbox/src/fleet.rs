@@ -6,12 +6,12 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::http::StatusCode;
 use jiff::Timestamp;
-use sandfleet_backend_local::LocalBackend;
-use sandfleet_core::{Backend, ErrorKind, Labels, RunId, TemplateRef, TemplateSpec};
+use sandfleet_core::{Backend, ErrorKind, TemplateRef};
+use sandfleet_emulator_runtime::{CREATE_TIMEOUT, CreateGate, Resolved, SandboxHost};
 use tokio::net::TcpSocket;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -21,12 +21,7 @@ use crate::counters::Counters;
 use crate::error::ApiError;
 use crate::execd::{self, EXECD_PORT, Tail};
 use crate::faults::Faults;
-use crate::images::FleetImages;
 use crate::random::Rng;
-
-/// How long a create may wait for its sandbox, like the Kubernetes
-/// runtime's `sandbox_create_timeout_seconds`.
-const CREATE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// execd addresses are drawn from 127.64.0.0/10, away from 127.0.0.1 and
 /// the low addresses other tools use.
@@ -78,10 +73,7 @@ impl Sandbox {
 
 /// Everything the emulator holds.
 pub(crate) struct Fleet {
-    backend: Arc<LocalBackend>,
-    run_id: RunId,
-    images: FleetImages,
-    templates: tokio::sync::Mutex<HashMap<String, TemplateRef>>,
+    host: SandboxHost,
     sandboxes: Mutex<BTreeMap<String, Arc<Sandbox>>>,
     pub(crate) counters: Arc<Counters>,
     pub(crate) faults: Faults,
@@ -90,21 +82,7 @@ pub(crate) struct Fleet {
     pooled: AtomicU32,
     port_collided: AtomicBool,
     expiry_changed: Notify,
-    /// Set once teardown begins: no sandbox is made after it.
-    closed: AtomicBool,
-    /// Creates under way, which teardown waits for.
-    creating: AtomicU32,
-    created: Notify,
-}
-
-/// One create under way, counted until it has ended.
-struct Creating<'a>(&'a Fleet);
-
-impl Drop for Creating<'_> {
-    fn drop(&mut self) {
-        self.0.creating.fetch_sub(1, Ordering::SeqCst);
-        self.0.created.notify_waiters();
-    }
+    gate: CreateGate,
 }
 
 fn shutting_down() -> ApiError {
@@ -116,19 +94,11 @@ fn shutting_down() -> ApiError {
 }
 
 impl Fleet {
-    pub(crate) fn new(
-        backend: LocalBackend,
-        run_id: RunId,
-        images: FleetImages,
-        faults: Faults,
-    ) -> Arc<Fleet> {
+    pub(crate) fn new(host: SandboxHost, faults: Faults) -> Arc<Fleet> {
         let mut rng = Rng::from_entropy();
         let start = (rng.next_u64() as u32) % EXECD_NET_SIZE;
         Arc::new(Fleet {
-            backend: Arc::new(backend),
-            run_id,
-            images,
-            templates: tokio::sync::Mutex::new(HashMap::new()),
+            host,
             sandboxes: Mutex::new(BTreeMap::new()),
             counters: Arc::new(Counters::default()),
             faults,
@@ -137,9 +107,7 @@ impl Fleet {
             pooled: AtomicU32::new(0),
             port_collided: AtomicBool::new(false),
             expiry_changed: Notify::new(),
-            closed: AtomicBool::new(false),
-            creating: AtomicU32::new(0),
-            created: Notify::new(),
+            gate: CreateGate::default(),
         })
     }
 
@@ -160,7 +128,7 @@ impl Fleet {
     }
 
     pub(crate) fn image_names(&self) -> Vec<String> {
-        self.images.names()
+        self.host.images().names()
     }
 
     /// Makes sure the image of a create can be made: a directory image, or
@@ -168,30 +136,30 @@ impl Fleet {
     /// Docker runtime pulls an image it does not have, answering a failed
     /// pull with `SANDBOX_IMAGE_PULL_FAILED`).
     async fn ensure_image(&self, image: &str) -> Result<(), ApiError> {
-        if self.images.directories.contains_key(image) {
-            return Ok(());
-        }
-        let Some(reference) = self.backend.oci_reference(image) else {
-            let why = if self.images.oci.contains_key(image)
-                || sandfleet_core::names_a_reference(image)
-            {
-                "; OCI images need --runtime namespaces"
-            } else {
+        let why = match self.host.resolve(image) {
+            Resolved::Directory => return Ok(()),
+            Resolved::Oci(reference) => return self.pull(image, &reference).await,
+            Resolved::NeedsIsolation => "; OCI images need --runtime namespaces",
+            Resolved::Unknown => {
                 "; map it with --image REF=DIR or { oci = \"REF\" } in --images-from, or name a \
                  reference (registry/repository:tag)"
-            };
-            return Err(ApiError::runtime(
-                StatusCode::BAD_REQUEST,
-                "IMAGE_NOT_FOUND",
-                format!(
-                    "Image {image} is not known to this emulator (known: {}){why}",
-                    self.image_names().join(", ")
-                ),
-            ));
+            }
         };
-        let reference = reference.to_string();
-        self.backend
-            .pull_oci(&reference, false)
+        Err(ApiError::runtime(
+            StatusCode::BAD_REQUEST,
+            "IMAGE_NOT_FOUND",
+            format!(
+                "Image {image} is not known to this emulator (known: {}){why}",
+                self.image_names().join(", ")
+            ),
+        ))
+    }
+
+    /// Pulls OCI image `image` into the layer store unless it is there.
+    async fn pull(&self, image: &str, reference: &str) -> Result<(), ApiError> {
+        self.host
+            .backend()
+            .pull_oci(reference, false)
             .await
             .map(drop)
             .map_err(|error| {
@@ -205,29 +173,16 @@ impl Fleet {
 
     async fn template(&self, spec: &CreateSpec) -> Result<TemplateRef, ApiError> {
         let key = format!("{}|{}|{}", spec.image, spec.cpu_milli, spec.memory_mib);
-        let mut templates = self.templates.lock().await;
-        if let Some(made) = templates.get(&key) {
-            return Ok(made.clone());
-        }
-        let template = TemplateSpec {
-            name: sandfleet_core::template_name(&self.run_id, &key),
-            image: spec.image.clone(),
-            cpu_milli: spec.cpu_milli,
-            memory_mib: spec.memory_mib,
-            disk_mib: 10 * 1024,
-            network: false,
-            env: BTreeMap::new(),
-            labels: self.run_id.labels(),
-        };
-        let made = self.backend.ensure_template(&template).await.map_err(|e| {
-            ApiError::runtime(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "SANDBOX_CREATE_FAILED",
-                format!("Failed to prepare image {}: {e}", spec.image),
-            )
-        })?;
-        templates.insert(key, made.clone());
-        Ok(made)
+        self.host
+            .template(&key, &spec.image, spec.cpu_milli, spec.memory_mib)
+            .await
+            .map_err(|e| {
+                ApiError::runtime(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "SANDBOX_CREATE_FAILED",
+                    format!("Failed to prepare image {}: {e}", spec.image),
+                )
+            })
     }
 
     /// Reserves an execd address: a socket bound to `127.x.y.z:44772` that
@@ -257,14 +212,11 @@ impl Fleet {
         self: &Arc<Self>,
         spec: CreateSpec,
     ) -> Result<Arc<Sandbox>, ApiError> {
-        // Counted before the check, so teardown either sees it or it sees teardown.
-        self.creating.fetch_add(1, Ordering::SeqCst);
-        let _counted = Creating(self);
-        if self.closed.load(Ordering::SeqCst) {
+        let Some(_creating) = self.gate.enter() else {
             return Err(shutting_down());
-        }
+        };
         self.ensure_image(&spec.image).await?;
-        if self.closed.load(Ordering::SeqCst) {
+        if self.gate.is_closed() {
             return Err(shutting_down());
         }
         if self.faults.port_500 && !self.port_collided.swap(true, Ordering::AcqRel) {
@@ -283,12 +235,10 @@ impl Fleet {
             None
         };
         let template = self.template(&spec).await?;
-        let mut labels: Labels = self.run_id.labels();
         let id = self.ids.lock().expect("id generator lock poisoned").uuid();
-        labels.insert(sandfleet_core::LABEL_TASK.to_string(), id.clone());
         let handle = self
-            .backend
-            .claim(&template, &labels, Instant::now() + CREATE_TIMEOUT)
+            .host
+            .claim(&template, &id)
             .await
             .map_err(|e| match e.kind() {
                 ErrorKind::Timeout => ApiError::runtime(
@@ -305,14 +255,14 @@ impl Fleet {
                     format!("Failed to create sandbox {id}: {e}"),
                 ),
             })?;
-        if self.closed.load(Ordering::SeqCst) {
-            let _ = self.backend.release(&handle).await;
+        if self.gate.is_closed() {
+            let _ = self.host.backend().release(&handle).await;
             return Err(shutting_down());
         }
         let socket = match self.reserve_address() {
             Ok(socket) => socket,
             Err(error) => {
-                let _ = self.backend.release(&handle).await;
+                let _ = self.host.backend().release(&handle).await;
                 return Err(error);
             }
         };
@@ -321,7 +271,7 @@ impl Fleet {
             _ => unreachable!("execd sockets are bound to IPv4 addresses"),
         };
         let exec = Arc::new(SandboxExec {
-            backend: Arc::clone(&self.backend),
+            backend: Arc::clone(self.host.backend()),
             handle,
             env: spec.env.clone(),
             commands: Mutex::new(HashMap::new()),
@@ -412,7 +362,7 @@ impl Fleet {
         if sandbox.spec.pooled {
             self.pooled.fetch_sub(1, Ordering::AcqRel);
         }
-        if let Err(error) = self.backend.release(&sandbox.exec.handle).await {
+        if let Err(error) = self.host.backend().release(&sandbox.exec.handle).await {
             tracing::warn!(sandbox = %sandbox.id, %error, "releasing a sandbox failed");
         }
     }
@@ -463,36 +413,20 @@ impl Fleet {
     pub(crate) async fn teardown(&self) {
         // Creates under way finish first (bounded; one still pulling its image
         // then stops before it makes a sandbox).
-        self.closed.store(true, Ordering::SeqCst);
-        let deadline = tokio::time::Instant::now() + CREATE_TIMEOUT;
-        loop {
-            let notified = self.created.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if self.creating.load(Ordering::SeqCst) == 0
-                || tokio::time::timeout_at(deadline, notified).await.is_err()
-            {
-                break;
-            }
-        }
+        self.gate.close().await;
         let all: Vec<Arc<Sandbox>> = std::mem::take(&mut *self.map()).into_values().collect();
-        let mut deleting = tokio::task::JoinSet::new();
-        for sandbox in all {
-            let backend = Arc::clone(&self.backend);
+        for sandbox in &all {
             sandbox.execd_stop.cancel();
-            deleting.spawn(async move {
-                if let Err(error) = backend.release(&sandbox.exec.handle).await {
-                    tracing::warn!(sandbox = %sandbox.id, %error, "releasing a sandbox failed");
-                }
-            });
         }
-        let count = deleting.len();
-        deleting.join_all().await;
+        let count = all.len();
+        self.host
+            .teardown(
+                all.iter()
+                    .map(|sandbox| (sandbox.id.clone(), sandbox.exec.handle.clone())),
+            )
+            .await;
         for _ in 0..count {
             self.counters.sandbox_deleted(false);
-        }
-        if let Err(error) = self.backend.reap(&self.run_id).await {
-            tracing::warn!(%error, "reaping the emulator's run failed");
         }
     }
 }

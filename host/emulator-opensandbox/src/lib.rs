@@ -8,13 +8,13 @@
 //! `commands`) on its own loopback address `127.64.0.0/10:44772`, reached
 //! directly or through the server proxy (`proxy`). `server` is the HTTP/1.1
 //! accept loop with the `keepalive` idle close; `faults` the fault
-//! switches; `counters` what ran and what exists; `images` the images (names
-//! mapped to directories or to OCI references; with isolated sandboxes any
-//! reference is pulled into the local backend's layer store, and a failed pull
-//! fails the create with `SANDBOX_IMAGE_PULL_FAILED`, as the Docker runtime's
-//! does — the Kubernetes runtime would only time out; execd runs commands with
-//! the image's `bash`, as the real one does);
-//! `random` ids and seeded draws. See `SEMANTICS.md` in the shared specs
+//! switches; `counters` what ran and what exists; `random` ids and seeded
+//! draws. Images are names mapped to directories or to OCI references
+//! (`sandfleet-emulator-runtime`, shared with the Kubernetes emulator); with
+//! isolated sandboxes any reference is pulled into the local backend's layer
+//! store, and a failed pull fails the create with `SANDBOX_IMAGE_PULL_FAILED`,
+//! as the Docker runtime's does — the Kubernetes runtime would only time out;
+//! execd runs commands with the image's `bash`, as the real one does. See `SEMANTICS.md` in the shared specs
 //! for the behaviour reproduced.
 //!
 //! Not emulated: pause and resume, snapshots and templates, pools' CRUD,
@@ -29,7 +29,6 @@ mod error;
 mod execd;
 mod faults;
 mod fleet;
-mod images;
 mod lifecycle;
 mod proxy;
 mod random;
@@ -43,12 +42,15 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 
-pub use counters::{Executions, MARKER_ENV};
-pub use emulator::{Emulator, EmulatorConfig, Runtime};
+pub use counters::Executions;
+pub use emulator::{Emulator, EmulatorConfig};
 pub use execd::{EGRESS_PORT, EXECD_PORT};
 pub use faults::{DEFAULT_GRACE_TAIL, Faults};
-pub use images::{FleetImages, ImageMap, OciMap, images_from_fleet, parse_image_arg};
 pub use lifecycle::SERVER_VERSION;
+pub use sandfleet_emulator_runtime::{
+    FleetImages, ImageMap, Isolation as Runtime, MARKER_ENV, OciMap, images_from_fleet,
+    parse_image_arg,
+};
 
 /// `sandfleet devcluster opensandbox`'s arguments.
 #[derive(Debug, Clone, clap::Args)]
@@ -92,14 +94,7 @@ impl OpenSandboxArgs {
     ///
     /// When `--images-from` cannot be read.
     pub fn config(&self) -> anyhow::Result<EmulatorConfig> {
-        let mut images = match &self.images_from {
-            Some(fleet) => images_from_fleet(fleet)?,
-            None => FleetImages::default(),
-        };
-        for (name, source) in &self.images {
-            images.oci.remove(name);
-            images.directories.insert(name.clone(), source.clone());
-        }
+        let images = FleetImages::from_args(self.images_from.as_deref(), &self.images)?;
         Ok(EmulatorConfig {
             listen: self.listen,
             api_key: self.api_key.clone(),

@@ -14,28 +14,17 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use sandfleet_backend_local::{
-    IsolationMode, LocalBackend, LocalConfig, LocalError, SpawnRequest, Spawned,
+use sandfleet_backend_local::{LocalError, SpawnRequest, Spawned};
+use sandfleet_core::{Backend, SandboxHandle, TemplateRef};
+use sandfleet_emulator_runtime::{
+    CreateGate, FleetImages, ImageMap, OciMap, Resolved, SandboxHost,
 };
-use sandfleet_core::{Backend, Labels, RunId, SandboxHandle, TemplateRef, TemplateSpec};
-pub use sandfleet_emulator_opensandbox::{ImageMap, OciMap};
 use tokio::io::AsyncReadExt;
 use tokio::sync::OnceCell;
 
 use super::container_log::ContainerLog;
+use crate::PodRuntime;
 
-/// How pods run.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum PodRuntime {
-    /// Isolated local sandboxes (namespaces, cgroups, seccomp), probed before use.
-    #[default]
-    Namespaces,
-    /// Plain directories and processes, no isolation: for scale tests.
-    Plain,
-}
-
-/// How long a sandbox may take to be made.
-const CREATE_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a pod's main command may run: effectively forever, but bounded.
 const MAIN_TIMEOUT: Duration = Duration::from_secs(30 * 24 * 3600);
 /// How long output is still read after a main command has exited. What it wrote is in
@@ -117,43 +106,22 @@ struct OciFacts {
 /// A node and an image name.
 type NodeImage = (String, String);
 
-/// One sandbox being made, counted until it is made or has failed.
-struct Starting<'a>(&'a Runtime);
-
-impl Drop for Starting<'_> {
-    fn drop(&mut self) {
-        self.0
-            .starting
-            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-        self.0.started.notify_waiters();
-    }
-}
-
 /// Runs pods as local sandboxes.
 pub(crate) struct Runtime {
-    backend: Option<Arc<LocalBackend>>,
+    host: Option<SandboxHost>,
     /// Why there is no backend.
     no_backend: String,
-    run_id: RunId,
-    images: ImageMap,
-    oci: OciMap,
     plain: bool,
     pull_latency: Duration,
     /// Image name → what its last pull found (OCI images).
     facts: Mutex<HashMap<String, OciFacts>>,
-    templates: tokio::sync::Mutex<HashMap<String, TemplateRef>>,
     /// (node, image) → the pull, done once.
     pulled: Mutex<HashMap<NodeImage, Arc<OnceCell<()>>>>,
     sandboxes: Mutex<HashMap<String, Arc<PodSandbox>>>,
-    /// Set once teardown begins: no sandbox is made after it.
-    closed: std::sync::atomic::AtomicBool,
-    /// Sandboxes being made now, which teardown waits for.
-    starting: std::sync::atomic::AtomicUsize,
-    started: tokio::sync::Notify,
+    gate: CreateGate,
     /// Pod uid → its containers' logs (by container name), from its start until it is
     /// deleted.
     logs: Mutex<HashMap<String, BTreeMap<String, Arc<ContainerLog>>>>,
-    _scratch: Option<tempfile::TempDir>,
 }
 
 impl Runtime {
@@ -170,102 +138,68 @@ impl Runtime {
         pull_latency: Duration,
         state_dir: Option<PathBuf>,
     ) -> anyhow::Result<Self> {
-        for (reference, source) in &images {
-            anyhow::ensure!(
-                source.path.is_dir(),
-                "image `{reference}`: {} is not a directory",
-                source.path.display()
-            );
-        }
-        let configured = !images.is_empty() || !oci.is_empty();
-        let mut scratch = None;
-        let made: anyhow::Result<LocalBackend> = async {
-            let dir = match state_dir {
-                Some(d) => d,
-                None => {
-                    let made = tempfile::Builder::new()
-                        .prefix("sandfleet-emulator-k8s-")
-                        .tempdir()
-                        .context("making a state directory")?;
-                    let path = made.path().to_path_buf();
-                    scratch = Some(made);
-                    path
-                }
-            };
-            let config = LocalConfig {
-                state_dir: Some(std::path::absolute(&dir).unwrap_or(dir)),
-                isolation: match runtime {
-                    PodRuntime::Namespaces => IsolationMode::Namespaces,
-                    PodRuntime::Plain => IsolationMode::None,
-                },
-                // The nodes' allocatable, not the local backend, bounds what runs.
-                max_sandboxes: Some(1_000_000),
-                images: images.clone(),
-                oci_images: oci.clone(),
-                ..LocalConfig::default()
-            };
-            let backend =
-                LocalBackend::new("k8s-emulator", config).map_err(|e| anyhow::anyhow!("{e}"))?;
-            if configured && runtime == PodRuntime::Namespaces {
-                let preflight = backend.preflight().await;
-                anyhow::ensure!(
-                    preflight.failures.is_empty(),
-                    "local sandboxes cannot run here ({}); --runtime plain runs pods unisolated",
-                    preflight.failures.join("; ")
-                );
+        let images = FleetImages {
+            directories: images,
+            oci,
+        };
+        images.check_directories()?;
+        let configured = !images.is_empty();
+        let made = async {
+            let host = SandboxHost::open("k8s", images, runtime, state_dir)?;
+            if configured {
+                host.preflight("pods").await?;
             }
-            Ok(backend)
+            Ok(host)
         }
         .await;
         // With no images configured, a cluster whose pods cannot run still serves:
         // they stay Pending in ErrImagePull.
-        let (backend, no_backend) = match made {
-            Ok(backend) => (Some(Arc::new(backend)), String::new()),
+        let (host, no_backend) = match made {
+            Ok(host) => (Some(host), String::new()),
             Err(error) if !configured => (None, format!("{error:#}")),
             Err(error) => return Err(error),
         };
         Ok(Self {
-            backend,
+            host,
             no_backend,
-            run_id: RunId::generate("k8s-emulator"),
-            images,
-            oci,
             plain: runtime == PodRuntime::Plain,
             pull_latency,
             facts: Mutex::new(HashMap::new()),
-            templates: tokio::sync::Mutex::new(HashMap::new()),
             pulled: Mutex::new(HashMap::new()),
             sandboxes: Mutex::new(HashMap::new()),
-            closed: std::sync::atomic::AtomicBool::new(false),
-            starting: std::sync::atomic::AtomicUsize::new(0),
-            started: tokio::sync::Notify::new(),
+            gate: CreateGate::default(),
             logs: Mutex::new(HashMap::new()),
-            _scratch: scratch,
         })
     }
 
-    fn backend(&self) -> anyhow::Result<&Arc<LocalBackend>> {
-        self.backend
+    fn host(&self) -> anyhow::Result<&SandboxHost> {
+        self.host
             .as_ref()
             .with_context(|| format!("pods cannot run here: {}", self.no_backend))
     }
 
-    /// The OCI reference `image` stands for (a mapped name, or a reference itself),
-    /// when pods can run OCI images.
-    fn oci_reference(&self, image: &str) -> Option<String> {
-        let backend = self.backend.as_ref()?;
-        backend.oci_reference(image).map(str::to_string)
+    /// What `image` stands for.
+    fn resolve(&self, image: &str) -> Resolved {
+        match &self.host {
+            Some(host) => host.resolve(image),
+            // Without a backend nothing is mapped (images configured make one or
+            // fail the start); a reference still says what is missing.
+            None if self.plain && sandfleet_core::names_a_reference(image) => {
+                Resolved::NeedsIsolation
+            }
+            None => Resolved::Unknown,
+        }
     }
 
     /// Whether `image` can be pulled: a directory is mapped to it, or it is an OCI
     /// image pods can run.
     pub(crate) fn knows(&self, image: &str) -> bool {
-        self.images.contains_key(image) || self.oci_reference(image).is_some()
+        matches!(self.resolve(image), Resolved::Directory | Resolved::Oci(_))
     }
 
     /// Whether a directory is mapped to `image`.
     pub(crate) fn is_directory(&self, image: &str) -> bool {
-        self.images.contains_key(image)
+        self.resolve(image) == Resolved::Directory
     }
 
     /// Whether the node has the image already.
@@ -324,16 +258,12 @@ impl Runtime {
         image: &str,
         policy: &str,
     ) -> Result<Option<Pulled>, PullError> {
-        let oci = self.oci_reference(image);
-        if !self.images.contains_key(image) && oci.is_none() {
-            let names_oci =
-                self.oci.contains_key(image) || sandfleet_core::names_a_reference(image);
-            return Err(if names_oci && self.plain {
-                PullError::NeedsIsolation
-            } else {
-                PullError::NotFound
-            });
-        }
+        let oci = match self.resolve(image) {
+            Resolved::Directory => None,
+            Resolved::Oci(reference) => Some(reference),
+            Resolved::NeedsIsolation => return Err(PullError::NeedsIsolation),
+            Resolved::Unknown => return Err(PullError::NotFound),
+        };
         let always = policy == "Always";
         if self.cached(node, image) && !always {
             return Ok(None);
@@ -372,10 +302,13 @@ impl Runtime {
     }
 
     async fn pull_oci(&self, image: &str, reference: &str, always: bool) -> Result<(), PullError> {
-        let backend = self.backend().map_err(|e| PullError::Registry {
-            not_found: false,
-            message: format!("{e:#}"),
-        })?;
+        let backend = self
+            .host()
+            .map_err(|e| PullError::Registry {
+                not_found: false,
+                message: format!("{e:#}"),
+            })?
+            .backend();
         let pulled =
             backend
                 .pull_oci(reference, always)
@@ -442,27 +375,10 @@ impl Runtime {
         // An OCI image's digest is part of the key: after a pull that followed a
         // moved tag, new pods get the new image.
         let key = format!("{image}|{}|{cpu_milli}|{memory_mib}", self.image_id(image));
-        let mut templates = self.templates.lock().await;
-        if let Some(made) = templates.get(&key) {
-            return Ok(made.clone());
-        }
-        let spec = TemplateSpec {
-            name: sandfleet_core::template_name(&self.run_id, &key),
-            image: image.to_string(),
-            cpu_milli,
-            memory_mib,
-            disk_mib: 10 * 1024,
-            network: false,
-            env: BTreeMap::new(),
-            labels: self.run_id.labels(),
-        };
-        let made = self
-            .backend()?
-            .ensure_template(&spec)
+        self.host()?
+            .template(&key, image, cpu_milli, memory_mib)
             .await
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        templates.insert(key, made.clone());
-        Ok(made)
+            .map_err(|e| anyhow::anyhow!("{e}"))
     }
 
     /// Make the sandbox of pod `uid`.
@@ -475,20 +391,13 @@ impl Runtime {
         env: Vec<(String, String)>,
         workdir: Option<String>,
     ) -> anyhow::Result<Arc<PodSandbox>> {
-        use std::sync::atomic::Ordering;
-        // Counted before the check, so teardown either sees it or it sees teardown.
-        self.starting.fetch_add(1, Ordering::SeqCst);
-        let _counted = Starting(self);
-        anyhow::ensure!(
-            !self.closed.load(Ordering::SeqCst),
-            "the cluster is shutting down"
-        );
+        let Some(_starting) = self.gate.enter() else {
+            anyhow::bail!("the cluster is shutting down");
+        };
         let template = self.template(image, cpu_milli, memory_mib).await?;
-        let mut labels: Labels = self.run_id.labels();
-        labels.insert(sandfleet_core::LABEL_TASK.to_string(), uid.to_string());
         let handle = self
-            .backend()?
-            .claim(&template, &labels, Instant::now() + CREATE_TIMEOUT)
+            .host()?
+            .claim(&template, uid)
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         let sandbox = Arc::new(PodSandbox {
@@ -587,7 +496,8 @@ impl Runtime {
     ) -> anyhow::Result<Spawned> {
         request.env = sandbox.env_with(request.env);
         request.workdir = request.workdir.or_else(|| sandbox.workdir.clone());
-        self.backend()?
+        self.host()?
+            .backend()
             .spawn(&sandbox.handle, &request)
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))
@@ -600,8 +510,8 @@ impl Runtime {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(uid);
-        if let (Some(sandbox), Ok(backend)) = (removed, self.backend())
-            && let Err(error) = backend.release(&sandbox.handle).await
+        if let (Some(sandbox), Ok(host)) = (removed, self.host())
+            && let Err(error) = host.backend().release(&sandbox.handle).await
         {
             tracing::warn!(%error, pod = uid, "releasing a pod sandbox failed");
         }
@@ -647,50 +557,19 @@ impl Runtime {
     /// Destroy every sandbox and whatever the run left in the local backend, once
     /// the sandboxes being made are (bounded).
     pub(crate) async fn teardown(&self) {
-        use std::sync::atomic::Ordering;
-        self.closed.store(true, Ordering::SeqCst);
-        let deadline = tokio::time::Instant::now() + CREATE_TIMEOUT;
-        loop {
-            let notified = self.started.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if self.starting.load(Ordering::SeqCst) == 0
-                || tokio::time::timeout_at(deadline, notified).await.is_err()
-            {
-                break;
-            }
-        }
-        let all: Vec<String> = self
-            .sandboxes
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .keys()
-            .cloned()
-            .collect();
-        let mut stopping = tokio::task::JoinSet::new();
-        for uid in all {
-            let backend = self.backend.clone();
-            let sandbox = self
-                .sandboxes
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&uid);
-            if let (Some(backend), Some(sandbox)) = (backend, sandbox) {
-                stopping.spawn(async move {
-                    let _ = backend.release(&sandbox.handle).await;
-                });
-            }
-        }
-        stopping.join_all().await;
-        if let Ok(backend) = self.backend()
-            && let Err(error) = backend.reap(&self.run_id).await
-        {
-            tracing::warn!(%error, "reaping the emulator's pods failed");
+        self.gate.close().await;
+        let all: Vec<(String, SandboxHandle)> =
+            std::mem::take(&mut *self.sandboxes.lock().unwrap_or_else(|e| e.into_inner()))
+                .into_iter()
+                .map(|(uid, sandbox)| (uid, sandbox.handle.clone()))
+                .collect();
+        if let Some(host) = &self.host {
+            host.teardown(all).await;
         }
     }
 
     /// The local backend's state directory (where sandboxes live), if any.
     pub(crate) fn state_dir(&self) -> Option<PathBuf> {
-        self.backend.as_ref().map(|b| b.state_dir().to_path_buf())
+        self.host.as_ref().map(|h| h.state_dir().to_path_buf())
     }
 }
