@@ -107,7 +107,7 @@ impl Drop for Server {
 }
 
 fn backend(server: &Server, transport: TransportConfig) -> Arc<OpenSandboxBackend> {
-    let clients = Clients::new(None).unwrap();
+    let clients = Clients::new();
     Arc::new(
         OpenSandboxBackend::with_server(
             "bench",

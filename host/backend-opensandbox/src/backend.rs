@@ -185,7 +185,6 @@ impl OpenSandboxBackend {
                 format!("create a sandbox of {} ({}){from}", spec.name, spec.image),
             )
             .json(serde_json::to_value(&body).expect("the body serializes"));
-        self.transport.pace_create().await;
         self.json(&call).await
     }
 
@@ -888,7 +887,7 @@ mod tests {
     }
 
     fn backend_of(config: OpenSandboxConfig) -> Result<OpenSandboxBackend, BackendError> {
-        let clients = Clients::new(None).unwrap();
+        let clients = Clients::new();
         OpenSandboxBackend::with_server(
             "east",
             config,

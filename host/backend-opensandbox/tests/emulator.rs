@@ -30,7 +30,7 @@ async fn emulator_on(runtime: Runtime, faults: &str) -> Emulator {
 }
 
 fn backend_with(emulator: &Emulator, config: OpenSandboxConfig) -> OpenSandboxBackend {
-    let clients = Clients::new(None).unwrap();
+    let clients = Clients::new();
     OpenSandboxBackend::with_server(
         "os",
         config,
@@ -328,7 +328,7 @@ async fn only_an_image_mapped_to_a_server_pool_takes_from_it_and_a_full_one_fall
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_input_is_one_line_naming_the_cluster_and_nothing_is_created() {
     let emulator = emulator("").await;
-    let clients = Clients::new(None).unwrap();
+    let clients = Clients::new();
     let wrong_key = OpenSandboxBackend::with_server(
         "os",
         OpenSandboxConfig::default(),

@@ -78,6 +78,7 @@ async fn overhead_per_task(pool: u32, label: &str) {
             kind: "local".into(),
             weight: 1,
             backend: backend(dir.path(), pool + 8),
+            pace: None,
         }],
         plugins: Plugins::named(
             registry.clone(),

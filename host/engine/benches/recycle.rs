@@ -144,6 +144,7 @@ async fn engine_run(
             kind: "local".into(),
             weight: 1,
             backend: backend(dir.path(), 2 * concurrency + 40),
+            pace: None,
         }],
         plugins: Plugins::named(
             registry.clone(),

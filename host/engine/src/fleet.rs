@@ -20,7 +20,7 @@ use crate::error::{RunError, StepError};
 use crate::images::ImageTable;
 use crate::phases::{Phase, PhaseTimes};
 use crate::prepare::PreparedPools;
-use crate::rate::CreateRate;
+use crate::rate::CreatePace;
 use crate::retry::Retries;
 use crate::settings::FleetSettings;
 
@@ -39,6 +39,9 @@ pub struct Cluster {
     pub weight: u32,
     /// The driver.
     pub backend: Arc<dyn Backend>,
+    /// The host's pace of sandbox creation, shared with every other
+    /// cluster and run built from the same connections (none: unpaced).
+    pub pace: Option<Arc<CreatePace>>,
 }
 
 /// A sandbox the engine holds, with where it came from.
@@ -95,7 +98,6 @@ pub(crate) struct Fleet {
     pub(crate) images: ImageTable,
     pub(crate) settings: FleetSettings,
     placement: PlacementPolicy,
-    rate: Option<CreateRate>,
     pub(crate) phases: Arc<PhaseTimes>,
     pub(crate) retries: Arc<Retries>,
     books: Mutex<Books>,
@@ -136,7 +138,6 @@ impl Fleet {
             ..Books::default()
         };
         Fleet {
-            rate: settings.create_rate.map(CreateRate::new),
             capabilities: clusters.iter().map(|c| c.backend.capabilities()).collect(),
             failures: clusters.iter().map(|_| AtomicU32::new(0)).collect(),
             run_id,
@@ -238,8 +239,8 @@ impl Fleet {
                 if more == 0 {
                     continue;
                 }
-                if let Some(rate) = &self.rate {
-                    rate.acquire(more).await;
+                if let Some(pace) = &self.clusters[*cluster].pace {
+                    pace.admit(more).await;
                 }
                 asked[slot] += more;
                 left -= more;
@@ -320,8 +321,8 @@ impl Fleet {
                 .pools
                 .get(&image)
                 .is_some_and(|&(c, _)| c == cluster);
-            if !warm_there && let Some(rate) = &self.rate {
-                rate.acquire(1).await;
+            if !warm_there && let Some(pace) = &self.clusters[cluster].pace {
+                pace.admit(1).await;
             }
             let mut labels = self.run_id.labels();
             labels.insert(LABEL_TASK.to_string(), label_value(task_id));

@@ -326,6 +326,7 @@ mod tests {
                     kind: "local".into(),
                     weight: 1,
                     backend,
+                    pace: None,
                 }],
                 capacity: vec![Capacity::default()],
                 images: vec![calc::IMAGE.into()],

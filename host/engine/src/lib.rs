@@ -55,6 +55,7 @@ pub use phases::{Phase, PhaseStats};
 pub use plugins::{PluginServed, Plugins};
 pub use prepare::{PREPARE_ATTEMPTS, PrepareHook, PrepareHooks};
 pub use progress::{LogProgress, Progress, PullSink};
+pub use rate::CreatePace;
 pub use reap::reap;
 pub use report::{
     ClusterInfo, Environment, InfraFailureCounts, Machine, RecycleCounts, ReleaseCounts, RunReport,

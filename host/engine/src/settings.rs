@@ -49,6 +49,9 @@ pub struct FleetSettings {
     #[serde(deserialize_with = "de::positive")]
     pub warm_create_budget: u32,
     /// Sandbox creations per second across the host; `None` is unlimited.
+    /// Whoever builds the clusters makes one [`crate::CreatePace`] of it and
+    /// gives it to every cluster (the engine paces by [`crate::Cluster`]'s
+    /// `pace`), so runs built together share it.
     #[serde(deserialize_with = "de::rate")]
     pub create_rate: Option<f64>,
     /// The breaker trips when live sandboxes exceed the plan's expectation

@@ -9,7 +9,7 @@ use anyhow::{Context as _, bail};
 use sandfleet_backend_k8s::{K8sBackend, K8sClients};
 use sandfleet_backend_local::LocalBackend;
 use sandfleet_backend_opensandbox::OpenSandboxBackend;
-use sandfleet_engine::{Cluster, Plugins, WorkItem};
+use sandfleet_engine::{Cluster, CreatePace, Plugins, WorkItem};
 use sandfleet_plugin::adapter::{Setting, TaskAdapter};
 use sandfleet_plugin::{CallErrorKind, HostConfig, PluginHost, Registry};
 use sandfleet_transport::Clients;
@@ -287,6 +287,7 @@ pub fn check_images(
 pub struct Connections {
     http: Clients,
     kube: K8sClients,
+    pace: Option<Arc<CreatePace>>,
 }
 
 impl Connections {
@@ -297,9 +298,14 @@ impl Connections {
     ///
     /// When the rate is not a positive number.
     pub fn new(creates_per_second: Option<f64>) -> anyhow::Result<Self> {
+        let pace = creates_per_second
+            .map(|rate| CreatePace::new(rate).map(Arc::new))
+            .transpose()
+            .map_err(anyhow::Error::msg)?;
         Ok(Connections {
-            http: Clients::new(creates_per_second).map_err(anyhow::Error::msg)?,
+            http: Clients::new(),
             kube: K8sClients::new(),
+            pace,
         })
     }
 
@@ -311,6 +317,12 @@ impl Connections {
     /// The Kubernetes clients.
     pub fn kube(&self) -> &K8sClients {
         &self.kube
+    }
+
+    /// The host's pace of sandbox creation, for every cluster built with
+    /// these connections.
+    pub fn pace(&self) -> Option<Arc<CreatePace>> {
+        self.pace.clone()
     }
 }
 
@@ -351,7 +363,44 @@ pub fn clusters_with(
                 kind: cluster.backend.kind().to_string(),
                 weight: cluster.weight,
                 backend,
+                pace: connections.pace(),
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    #[test]
+    fn every_run_built_from_one_set_of_connections_shares_one_pace() {
+        let quickstart =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/quickstart.toml");
+        let config = FleetConfig::load(&quickstart).unwrap();
+        let connections = Connections::new(Some(20.0)).unwrap();
+        let first_run = clusters_with(&config, &connections).unwrap();
+        let second_run = clusters_with(&config, &connections).unwrap();
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let started = Instant::now();
+        runtime.block_on(async {
+            for i in 0..6 {
+                let run = if i % 2 == 0 { &first_run } else { &second_run };
+                run[0].pace.as_ref().unwrap().admit(1).await;
+            }
+        });
+        // 20 per second between both runs: the sixth waits five periods.
+        assert!(
+            started.elapsed() >= Duration::from_millis(240),
+            "{:?}",
+            started.elapsed()
+        );
+        let unpaced = Connections::new(None).unwrap();
+        assert!(clusters_with(&config, &unpaced).unwrap()[0].pace.is_none());
+        let error = Connections::new(Some(0.0)).err().unwrap().to_string();
+        assert_eq!(error, "a create rate must be positive, not 0");
+    }
 }

@@ -91,6 +91,7 @@ fn clusters(loaded: &Loaded, switch: &Switch, emulator: &Emulator) -> Vec<Cluste
                 kind: cluster.backend.kind().to_string(),
                 weight: cluster.weight,
                 backend: Arc::new(backend),
+                pace: connections.pace(),
             }
         })
         .collect()

@@ -1,13 +1,10 @@
 //! Clients keyed by their whole configuration, and the calls they make.
 
 use std::collections::HashMap;
-use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
-use governor::{DefaultDirectRateLimiter, Quota};
 use sandfleet_core::BackendError;
 
 use crate::call::{Body, Call};
@@ -19,37 +16,17 @@ use crate::stats::{Counters, Stats};
 /// Bytes of a failure body read for its message.
 const MAX_FAILURE_BODY: usize = 64 * 1024;
 
-/// Every transport of a process: one per distinct configuration, and the
-/// host-wide pace of sandbox creation they share.
+/// Every transport of a process: one per distinct configuration. (Sandbox
+/// creation is paced by the engine, which decides every create.)
+#[derive(Default)]
 pub struct Clients {
     by_config: Mutex<HashMap<TransportConfig, Arc<Transport>>>,
-    pacer: Option<Arc<DefaultDirectRateLimiter>>,
 }
 
 impl Clients {
-    /// Clients whose creates, over all clusters and runs, stay under
-    /// `creates_per_second` (unpaced when `None`).
-    ///
-    /// # Errors
-    ///
-    /// When the rate is not a positive number.
-    pub fn new(creates_per_second: Option<f64>) -> Result<Self, String> {
-        let pacer = creates_per_second
-            .map(|rate| {
-                if !(rate.is_finite() && rate > 0.0) {
-                    return Err(format!("a create rate must be positive, not {rate}"));
-                }
-                let period = Duration::from_secs_f64(1.0 / rate);
-                let quota = Quota::with_period(period)
-                    .ok_or_else(|| format!("create rate {rate} is too high"))?
-                    .allow_burst(NonZeroU32::MIN);
-                Ok(Arc::new(DefaultDirectRateLimiter::direct(quota)))
-            })
-            .transpose()?;
-        Ok(Clients {
-            by_config: Mutex::new(HashMap::new()),
-            pacer,
-        })
+    /// No clients yet.
+    pub fn new() -> Self {
+        Clients::default()
     }
 
     /// The transport for `config`: the one already made for an equal
@@ -64,7 +41,7 @@ impl Clients {
             return Ok(Arc::clone(made));
         }
         config.validate()?;
-        let made = Arc::new(Transport::build(config.clone(), self.pacer.clone())?);
+        let made = Arc::new(Transport::build(config.clone())?);
         by_config.insert(config.clone(), Arc::clone(&made));
         Ok(made)
     }
@@ -88,14 +65,10 @@ pub struct Transport {
     client: reqwest::Client,
     config: TransportConfig,
     counters: Counters,
-    pacer: Option<Arc<DefaultDirectRateLimiter>>,
 }
 
 impl Transport {
-    fn build(
-        config: TransportConfig,
-        pacer: Option<Arc<DefaultDirectRateLimiter>>,
-    ) -> Result<Self, String> {
+    fn build(config: TransportConfig) -> Result<Self, String> {
         // reqwest is built without a default crypto provider (no aws-lc C
         // build); ring serves every client. Another caller may have
         // installed one already, which is as good.
@@ -113,7 +86,6 @@ impl Transport {
             client,
             config,
             counters: Counters::default(),
-            pacer,
         })
     }
 
@@ -125,13 +97,6 @@ impl Transport {
     /// Its counters so far.
     pub fn stats(&self) -> Stats {
         self.counters.snapshot()
-    }
-
-    /// Waits for the host-wide pace of sandbox creation to allow one more.
-    pub async fn pace_create(&self) {
-        if let Some(pacer) = &self.pacer {
-            pacer.until_ready().await;
-        }
     }
 
     /// Makes `call` on behalf of `cluster`, repeating it only where that is

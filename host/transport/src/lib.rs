@@ -9,7 +9,6 @@
 //!   request left, on any method; a connection lost before any response, and
 //!   429/503 (after `Retry-After`), only for idempotent calls; commands never,
 //!   unless the cluster says its commands are idempotent.
-//! - Creates are paced host-wide ([`Clients::pace_create`]).
 //! - Every failure becomes a [`sandfleet_core::BackendError`] of the right
 //!   kind, with the server's own code and message ([`HttpFailure`]), and is
 //!   counted ([`Stats`]).

@@ -151,7 +151,7 @@ async fn a_refused_connection_is_retried_on_any_method_and_reported_as_unsent() 
     let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", closed.local_addr().unwrap());
     drop(closed);
-    let clients = Clients::new(None).unwrap();
+    let clients = Clients::new();
     let transport = clients.transport(&quick()).unwrap();
     let error = transport.send("east", &command(&url)).await.unwrap_err();
     assert_eq!(error.kind(), ErrorKind::Transport { sent: false });
@@ -169,7 +169,7 @@ async fn a_refused_connection_is_retried_on_any_method_and_reported_as_unsent() 
 #[tokio::test]
 async fn a_connection_lost_before_the_answer_is_retried_only_when_idempotent() {
     let drop_first = |n| if n == 0 { Answer::Drop } else { ok() };
-    let clients = Clients::new(None).unwrap();
+    let clients = Clients::new();
     let transport = clients.transport(&quick()).unwrap();
 
     let server = Server::start(Duration::from_secs(60), drop_first).await;
@@ -202,7 +202,7 @@ async fn idle_connections_expire_before_the_server_closes_them() {
     let mut lost = Vec::new();
     for idle_timeout in [Duration::from_millis(300), Duration::from_secs(30)] {
         let server = Server::start(keep_alive, |_| ok()).await;
-        let clients = Clients::new(None).unwrap();
+        let clients = Clients::new();
         let config = TransportConfig {
             idle_timeout,
             ..quick()
@@ -246,7 +246,7 @@ async fn throttling_is_waited_out_for_idempotent_calls_and_reported_otherwise() 
             ok()
         }
     };
-    let clients = Clients::new(None).unwrap();
+    let clients = Clients::new();
     let transport = clients.transport(&quick()).unwrap();
     let server = Server::start(Duration::from_secs(60), throttle_first).await;
     let started = Instant::now();
@@ -292,7 +292,7 @@ async fn a_proxy_that_could_not_reach_the_sandbox_lets_even_a_command_be_sent_ag
             ok()
         }
     };
-    let clients = Clients::new(None).unwrap();
+    let clients = Clients::new();
     let transport = clients.transport(&quick()).unwrap();
     let server = Server::start(Duration::from_secs(60), unreachable_first).await;
     let proxied = command(&server.url)
@@ -319,7 +319,7 @@ async fn a_rejected_request_names_the_cluster_the_call_and_the_servers_reason() 
         )
     })
     .await;
-    let clients = Clients::new(None).unwrap();
+    let clients = Clients::new();
     let transport = clients.transport(&quick()).unwrap();
     let create = Call::new(
         Method::POST,
@@ -341,7 +341,7 @@ async fn a_rejected_request_names_the_cluster_the_call_and_the_servers_reason() 
 
 #[test]
 fn equal_configurations_share_a_client_and_different_ones_never_do() {
-    let clients = Clients::new(None).unwrap();
+    let clients = Clients::new();
     let a = clients.transport(&TransportConfig::default()).unwrap();
     let again = clients.transport(&TransportConfig::default()).unwrap();
     assert!(Arc::ptr_eq(&a, &again));
@@ -361,31 +361,4 @@ fn equal_configurations_share_a_client_and_different_ones_never_do() {
         clients.transport(&broken).err().unwrap(),
         "transport.attempts must be at least 1"
     );
-}
-
-#[tokio::test]
-async fn creates_are_paced_across_every_transport_of_the_host() {
-    let clients = Clients::new(Some(20.0)).unwrap();
-    let a = clients.transport(&TransportConfig::default()).unwrap();
-    let b = clients
-        .transport(&TransportConfig {
-            attempts: 5,
-            ..TransportConfig::default()
-        })
-        .unwrap();
-    let started = Instant::now();
-    for i in 0..6 {
-        if i % 2 == 0 {
-            a.pace_create().await
-        } else {
-            b.pace_create().await
-        }
-    }
-    // 20 per second, one at a time: the sixth waits for five periods.
-    assert!(
-        started.elapsed() >= Duration::from_millis(240),
-        "{:?}",
-        started.elapsed()
-    );
-    assert!(Clients::new(Some(0.0)).is_err());
 }

@@ -107,6 +107,7 @@ impl Harness {
             kind: "local".into(),
             weight: 1,
             backend: self.backend.clone() as Arc<dyn Backend>,
+            pace: None,
         }]
     }
 

@@ -32,6 +32,7 @@ fn spec_on(
             kind: "scripted".to_string(),
             weight: 1,
             backend: backend.clone(),
+            pace: None,
         })
         .collect();
     let rows: Vec<String> = (0..tasks)

@@ -163,6 +163,7 @@ impl Fixture {
                 kind: "local".to_string(),
                 weight: 1,
                 backend,
+                pace: None,
             }],
             plugins: self.plugins(None),
             out_dir: self.out_dir(),

@@ -108,6 +108,7 @@ async fn a_run_pulls_first_and_an_image_it_cannot_pull_fails_only_its_tasks() {
         kind: "local".into(),
         weight: 1,
         backend: backend.clone(),
+        pace: None,
     }];
 
     // Before the run: both images missing, the bytes of the one the
