@@ -20,7 +20,7 @@ use sandfleet_core::{
 use serde::{Deserialize, Serialize};
 
 use crate::claims::{ClaimWatch, NotReady, wait_ready};
-use crate::client::{ClientSlot, K8sClients};
+use crate::client::{ClientSlot, Clients, K8sClients};
 use crate::config::{ExecMode, K8sConfig};
 use crate::errors::{api_error, is_not_found};
 use crate::exec::{Failure, Session, Target, one_shot};
@@ -88,7 +88,8 @@ impl K8sBackend {
     }
 
     /// The cluster `name` served through `client` (for embedding and tests;
-    /// the fleet file always goes through [`K8sBackend::new`]).
+    /// the fleet file always goes through [`K8sBackend::new`]). Every call
+    /// goes through `client` as it is, its retries (if any) included.
     ///
     /// # Errors
     ///
@@ -101,7 +102,39 @@ impl K8sBackend {
         config
             .validate()
             .map_err(|e| BackendError::new(ErrorKind::Invalid, name, e))?;
-        let slot = ClientSlot::ready(client, "the given client".into());
+        let slot = ClientSlot::ready(Clients::same(client), "the given client".into());
+        Ok(Self::with_slot(name, config, slot))
+    }
+
+    /// The cluster `name` reached through `service`, an HTTP stack that
+    /// answers as the API server would (a scripted one in tests). The
+    /// driver adds what it adds to a real connection: the bound on requests
+    /// in flight, and kube's retries for the calls the engine does not
+    /// retry itself.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Invalid`] naming the key that is wrong.
+    pub fn with_service<S, B>(
+        name: &str,
+        config: K8sConfig,
+        service: S,
+    ) -> Result<Self, BackendError>
+    where
+        S: tower::Service<http::Request<kube::client::Body>, Response = http::Response<B>>
+            + Clone
+            + Send
+            + 'static,
+        S::Future: Send + 'static,
+        S::Error: Into<tower::BoxError>,
+        B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+        B::Error: Into<tower::BoxError>,
+    {
+        config
+            .validate()
+            .map_err(|e| BackendError::new(ErrorKind::Invalid, name, e))?;
+        let clients = Clients::over(service, &config.namespace);
+        let slot = ClientSlot::ready(clients, "the given service".into());
         Ok(Self::with_slot(name, config, slot))
     }
 
@@ -154,27 +187,43 @@ impl K8sBackend {
         api_error(&self.name, what, error)
     }
 
-    async fn client(&self) -> Result<kube::Client, BackendError> {
+    async fn clients(&self) -> Result<Clients, BackendError> {
         self.slot
             .get()
             .await
-            .map(|(client, _)| client.clone())
+            .map(|(clients, _)| clients.clone())
             .map_err(|e| self.error(ErrorKind::Unavailable, e))
     }
 
+    /// Through the client that retries 429/503/504 itself: for calls
+    /// nobody above the driver repeats.
     async fn api<K>(&self) -> Result<Api<K>, BackendError>
     where
         K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
         K::DynamicType: Default,
     {
         Ok(Api::namespaced(
-            self.client().await?,
+            self.clients().await?.retrying,
+            &self.config.namespace,
+        ))
+    }
+
+    /// Through the client that sends each request once: for calls the
+    /// engine retries as a whole, within its run's budget.
+    async fn api_once<K>(&self) -> Result<Api<K>, BackendError>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        K::DynamicType: Default,
+    {
+        Ok(Api::namespaced(
+            self.clients().await?.single,
             &self.config.namespace,
         ))
     }
 
     /// The run's claim watch, started on first use.
     async fn watch(&self, run: &RunId) -> Result<Arc<ClaimWatch>, BackendError> {
+        // Retrying: the watch outlives any one claim and is nobody's to redo.
         let claims = self.api::<SandboxClaim>().await?;
         let mut watches = self.watches.lock().unwrap_or_else(|e| e.into_inner());
         Ok(watches
@@ -199,14 +248,21 @@ impl K8sBackend {
 
     async fn target(&self, data: &HandleData) -> Result<Target, BackendError> {
         Ok(Target {
-            pods: Api::<Pod>::namespaced(self.client().await?, &data.namespace),
+            // Retrying: a refused exec upgrade ran nothing, and the engine
+            // never repeats a command.
+            pods: Api::<Pod>::namespaced(self.clients().await?.retrying, &data.namespace),
             pod: data.pod.clone(),
         })
     }
 
-    /// Deletes claim `name`; a missing one is already deleted.
-    async fn delete_claim(&self, name: &str) -> Result<(), BackendError> {
-        let claims = self.api::<SandboxClaim>().await?;
+    /// Deletes claim `name`; a missing one is already deleted. `once`: the
+    /// caller's caller retries it, so it is sent once.
+    async fn delete_claim(&self, name: &str, once: bool) -> Result<(), BackendError> {
+        let claims = if once {
+            self.api_once::<SandboxClaim>().await?
+        } else {
+            self.api::<SandboxClaim>().await?
+        };
         match claims.delete(name, &DeleteParams::background()).await {
             Ok(_) => Ok(()),
             Err(error) if is_not_found(&error) => Ok(()),
@@ -216,7 +272,8 @@ impl K8sBackend {
 
     /// Deletes a claim that will not be used, logging a failure.
     async fn discard_claim(&self, name: &str) {
-        if let Err(error) = self.delete_claim(name).await {
+        // Retried here: nothing else will remove it before its shutdown time.
+        if let Err(error) = self.delete_claim(name, false).await {
             tracing::warn!(cluster = %self.name, claim = name, %error, "cannot delete a claim that was not used");
         }
     }
@@ -247,7 +304,8 @@ impl K8sBackend {
         seen: &mut tokio::sync::watch::Receiver<crate::claims::Seen>,
         bind_by: Instant,
     ) -> Result<SandboxHandle, BackendError> {
-        let claims = self.api::<SandboxClaim>().await?;
+        // Once: the engine retries a claim as a whole, under a new name.
+        let claims = self.api_once::<SandboxClaim>().await?;
         let claim = objects::claim(
             name,
             &template.name,
@@ -260,12 +318,14 @@ impl K8sBackend {
             ..PostParams::default()
         };
         if let Err(error) = claims.create(&params, &claim).await {
+            // Unless the server refused it (4xx) or it never left, the
+            // claim may exist with its answer lost (a cut connection, a 5xx
+            // after the write): delete it by its unique name, or it holds a
+            // sandbox until its shutdown time while the engine claims again.
+            let refused =
+                matches!(&error, kube::Error::Api(status) if (400..500).contains(&status.code));
             let error = self.api_error(&format!("create claim {name} of {}", template.name), error);
-            // An answer lost after the server made it: delete it by name.
-            if matches!(
-                error.kind(),
-                ErrorKind::Transport { sent: true } | ErrorKind::Timeout
-            ) {
+            if !refused && error.kind() != (ErrorKind::Transport { sent: false }) {
                 self.discard_claim(name).await;
             }
             return Err(error);
@@ -285,6 +345,7 @@ impl K8sBackend {
             .and_then(|s| s.sandbox.as_ref())
             .map(|s| s.name.clone())
             .expect("a ready claim names its sandbox");
+        // Retrying: the claim is bound, and failing here would discard it.
         let sandboxes = self.api::<Sandbox>().await?;
         let sandbox = match sandboxes.get(&sandbox_name).await {
             Ok(sandbox) => sandbox,
@@ -371,7 +432,8 @@ impl K8sBackend {
         replicas: u32,
         labels: &Labels,
     ) -> Result<(), BackendError> {
-        let pools = self.api::<SandboxWarmPool>().await?;
+        // Once: the engine retries warm and unwarm as a whole.
+        let pools = self.api_once::<SandboxWarmPool>().await?;
         let pool = objects::pool(template, &self.config.namespace, replicas, labels);
         pools
             .patch(
@@ -580,7 +642,9 @@ impl Backend for K8sBackend {
 
     async fn preflight(&self) -> Preflight {
         match self.slot.get().await {
-            Ok((client, server)) => crate::preflight::check(client, &self.config, server).await,
+            Ok((clients, server)) => {
+                crate::preflight::check(&clients.retrying, &self.config, server).await
+            }
             Err(error) => Preflight {
                 failures: vec![error.to_string()],
                 ..Preflight::default()
@@ -589,7 +653,7 @@ impl Backend for K8sBackend {
     }
 
     async fn capacity(&self) -> Result<Capacity, BackendError> {
-        let client = self.client().await?;
+        let client = self.clients().await?.retrying;
         crate::preflight::capacity(&client, &self.config)
             .await
             .map_err(|e| self.api_error("list nodes", e))
@@ -610,7 +674,8 @@ impl Backend for K8sBackend {
             })?;
         let template = objects::template(spec, &self.config, &self.config.namespace)
             .map_err(|e| self.error(ErrorKind::Invalid, format!("template {}: {e}", spec.name)))?;
-        let templates = self.api::<SandboxTemplate>().await?;
+        // Once: the engine retries ensure_template as a whole.
+        let templates = self.api_once::<SandboxTemplate>().await?;
         templates
             .patch(
                 &spec.name,
@@ -623,7 +688,7 @@ impl Backend for K8sBackend {
             })?;
         // A v1beta1 claim names a pool, never a template: every template
         // has one, empty until warmed.
-        let pools = self.api::<SandboxWarmPool>().await?;
+        let pools = self.api_once::<SandboxWarmPool>().await?;
         let pool = objects::pool(&spec.name, &self.config.namespace, 0, &spec.labels);
         let params = PostParams {
             field_manager: Some(MANAGER.into()),
@@ -853,12 +918,14 @@ impl Backend for K8sBackend {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&data.claim);
-        self.delete_claim(&data.claim).await
+        // Once: the engine retries a release as a whole.
+        self.delete_claim(&data.claim, true).await
     }
 
     async fn renew(&self, sandbox: &SandboxHandle, ttl: Duration) -> Result<(), BackendError> {
         let data = self.handle_data(sandbox)?;
-        let claims = self.api::<SandboxClaim>().await?;
+        // Once: the engine retries a renewal as a whole.
+        let claims = self.api_once::<SandboxClaim>().await?;
         let patch =
             serde_json::json!({"spec": {"lifecycle": {"shutdownTime": objects::time_after(ttl)}}});
         match claims
@@ -887,8 +954,9 @@ impl Backend for K8sBackend {
         let owned = self.owned(run_id).await?;
         // Claims first (their sandboxes go with them), then pools (their
         // warm members), then templates.
+        // Retrying, as every call of a reap: the engine does not repeat it.
         for claim in &owned.claims {
-            self.delete_claim(claim).await?;
+            self.delete_claim(claim, false).await?;
         }
         let pools = self.api::<SandboxWarmPool>().await?;
         for pool in &owned.pools {

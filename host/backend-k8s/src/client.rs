@@ -7,17 +7,25 @@
 //! connections kept, so a burst of claims does not leave hundreds of
 //! connections open against the API server: what a run holds is its watch,
 //! its exec sessions and a handful of pooled connections.
+//!
+//! One configuration makes two clients over that one pool and bound:
+//! `retrying`, with kube's retries of 429/503/504 after `Retry-After`, for
+//! the calls nobody above the driver repeats (reaps, clean-up, watches,
+//! reads), and `single`, which sends each request once, for the calls the
+//! engine retries as a whole within its run's budget (release, renewal,
+//! template and pool writes, claims) — so one throttled call is not sent
+//! kube's attempts times the engine's.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kube::client::ConfigExt;
 use kube::client::retry::RetryPolicy;
+use kube::client::{Body, ConfigExt};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio::sync::OnceCell;
-use tower::ServiceBuilder;
+use tower::{BoxError, Service, ServiceBuilder};
 
 use crate::config::K8sConfig;
 
@@ -44,10 +52,55 @@ enum Source {
     InCluster,
 }
 
+/// The two clients of one configuration (see the module's docs).
+#[derive(Clone)]
+pub(crate) struct Clients {
+    /// kube retries 429, 503 and 504 itself, after `Retry-After`.
+    pub(crate) retrying: kube::Client,
+    /// Every request is sent once; its failure goes back to the caller.
+    pub(crate) single: kube::Client,
+}
+
+impl Clients {
+    /// Both roles played by `client` as it is.
+    pub(crate) fn same(client: kube::Client) -> Self {
+        Clients {
+            retrying: client.clone(),
+            single: client,
+        }
+    }
+
+    /// The two clients over `service` (an HTTP stack that reaches the API
+    /// server), sharing its connections and one bound on requests in
+    /// flight.
+    pub(crate) fn over<S, B>(service: S, namespace: &str) -> Self
+    where
+        S: Service<http::Request<Body>, Response = http::Response<B>> + Clone + Send + 'static,
+        S::Future: Send + 'static,
+        S::Error: Into<BoxError>,
+        B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+        B::Error: Into<BoxError>,
+    {
+        let bounded = ServiceBuilder::new()
+            .concurrency_limit(MAX_IN_FLIGHT)
+            .map_err(|error: S::Error| -> BoxError { error.into() })
+            .service(service);
+        // Outside the bound, so a retry waiting out Retry-After holds no
+        // slot.
+        let retrying = ServiceBuilder::new()
+            .layer(tower::retry::RetryLayer::new(RetryPolicy::server_retry()))
+            .service(bounded.clone());
+        Clients {
+            retrying: kube::Client::new(retrying, namespace),
+            single: kube::Client::new(bounded, namespace),
+        }
+    }
+}
+
 /// A client, made once on first use.
 pub(crate) struct ClientSlot {
     source: Source,
-    client: OnceCell<Result<(kube::Client, String), String>>,
+    client: OnceCell<Result<(Clients, String), String>>,
 }
 
 /// The clients of a process, by configuration.
@@ -98,17 +151,17 @@ impl K8sClients {
 }
 
 impl ClientSlot {
-    /// A slot holding `client` (tests and embedding).
-    pub(crate) fn ready(client: kube::Client, server: String) -> Arc<Self> {
+    /// A slot holding `clients` (tests and embedding).
+    pub(crate) fn ready(clients: Clients, server: String) -> Arc<Self> {
         Arc::new(ClientSlot {
             source: Source::InCluster,
-            client: OnceCell::new_with(Some(Ok((client, server)))),
+            client: OnceCell::new_with(Some(Ok((clients, server)))),
         })
     }
 
-    /// The client and the server's URL, or why there is none (one line
+    /// The clients and the server's URL, or why there are none (one line
     /// naming the kubeconfig and context).
-    pub(crate) async fn get(&self) -> Result<&(kube::Client, String), &str> {
+    pub(crate) async fn get(&self) -> Result<&(Clients, String), &str> {
         self.client
             .get_or_init(|| connect(&self.source))
             .await
@@ -117,7 +170,7 @@ impl ClientSlot {
     }
 }
 
-async fn connect(source: &Source) -> Result<(kube::Client, String), String> {
+async fn connect(source: &Source) -> Result<(Clients, String), String> {
     let config = match source {
         Source::InCluster => {
             kube::Config::incluster().map_err(|e| format!("in-cluster configuration: {e}"))?
@@ -170,9 +223,9 @@ async fn connect(source: &Source) -> Result<(kube::Client, String), String> {
     Ok((client, server))
 }
 
-/// kube's own stack (base URI, retries of 429/503/504 after Retry-After,
-/// auth, TLS), with a bounded pool.
-fn build(config: kube::Config) -> Result<kube::Client, kube::Error> {
+/// kube's own stack (base URI, auth, TLS) with a bounded pool, as the two
+/// clients.
+fn build(config: kube::Config) -> Result<Clients, kube::Error> {
     let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
     http.enforce_http(false);
     http.set_connect_timeout(config.connect_timeout);
@@ -185,13 +238,11 @@ fn build(config: kube::Config) -> Result<kube::Client, kube::Error> {
         .build(https);
     let service = ServiceBuilder::new()
         .layer(config.base_uri_layer())
-        .concurrency_limit(MAX_IN_FLIGHT)
-        .layer(tower::retry::RetryLayer::new(RetryPolicy::server_retry()))
         .option_layer(config.auth_layer()?)
         .layer(config.extra_headers_layer()?)
-        .map_err(tower::BoxError::from)
+        .map_err(BoxError::from)
         .service(hyper);
-    Ok(kube::Client::new(service, config.default_namespace))
+    Ok(Clients::over(service, &config.default_namespace))
 }
 
 /// An error and its causes on one line.
