@@ -591,3 +591,87 @@ async fn a_throttled_release_is_sent_once_for_the_engine_to_retry_while_a_reap_r
     println!("a throttled reap sent its claim's delete {sent} times");
     assert!(sent > 1, "the reap's delete was sent {sent} time(s)");
 }
+
+/// A span's id, name and fields as last recorded.
+type SpanSeen = (u64, &'static str, BTreeMap<String, String>);
+
+/// The spans opened.
+#[derive(Clone, Default)]
+struct Spans(Arc<Mutex<Vec<SpanSeen>>>);
+
+struct Fields<'a>(&'a mut BTreeMap<String, String>);
+
+impl tracing::field::Visit for Fields<'_> {
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        self.0.insert(field.name().to_string(), value.to_string());
+    }
+
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0
+            .insert(field.name().to_string(), format!("{value:?}"));
+    }
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Spans {
+    fn on_new_span(
+        &self,
+        attributes: &tracing::span::Attributes<'_>,
+        id: &tracing::span::Id,
+        _: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        let mut fields = BTreeMap::new();
+        attributes.record(&mut Fields(&mut fields));
+        let name = attributes.metadata().name();
+        self.0.lock().unwrap().push((id.into_u64(), name, fields));
+    }
+
+    fn on_record(
+        &self,
+        id: &tracing::span::Id,
+        values: &tracing::span::Record<'_>,
+        _: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        let mut spans = self.0.lock().unwrap();
+        if let Some((_, _, fields)) = spans.iter_mut().rev().find(|(s, _, _)| *s == id.into_u64()) {
+            values.record(&mut Fields(fields));
+        }
+    }
+}
+
+impl Spans {
+    fn named(&self, name: &str) -> Vec<BTreeMap<String, String>> {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, n, _)| *n == name)
+            .map(|(_, _, fields)| fields.clone())
+            .collect()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn backend_operations_run_in_spans_naming_the_cluster_and_the_sandbox() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let spans = Spans::default();
+    let _default =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(spans.clone()));
+    let scripted = Scripted::serving(as_served());
+
+    let sandbox = scripted.claim().await.unwrap();
+    scripted.backend.release(&sandbox).await.unwrap();
+    scripted.backend.reap(&scripted.run).await.unwrap();
+
+    let claims = spans.named("k8s.claim");
+    assert_eq!(claims.len(), 1);
+    assert_eq!(claims[0]["cluster"], "scripted");
+    assert_eq!(claims[0]["template"], scripted.template().name);
+    // Recorded once the claim is made.
+    assert_eq!(claims[0]["sandbox"], sandbox.id);
+    let releases = spans.named("k8s.release");
+    assert_eq!(releases.len(), 1);
+    assert_eq!(releases[0]["sandbox"], sandbox.id);
+    let reaps = spans.named("k8s.reap");
+    assert_eq!(reaps.len(), 1);
+    assert_eq!(reaps[0]["run"], scripted.run.as_str());
+}
