@@ -10,6 +10,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -20,7 +21,7 @@ use sandfleet_fleet::{FleetConfig, setup};
 use tokio_util::sync::CancellationToken;
 
 use crate::leases::{LeaseTable, persisted};
-use crate::metrics::Metrics;
+use crate::metrics::{BackendCalls, Metrics};
 use crate::runs::{Runs, runs_dir};
 use crate::shared::SharedPools;
 use crate::state::{AppState, Inner};
@@ -82,9 +83,12 @@ impl Daemon {
         let lock = lock_state_dir(&state_dir).await?;
 
         let loading = config.clone();
+        let backend_calls = Arc::new(BackendCalls::new());
+        let observer = backend_calls.clone();
         let (plugins, clusters, connections) = tokio::task::spawn_blocking(move || {
             let plugins = setup::plugins(&loading)?;
-            let connections = setup::Connections::new(loading.fleet.create_rate)?;
+            let connections =
+                setup::Connections::new(loading.fleet.create_rate)?.observed_by(observer);
             let clusters = setup::clusters_with(&loading, &connections)?;
             anyhow::Ok((plugins, clusters, connections))
         })
@@ -128,7 +132,7 @@ impl Daemon {
             session,
             leases,
             adapter_settings,
-            metrics: Metrics::new(),
+            metrics: Metrics::new(&backend_calls),
             runs: Runs::default(),
             shared: SharedPools::new(&config.shared_pools),
             connections,

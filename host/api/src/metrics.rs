@@ -18,6 +18,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use sandfleet_engine::{BackendCall, CallObserver};
 
 /// How a command ended, for counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, EncodeLabelValue)]
@@ -43,6 +44,53 @@ struct SourceLabels {
 }
 
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct BackendCallLabels {
+    cluster: String,
+    operation: &'static str,
+    outcome: &'static str,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct BackendOperationLabels {
+    cluster: String,
+    operation: &'static str,
+}
+
+/// Every call the daemon's clusters make to their backends, counted by
+/// outcome and timed (the clusters are configured names, the operations and
+/// outcomes fixed lists).
+pub(crate) struct BackendCalls {
+    calls: Family<BackendCallLabels, Counter>,
+    seconds: Histograms<BackendOperationLabels>,
+}
+
+impl BackendCalls {
+    pub(crate) fn new() -> Self {
+        BackendCalls {
+            calls: Family::default(),
+            seconds: Family::new_with_constructor(seconds),
+        }
+    }
+}
+
+impl CallObserver for BackendCalls {
+    fn observe(&self, call: &BackendCall<'_>) {
+        let cluster = call.cluster.to_string();
+        let operation = call.operation.name();
+        self.calls
+            .get_or_create(&BackendCallLabels {
+                cluster: cluster.clone(),
+                operation,
+                outcome: call.outcome,
+            })
+            .inc();
+        self.seconds
+            .get_or_create(&BackendOperationLabels { cluster, operation })
+            .observe(call.elapsed.as_secs_f64());
+    }
+}
 
 /// The daemon's metrics.
 pub(crate) struct Metrics {
@@ -118,7 +166,7 @@ fn seconds() -> Histogram {
 }
 
 impl Metrics {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(backend: &BackendCalls) -> Self {
         let mut registry = Registry::with_prefix("sandfleet");
         let metrics = Metrics {
             leases_live: Gauge::default(),
@@ -173,6 +221,16 @@ impl Metrics {
             "http_request_seconds",
             "HTTP requests by route and status",
             metrics.requests.clone(),
+        );
+        registry.register(
+            "backend_calls",
+            "Calls to the clusters' backends, by cluster, operation and outcome (ok or the error's kind)",
+            backend.calls.clone(),
+        );
+        registry.register(
+            "backend_call_seconds",
+            "Time calls to the clusters' backends took, by cluster and operation",
+            backend.seconds.clone(),
         );
         registry.register_collector(Box::new(Scraped(metrics.snapshot.clone())));
         Metrics {

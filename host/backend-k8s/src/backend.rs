@@ -156,7 +156,6 @@ impl K8sBackend {
     ///
     /// [`ErrorKind::Timeout`] when nodes still lack images at `deadline`;
     /// the API server's refusals as their kinds.
-    #[tracing::instrument(name = "k8s.prepull", skip_all, fields(cluster = %self.name, run = %run, images = images.len()))]
     pub async fn prepull(
         &self,
         run: &RunId,
@@ -641,7 +640,6 @@ impl Backend for K8sBackend {
         }
     }
 
-    #[tracing::instrument(name = "k8s.preflight", skip_all, fields(cluster = %self.name))]
     async fn preflight(&self) -> Preflight {
         match self.slot.get().await {
             Ok((clients, server)) => {
@@ -654,7 +652,6 @@ impl Backend for K8sBackend {
         }
     }
 
-    #[tracing::instrument(name = "k8s.capacity", skip_all, fields(cluster = %self.name))]
     async fn capacity(&self) -> Result<Capacity, BackendError> {
         let client = self.clients().await?.retrying;
         crate::preflight::capacity(&client, &self.config)
@@ -662,7 +659,6 @@ impl Backend for K8sBackend {
             .map_err(|e| self.api_error("list nodes", e))
     }
 
-    #[tracing::instrument(name = "k8s.ensure_template", skip_all, fields(cluster = %self.name, template = %spec.name))]
     async fn ensure_template(&self, spec: &TemplateSpec) -> Result<TemplateRef, BackendError> {
         validate_labels(&spec.labels)
             .map_err(|e| self.error(ErrorKind::Invalid, format!("template {}: {e}", spec.name)))?;
@@ -713,7 +709,6 @@ impl Backend for K8sBackend {
         })
     }
 
-    #[tracing::instrument(name = "k8s.warm", skip_all, fields(cluster = %self.name, template = %template.name, replicas = replicas))]
     async fn warm(
         &self,
         template: &TemplateRef,
@@ -725,7 +720,6 @@ impl Backend for K8sBackend {
         self.apply_pool(&template.name, replicas, labels).await
     }
 
-    #[tracing::instrument(name = "k8s.unwarm", skip_all, fields(cluster = %self.name, template = %template.name))]
     async fn unwarm(&self, template: &TemplateRef) -> Result<(), BackendError> {
         // Scaled to zero, not deleted: cold claims still go through it.
         match self
@@ -737,7 +731,6 @@ impl Backend for K8sBackend {
         }
     }
 
-    #[tracing::instrument(name = "k8s.pool_status", skip_all, fields(cluster = %self.name, template = %template.name))]
     async fn pool_status(&self, template: &TemplateRef) -> Result<PoolStatus, BackendError> {
         let pools = self.api::<SandboxWarmPool>().await?;
         let pool = pools
@@ -747,7 +740,6 @@ impl Backend for K8sBackend {
         Ok(pool_status(&pool))
     }
 
-    #[tracing::instrument(name = "k8s.wait_pool_ready", skip_all, fields(cluster = %self.name, template = %template.name, at_least = at_least))]
     async fn wait_pool_ready(
         &self,
         template: &TemplateRef,
@@ -796,7 +788,6 @@ impl Backend for K8sBackend {
         }
     }
 
-    #[tracing::instrument(name = "k8s.claim", skip_all, fields(cluster = %self.name, template = %template.name, sandbox = tracing::field::Empty))]
     async fn claim(
         &self,
         template: &TemplateRef,
@@ -827,15 +818,10 @@ impl Backend for K8sBackend {
                     format!("{}; claiming again", error.message()),
                 ))
             }
-            Ok(sandbox) => {
-                tracing::Span::current().record("sandbox", sandbox.id.as_str());
-                Ok(sandbox)
-            }
             other => other,
         }
     }
 
-    #[tracing::instrument(name = "k8s.exec", skip_all, fields(cluster = %self.name, sandbox = %sandbox.id))]
     async fn exec(
         &self,
         sandbox: &SandboxHandle,
@@ -881,7 +867,6 @@ impl Backend for K8sBackend {
             .map_err(|f| self.exec_failure(sandbox, &program, f))
     }
 
-    #[tracing::instrument(name = "k8s.put_file", skip_all, fields(cluster = %self.name, sandbox = %sandbox.id, path = %path))]
     async fn put_file(
         &self,
         sandbox: &SandboxHandle,
@@ -900,7 +885,6 @@ impl Backend for K8sBackend {
         .map_err(|f| self.file_failure(sandbox, path, f))
     }
 
-    #[tracing::instrument(name = "k8s.get_file", skip_all, fields(cluster = %self.name, sandbox = %sandbox.id, path = %path))]
     async fn get_file(&self, sandbox: &SandboxHandle, path: &str) -> Result<Vec<u8>, BackendError> {
         let data = self.handle_data(sandbox)?;
         let target = self.target(&data).await?;
@@ -910,7 +894,6 @@ impl Backend for K8sBackend {
             .map_err(|f| self.file_failure(sandbox, path, f))
     }
 
-    #[tracing::instrument(name = "k8s.scrub", skip_all, fields(cluster = %self.name, sandbox = %sandbox.id))]
     async fn scrub(&self, sandbox: &SandboxHandle) -> Result<(), BackendError> {
         let data = self.handle_data(sandbox)?;
         // The session's shell is one of the processes a scrub stops.
@@ -929,7 +912,6 @@ impl Backend for K8sBackend {
             })
     }
 
-    #[tracing::instrument(name = "k8s.release", skip_all, fields(cluster = %self.name, sandbox = %sandbox.id))]
     async fn release(&self, sandbox: &SandboxHandle) -> Result<(), BackendError> {
         let data = self.handle_data(sandbox)?;
         self.sessions
@@ -940,7 +922,6 @@ impl Backend for K8sBackend {
         self.delete_claim(&data.claim, true).await
     }
 
-    #[tracing::instrument(name = "k8s.renew", skip_all, fields(cluster = %self.name, sandbox = %sandbox.id))]
     async fn renew(&self, sandbox: &SandboxHandle, ttl: Duration) -> Result<(), BackendError> {
         let data = self.handle_data(sandbox)?;
         // Once: the engine retries a renewal as a whole.
@@ -960,7 +941,6 @@ impl Backend for K8sBackend {
         }
     }
 
-    #[tracing::instrument(name = "k8s.list_owned", skip_all, fields(cluster = %self.name, run = %run_id))]
     async fn list_owned(&self, run_id: &RunId) -> Result<Owned, BackendError> {
         let owned = self.owned(run_id).await?;
         Ok(Owned {
@@ -970,7 +950,6 @@ impl Backend for K8sBackend {
         })
     }
 
-    #[tracing::instrument(name = "k8s.reap", skip_all, fields(cluster = %self.name, run = %run_id))]
     async fn reap(&self, run_id: &RunId) -> Result<Reaped, BackendError> {
         let owned = self.owned(run_id).await?;
         // Claims first (their sandboxes go with them), then pools (their

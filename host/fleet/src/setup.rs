@@ -9,7 +9,7 @@ use anyhow::{Context as _, bail};
 use sandfleet_backend_k8s::{K8sBackend, K8sClients};
 use sandfleet_backend_local::LocalBackend;
 use sandfleet_backend_opensandbox::OpenSandboxBackend;
-use sandfleet_engine::{Cluster, CreatePace, Plugins, WorkItem};
+use sandfleet_engine::{CallObserver, Cluster, CreatePace, Observed, Plugins, WorkItem};
 use sandfleet_plugin::adapter::{Setting, TaskAdapter};
 use sandfleet_plugin::{CallErrorKind, HostConfig, PluginHost, Registry};
 use sandfleet_transport::Clients;
@@ -288,6 +288,7 @@ pub struct Connections {
     http: Clients,
     kube: K8sClients,
     pace: Option<Arc<CreatePace>>,
+    observer: Option<Arc<dyn CallObserver>>,
 }
 
 impl Connections {
@@ -306,7 +307,16 @@ impl Connections {
             http: Clients::new(),
             kube: K8sClients::new(),
             pace,
+            observer: None,
         })
+    }
+
+    /// These connections, with every call of the clusters built with them
+    /// reported to `observer` (the daemon's metrics).
+    #[must_use]
+    pub fn observed_by(mut self, observer: Arc<dyn CallObserver>) -> Self {
+        self.observer = Some(observer);
+        self
     }
 
     /// The HTTP clients.
@@ -362,7 +372,7 @@ pub fn clusters_with(
                 name: cluster.name.clone(),
                 kind: cluster.backend.kind().to_string(),
                 weight: cluster.weight,
-                backend,
+                backend: Arc::new(Observed::new(backend, connections.observer.clone())),
                 pace: connections.pace(),
             })
         })

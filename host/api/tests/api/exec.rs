@@ -164,3 +164,41 @@ async fn a_retried_exec_with_the_same_key_runs_once() {
     );
     served.stop().await;
 }
+
+/// The value of the `/metrics` line that starts with `series`, if any.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_backend_call_is_counted_by_cluster_operation_and_outcome() {
+    let served = Served::start("", "").await;
+    let calls = |text: &str, operation: &str| {
+        let series = format!(
+            "sandfleet_backend_calls_total{{cluster=\"local\",operation=\"{operation}\",outcome=\"ok\"}}"
+        );
+        sample(text, &series).unwrap_or(0.0)
+    };
+    let timed = |text: &str| {
+        sample(
+            text,
+            "sandfleet_backend_call_seconds_count{cluster=\"local\",operation=\"exec\"}",
+        )
+        .unwrap_or(0.0)
+    };
+    let lease = served.acquire(image("calc")).await.id;
+    let before = served.metrics().await;
+    assert!(calls(&before, "claim") >= 1.0, "{before}");
+    for _ in 0..3 {
+        served.exec(&lease, json!({"command": "true"})).await;
+    }
+    let after = served.metrics().await;
+    assert_eq!(
+        calls(&after, "exec") - calls(&before, "exec"),
+        3.0,
+        "{after}"
+    );
+    assert_eq!(timed(&after) - timed(&before), 3.0, "{after}");
+    served.stop().await;
+}

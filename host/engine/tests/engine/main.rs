@@ -9,6 +9,7 @@ mod contract;
 mod fixture;
 mod grading;
 mod hostile;
+mod observed;
 mod prepare;
 mod pulls;
 mod recording;
