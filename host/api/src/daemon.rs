@@ -20,9 +20,9 @@ use sandfleet_engine::{Session, SessionSpec};
 use sandfleet_fleet::{FleetConfig, setup};
 use tokio_util::sync::CancellationToken;
 
-use crate::leases::{LeaseTable, persisted};
+use crate::domain::leases::{LeaseTable, persisted};
+use crate::domain::runs::{Runs, runs_dir};
 use crate::metrics::{BackendCalls, Metrics};
-use crate::runs::{Runs, runs_dir};
 use crate::shared::SharedPools;
 use crate::state::{AppState, Inner};
 

@@ -18,6 +18,8 @@ use sandfleet_engine::{RunError, SessionError, StepError};
 use sandfleet_plugin::CallError;
 use serde::{Deserialize, Serialize};
 
+use crate::domain::Refusal;
+
 /// What kind of failure an error is: stable, for clients to branch on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
@@ -216,6 +218,18 @@ fn plugin(message: String, error: &CallError) -> AppError {
         StatusCode::UNPROCESSABLE_ENTITY
     };
     AppError::new(status, ErrorKind::Plugin, message)
+}
+
+impl From<Refusal> for AppError {
+    fn from(refusal: Refusal) -> Self {
+        let message = refusal.to_string();
+        match refusal {
+            Refusal::LeaseNotLive { .. } | Refusal::NoSuchRun { .. } => {
+                AppError::not_found(message)
+            }
+            Refusal::TooManyLeases { .. } => AppError::unavailable(message),
+        }
+    }
 }
 
 impl From<StepError> for AppError {

@@ -22,7 +22,7 @@ use sandfleet_core::{ExecRequest, ExecResult, OutputChunk, OutputStream};
 use sandfleet_engine::Lease;
 use tokio::sync::{RwLock as AsyncRwLock, mpsc, watch};
 
-use crate::activity::InUse;
+use crate::domain::activity::InUse;
 use crate::error::AppError;
 use crate::metrics::ExecOutcome;
 use crate::model::{ExecRequestBody, ExecResponse};

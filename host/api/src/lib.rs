@@ -14,12 +14,11 @@
 //! daemon left, and a restarted one with the same state directory releases
 //! it by itself.
 
-mod activity;
 mod app;
 mod daemon;
+mod domain;
 mod error;
 mod exec;
-mod leases;
 mod metrics;
 mod model;
 mod ops;

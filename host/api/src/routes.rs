@@ -11,9 +11,9 @@ use axum::response::{IntoResponse, Response};
 use sandfleet_core::validate_labels;
 use sandfleet_engine::{DEFAULT_WORKDIR, Evaluation, Purpose, Recycled};
 
+use crate::domain::leases::{LeaseSlot, NewLease, new_id};
 use crate::error::{AppError, ErrorBody, Json, OptionalJson, too_large_or};
 use crate::exec::{self, EncodingQuery};
-use crate::leases::{LeaseSlot, NewLease, new_id};
 use crate::model::{
     AcquireRequest, BatchRequest, EvaluateRequest, EvaluateResponse, ExecRequestBody, ExecResponse,
     GradeView, LeaseList, LeaseView, PoolRequest, PoolView, PoolsResponse, RecycleResponse,
@@ -204,11 +204,10 @@ pub(crate) async fn delete(
     if release(&state, &id) {
         Ok(StatusCode::NO_CONTENT)
     } else {
-        Err(state
-            .leases
-            .get(&id)
-            .err()
-            .unwrap_or_else(|| AppError::not_found(format!("lease `{id}` is not live"))))
+        Err(state.leases.get(&id).err().map_or_else(
+            || AppError::not_found(format!("lease `{id}` is not live")),
+            AppError::from,
+        ))
     }
 }
 

@@ -1,121 +1,19 @@
-//! Batch runs inside the daemon: a fleet file run by the engine as
-//! `sandfleet run` runs it, with its own run id and output directory
-//! (`<state>/runs/<id>/`), observed and cancelled over the API.
+//! The batch-run endpoints: a fleet file submitted, loaded and handed to
+//! the engine, observed and cancelled.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 
 use axum::extract::{Path as UrlPath, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use sandfleet_core::RunId;
-use sandfleet_engine::{CancellationToken, Progress, RunSpec, TaskRecord, TaskStatus};
+use sandfleet_engine::RunSpec;
 use sandfleet_fleet::{FleetConfig, setup};
 
+use crate::domain::runs::{BatchRun, runs_dir};
 use crate::error::{AppError, ErrorBody, Json};
 use crate::model::{RunList, RunRequest, RunView};
 use crate::state::AppState;
-
-/// The batch runs this daemon started.
-#[derive(Default)]
-pub(crate) struct Runs {
-    by_id: Mutex<BTreeMap<String, Arc<BatchRun>>>,
-}
-
-pub(crate) struct BatchRun {
-    id: String,
-    out_dir: PathBuf,
-    cancel: CancellationToken,
-    progress: Mutex<RunView>,
-    running: Mutex<Option<tokio::task::JoinHandle<()>>>,
-}
-
-/// The engine's progress events, kept for `GET /v1/runs/{id}`.
-struct Tracker(Arc<BatchRun>);
-
-impl Progress for Tracker {
-    fn started(&self, total: usize, _skipped: usize) {
-        self.0.update(|view| view.total = total);
-    }
-
-    fn step(&self, message: &str) {
-        self.0.update(|view| view.step = message.to_string());
-    }
-
-    fn finished(&self, record: &TaskRecord, done: usize, _total: usize) {
-        self.0.update(|view| {
-            view.done = done;
-            match record.status {
-                TaskStatus::Ok => view.ok += 1,
-                TaskStatus::Failed => view.failed += 1,
-                TaskStatus::InfraError => view.infra_error += 1,
-            }
-        });
-    }
-
-    fn done(&self) {}
-}
-
-impl BatchRun {
-    fn update(&self, change: impl FnOnce(&mut RunView)) {
-        change(&mut self.progress.lock().unwrap_or_else(|e| e.into_inner()));
-    }
-
-    fn view(&self) -> RunView {
-        self.progress
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-}
-
-impl Runs {
-    fn get(&self, id: &str) -> Result<Arc<BatchRun>, AppError> {
-        self.by_id
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(id)
-            .cloned()
-            .ok_or_else(|| AppError::not_found(format!("no batch run `{id}`")))
-    }
-
-    /// Cancels every run and waits for their teardowns.
-    pub(crate) async fn cancel_all(&self) {
-        let runs: Vec<Arc<BatchRun>> = self
-            .by_id
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .cloned()
-            .collect();
-        for run in &runs {
-            run.cancel.cancel();
-        }
-        for run in runs {
-            run.wait().await;
-        }
-    }
-}
-
-impl BatchRun {
-    async fn wait(&self) {
-        let running = self
-            .running
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        if let Some(running) = running {
-            let _ = running.await;
-        }
-    }
-}
-
-/// Where batch runs keep their output; a directory without a report is a
-/// run a killed daemon left.
-pub(crate) fn runs_dir(state_dir: &Path) -> PathBuf {
-    state_dir.join("runs")
-}
 
 /// Loads a fleet file and everything it builds, off the async runtime
 /// (adapters load rows with blocking plugin calls).
@@ -183,81 +81,33 @@ pub(crate) async fn start(
             .await
             .map_err(|e| AppError::internal(e.to_string()))?
             .map_err(|e| AppError::invalid(format!("{e:#}")))?;
-    let out_dir = runs_dir(&state.state_dir).join(&id);
-    let run = Arc::new(BatchRun {
-        id: id.clone(),
-        out_dir: out_dir.clone(),
-        cancel: CancellationToken::new(),
-        progress: Mutex::new(RunView {
-            id: id.clone(),
-            state: "running".into(),
-            total: items.len(),
-            done: 0,
-            ok: 0,
-            failed: 0,
-            infra_error: 0,
-            step: "starting".into(),
-            error: None,
-            report: None,
-        }),
-        running: Mutex::new(None),
-    });
+    let run = BatchRun::new(
+        id.clone(),
+        runs_dir(&state.state_dir).join(&id),
+        items.len(),
+    );
     let spec = RunSpec {
         run_id,
         settings: config.fleet,
         clusters,
         plugins,
-        out_dir,
-        cancel: run.cancel.clone(),
-        progress: Arc::new(Tracker(run.clone())),
+        out_dir: run.out_dir().to_path_buf(),
+        cancel: run.cancellation(),
+        progress: run.progress(),
     };
     let watched = run.clone();
-    let running = tokio::spawn(async move {
-        let outcome = sandfleet_engine::run(spec, items).await;
-        // A run that failed or was cancelled still wrote its report.
-        let report = match &outcome {
-            Ok(report) => serde_json::to_value(report).ok(),
-            Err(_) => std::fs::read(watched.out_dir.join(sandfleet_engine::REPORT_FILE))
-                .ok()
-                .and_then(|bytes| serde_json::from_slice(&bytes).ok()),
-        };
-        watched.update(|view| {
-            view.report = report;
-            match outcome {
-                Ok(_) => view.state = "finished".into(),
-                Err(sandfleet_engine::RunError::Interrupted) => view.state = "cancelled".into(),
-                Err(error) => {
-                    view.state = "failed".into();
-                    view.error = Some(error.to_string());
-                }
-            }
-        });
-    });
-    *run.running.lock().unwrap_or_else(|e| e.into_inner()) = Some(running);
-    state
-        .runs
-        .by_id
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(id, run.clone());
+    run.running(tokio::spawn(async move {
+        watched.ended(sandfleet_engine::run(spec, items).await);
+    }));
+    state.runs.insert(run.clone());
     Ok((StatusCode::ACCEPTED, axum::Json(run.view())))
 }
 
 #[utoipa::path(get, path = "/v1/runs", responses((status = 200, body = RunList)))]
 pub(crate) async fn list(State(state): State<AppState>) -> axum::Json<RunList> {
-    let runs = state
-        .runs
-        .by_id
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .values()
-        .map(|run| {
-            let mut view = run.view();
-            view.report = None;
-            view
-        })
-        .collect();
-    axum::Json(RunList { runs })
+    axum::Json(RunList {
+        runs: state.runs.views(),
+    })
 }
 
 #[utoipa::path(get, path = "/v1/runs/{id}", responses((status = 200, body = RunView), (status = 404, body = ErrorBody)))]
@@ -275,7 +125,7 @@ pub(crate) async fn results(
     UrlPath(id): UrlPath<String>,
 ) -> Result<Response, AppError> {
     let run = state.runs.get(&id)?;
-    let text = tokio::fs::read(run.out_dir.join(sandfleet_engine::RESULTS_FILE))
+    let text = tokio::fs::read(run.out_dir().join(sandfleet_engine::RESULTS_FILE))
         .await
         .unwrap_or_default();
     Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], text).into_response())
@@ -287,13 +137,6 @@ pub(crate) async fn cancel(
     UrlPath(id): UrlPath<String>,
 ) -> Result<axum::Json<RunView>, AppError> {
     let run = state.runs.get(&id)?;
-    run.cancel.cancel();
-    run.wait().await;
+    run.cancel().await;
     Ok(axum::Json(run.view()))
-}
-
-impl std::fmt::Debug for BatchRun {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "BatchRun({})", self.id)
-    }
 }

@@ -10,10 +10,10 @@ use sandfleet_fleet::FleetConfig;
 use sandfleet_plugin::adapter::{Setting, Task};
 use tokio_util::sync::CancellationToken;
 
+use crate::domain::leases::LeaseTable;
+use crate::domain::runs::Runs;
 use crate::error::AppError;
-use crate::leases::LeaseTable;
 use crate::metrics::Metrics;
-use crate::runs::Runs;
 use crate::shared::SharedPools;
 
 /// The daemon's state, cheap to clone.

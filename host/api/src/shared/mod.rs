@@ -23,10 +23,10 @@ use sandfleet_fleet::SharedPoolConfig;
 use tokio::sync::RwLock as AsyncRwLock;
 use tokio_util::task::TaskTracker;
 
-use crate::activity::{Activity, InUse};
+use crate::domain::activity::{Activity, InUse};
+use crate::domain::leases::new_id;
 use crate::error::{AppError, ErrorKind};
 use crate::exec::{Executions, Target};
-use crate::leases::new_id;
 use crate::metrics::SharedPoolCounts;
 use crate::model::{HealView, SharedPoolView, SharedSlotView};
 

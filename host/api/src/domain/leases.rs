@@ -14,8 +14,8 @@ use std::time::{Duration, Instant, SystemTime};
 use sandfleet_engine::{Lease, Session};
 use tokio::sync::RwLock as AsyncRwLock;
 
-use crate::activity::{Activity, InUse};
-use crate::error::AppError;
+use super::Refusal;
+use super::activity::{Activity, InUse};
 use crate::exec::{Executions, Target};
 use crate::model::{LeaseState, LeaseView};
 
@@ -127,13 +127,14 @@ impl LeaseTable {
     }
 
     /// Whether another lease may be acquired.
-    pub(crate) fn check_room(&self, more: usize) -> Result<(), AppError> {
+    pub(crate) fn check_room(&self, more: usize) -> Result<(), Refusal> {
         let live = self.len();
         if live + more > self.max {
-            return Err(AppError::unavailable(format!(
-                "{live} leases are live and {more} more would pass [api] max_leases = {}",
-                self.max
-            )));
+            return Err(Refusal::TooManyLeases {
+                live,
+                more,
+                max: self.max,
+            });
         }
         Ok(())
     }
@@ -170,17 +171,13 @@ impl LeaseTable {
     }
 
     /// The lease `id`.
-    pub(crate) fn get(&self, id: &str) -> Result<Arc<LeaseSlot>, AppError> {
+    pub(crate) fn get(&self, id: &str) -> Result<Arc<LeaseSlot>, Refusal> {
         self.slots
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .get(id)
             .cloned()
-            .ok_or_else(|| {
-                AppError::not_found(format!(
-                    "lease `{id}` is not live (released, expired, or never acquired)"
-                ))
-            })
+            .ok_or_else(|| Refusal::LeaseNotLive { id: id.to_string() })
     }
 
     /// Every live lease.
