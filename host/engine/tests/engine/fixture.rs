@@ -7,7 +7,7 @@ use std::sync::Arc;
 use sandfleet_backend_local::{
     ImageSource, IsolationMode, LimitOverrides, LocalBackend, LocalConfig,
 };
-use sandfleet_core::{Backend, RunId};
+use sandfleet_core::{Backend, RunId, TemplateSpec};
 use sandfleet_engine::{
     CancellationToken, Cluster, FleetSettings, LogProgress, Plugins, RunSpec, WorkItem,
 };
@@ -57,6 +57,20 @@ impl Fixture {
 
     pub(crate) fn out_dir(&self) -> PathBuf {
         self.dir.path().join("out")
+    }
+
+    /// A template of fixture image `image` carrying the run's labels.
+    pub(crate) fn template_spec(&self, image: &str) -> TemplateSpec {
+        TemplateSpec {
+            name: image.into(),
+            image: image.into(),
+            cpu_milli: 1000,
+            memory_mib: 256,
+            disk_mib: 256,
+            network: false,
+            env: Default::default(),
+            labels: self.run_id.labels(),
+        }
     }
 
     /// The local backend with every fixture image mapped.

@@ -2,7 +2,7 @@
 //! finishes, with its cluster, its operation and how it ended.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use sandfleet_core::{Backend, ExecRequest, TemplateSpec};
@@ -31,16 +31,7 @@ async fn every_call_is_heard_with_its_cluster_operation_and_outcome() {
     let backend = Observed::new(fixture.backend(), Some(heard.clone()));
     let labels = fixture.run_id.labels();
     let template = backend
-        .ensure_template(&TemplateSpec {
-            name: "img0".into(),
-            image: "img0".into(),
-            cpu_milli: 1000,
-            memory_mib: 256,
-            disk_mib: 256,
-            network: false,
-            env: Default::default(),
-            labels: labels.clone(),
-        })
+        .ensure_template(&fixture.template_spec("img0"))
         .await
         .unwrap();
     let sandbox = backend
@@ -125,35 +116,47 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Spans {
 }
 
 impl Spans {
-    fn of(&self, operation: &str) -> Vec<BTreeMap<String, String>> {
+    /// The spans of `operation` whose `field` is `value` (other tests'
+    /// spans are heard too).
+    fn of(&self, operation: &str, field: &str, value: &str) -> Vec<BTreeMap<String, String>> {
         self.0
             .lock()
             .unwrap()
             .iter()
-            .filter(|(_, fields)| fields.get("operation").is_some_and(|o| o == operation))
+            .filter(|(_, fields)| {
+                fields.get("operation").is_some_and(|o| o == operation)
+                    && fields.get(field).is_some_and(|v| v == value)
+            })
             .map(|(_, fields)| fields.clone())
             .collect()
     }
 }
 
+/// The spans of the whole test process. A global subscriber, not a
+/// scoped one: a callsite first reached by a test on another thread
+/// before a scoped subscriber exists keeps no interest in it, and its spans
+/// would be lost now and then.
+fn spans() -> &'static Spans {
+    static SPANS: OnceLock<Spans> = OnceLock::new();
+    SPANS.get_or_init(|| {
+        let spans = Spans::default();
+        tracing::subscriber::set_global_default(tracing_subscriber::registry().with(spans.clone()))
+            .expect("no other test sets a global subscriber");
+        spans
+    })
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn every_call_runs_in_a_span_naming_its_cluster_and_what_it_is_about() {
-    let spans = Spans::default();
-    let _default =
-        tracing::subscriber::set_default(tracing_subscriber::registry().with(spans.clone()));
+    let spans = spans();
     let fixture = Fixture::new(1);
     let backend = Observed::new(fixture.backend(), None);
     let labels = fixture.run_id.labels();
     let template = backend
         .ensure_template(&TemplateSpec {
-            name: "img0".into(),
-            image: "img0".into(),
-            cpu_milli: 1000,
-            memory_mib: 256,
-            disk_mib: 256,
-            network: false,
-            env: Default::default(),
-            labels: labels.clone(),
+            // No other test's template has this name.
+            name: "spanned".into(),
+            ..fixture.template_spec("img0")
         })
         .await
         .unwrap();
@@ -165,13 +168,14 @@ async fn every_call_runs_in_a_span_naming_its_cluster_and_what_it_is_about() {
     backend.reap(&fixture.run_id).await.unwrap();
 
     let cluster = backend.name();
-    let claims = spans.of("claim");
+    let claims = spans.of("claim", "template", &template.name);
     assert_eq!(claims.len(), 1, "{claims:?}");
     assert_eq!(claims[0]["cluster"], cluster);
     assert_eq!(claims[0]["template"], template.name);
     // Recorded once the claim is made.
     assert_eq!(claims[0]["sandbox"], sandbox.id);
-    assert_eq!(spans.of("ensure_template")[0]["image"], "img0");
-    assert_eq!(spans.of("release")[0]["sandbox"], sandbox.id);
-    assert_eq!(spans.of("reap")[0]["run"], fixture.run_id.as_str());
+    assert!(!spans.of("release", "sandbox", &sandbox.id).is_empty());
+    let reaps = spans.of("reap", "run", fixture.run_id.as_str());
+    assert_eq!(reaps.len(), 1, "{reaps:?}");
+    assert_eq!(reaps[0]["cluster"], cluster);
 }

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sandfleet_core::{Backend, ExecRequest, TemplateSpec};
+use sandfleet_core::{Backend, ExecRequest};
 use sandfleet_engine::reset::{ExecContext, Joined};
 use sandfleet_engine::{CancellationToken, FleetSettings, Strategy};
 use sandfleet_plugin::adapter::Command;
@@ -28,16 +28,7 @@ async fn joined_commands_give_each_command_the_output_it_gives_alone() {
     let backend = fixture.backend_with_images(true);
     let labels = fixture.run_id.labels();
     let template = backend
-        .ensure_template(&TemplateSpec {
-            name: "img0".into(),
-            image: "img0".into(),
-            cpu_milli: 1000,
-            memory_mib: 256,
-            disk_mib: 256,
-            network: false,
-            env: Default::default(),
-            labels: labels.clone(),
-        })
+        .ensure_template(&fixture.template_spec("img0"))
         .await
         .unwrap();
     let sandbox = backend
