@@ -20,6 +20,7 @@ use sandfleet_engine::{Session, SessionSpec};
 use sandfleet_fleet::{FleetConfig, setup};
 use tokio_util::sync::CancellationToken;
 
+use crate::domain::holder::Holder as _;
 use crate::domain::leases::{LeaseTable, persisted};
 use crate::domain::runs::{Runs, runs_dir};
 use crate::metrics::{BackendCalls, Metrics};
@@ -266,9 +267,7 @@ async fn release_everything(state: &AppState) -> anyhow::Result<()> {
     for slot in &slots {
         state.leases.remove(&slot.id);
         // A command still running holds its lease; the reap below ends it.
-        if let Ok(mut lease) = slot.lease.try_write()
-            && let Some(lease) = lease.take()
-        {
+        if let Some(lease) = slot.lease().try_release() {
             state.session.release(lease);
         }
     }

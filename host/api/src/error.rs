@@ -224,10 +224,20 @@ impl From<Refusal> for AppError {
     fn from(refusal: Refusal) -> Self {
         let message = refusal.to_string();
         match refusal {
-            Refusal::LeaseNotLive { .. } | Refusal::NoSuchRun { .. } => {
-                AppError::not_found(message)
+            Refusal::LeaseNotLive { .. }
+            | Refusal::Released { .. }
+            | Refusal::NoSuchRun { .. }
+            | Refusal::NoSuchPool { .. }
+            | Refusal::SessionNotOpen { .. } => AppError::not_found(message),
+            Refusal::TooManyLeases { .. } | Refusal::NoHealthySandbox { .. } => {
+                AppError::unavailable(message)
             }
-            Refusal::TooManyLeases { .. } => AppError::unavailable(message),
+            Refusal::PoolFull { .. } => {
+                AppError::new(StatusCode::TOO_MANY_REQUESTS, ErrorKind::PoolFull, message)
+            }
+            Refusal::SessionLost { .. } => {
+                AppError::new(StatusCode::GONE, ErrorKind::SessionLost, message)
+            }
         }
     }
 }

@@ -6,7 +6,7 @@
 //! attaches to it while it runs (a stream replays what it printed so far),
 //! instead of running the command again.
 //!
-//! A command runs on a [`Target`]: a lease, or a shared-pool session
+//! A command runs on a [`Holder`]: a lease, or a shared-pool session
 //! pinned to one of the pool's sandboxes; both are served by [`serve`].
 
 use std::collections::{HashMap, VecDeque};
@@ -19,11 +19,11 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use bytes::Bytes;
 use sandfleet_core::{ExecRequest, ExecResult, OutputChunk, OutputStream};
-use sandfleet_engine::Lease;
-use tokio::sync::{RwLock as AsyncRwLock, mpsc, watch};
+use tokio::sync::{mpsc, watch};
 
-use crate::domain::activity::InUse;
-use crate::error::AppError;
+use crate::domain::Refusal;
+use crate::domain::holder::Holder;
+use crate::error::{AppError, ErrorKind};
 use crate::metrics::ExecOutcome;
 use crate::model::{ExecRequestBody, ExecResponse};
 use crate::state::AppState;
@@ -33,23 +33,6 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Idempotency keys remembered per target; the oldest finished are dropped.
 const KEYS_PER_TARGET: usize = 256;
-
-/// What commands run on.
-pub(crate) trait Target: Send + Sync + 'static {
-    /// How errors and spans name it: "lease `l-…`", "session `s-…`".
-    fn name(&self) -> String;
-    /// The sandbox's lease, `None` once released.
-    fn lease(&self) -> &AsyncRwLock<Option<Lease>>;
-    /// Its executions by idempotency key.
-    fn executions(&self) -> &Executions;
-    /// Holds its idle clock while a command runs.
-    fn in_use(&self) -> InUse;
-    /// What a failed command answers; a session whose sandbox is gone says
-    /// so in its own terms.
-    fn failed(&self, error: AppError) -> AppError {
-        error
-    }
-}
 
 /// Executions by idempotency key, oldest first.
 #[derive(Default)]
@@ -243,7 +226,7 @@ fn wants_base64(query: &EncodingQuery) -> Result<bool, AppError> {
 }
 
 /// An exec request on `target`, from its parts as the handler got them.
-pub(crate) async fn serve<T: Target>(
+pub(crate) async fn serve<T: Holder>(
     state: &AppState,
     target: &Arc<T>,
     query: &EncodingQuery,
@@ -276,7 +259,7 @@ pub(crate) async fn serve<T: Target>(
 
 /// Runs `request` on `target` (or finds the execution `key` names) and
 /// answers as `framing` says.
-async fn run<T: Target>(
+async fn run<T: Holder>(
     state: &AppState,
     target: &Arc<T>,
     request: ExecRequest,
@@ -315,7 +298,7 @@ async fn run<T: Target>(
     }
 }
 
-fn spawn<T: Target>(state: AppState, target: Arc<T>, execution: Arc<Execution>) {
+fn spawn<T: Holder>(state: AppState, target: Arc<T>, execution: Arc<Execution>) {
     let in_use = target.in_use();
     let span = tracing::info_span!("exec", on = %target.name());
     tokio::spawn(tracing::Instrument::instrument(
@@ -323,12 +306,11 @@ fn spawn<T: Target>(state: AppState, target: Arc<T>, execution: Arc<Execution>) 
             let _in_use = in_use;
             let finisher = Finisher(execution.clone());
             let started = Instant::now();
-            let guard = target.lease().read().await;
-            let Some(lease) = guard.as_ref() else {
-                execution.finish(Err(target.failed(AppError::not_found(format!(
-                    "{} was released",
-                    target.name()
-                )))));
+            let Some(lease) = target.lease().read().await else {
+                let released = Refusal::Released {
+                    holder: target.name(),
+                };
+                execution.finish(Err(failed(&*target, released.into())));
                 return;
             };
             let (sink, mut chunks) = mpsc::channel::<OutputChunk>(SINK_CHUNKS);
@@ -348,7 +330,7 @@ fn spawn<T: Target>(state: AppState, target: Arc<T>, execution: Arc<Execution>) 
             let running = async {
                 let result = state
                     .session
-                    .exec(lease, &execution.request, Some(&sink))
+                    .exec(&lease, &execution.request, Some(&sink))
                     .await;
                 drop(sink);
                 result
@@ -361,11 +343,18 @@ fn spawn<T: Target>(state: AppState, target: Arc<T>, execution: Arc<Execution>) 
                 Err(_) => ExecOutcome::Error,
             };
             state.metrics.exec(outcome, started.elapsed());
-            execution.finish(result.map_err(|error| target.failed(AppError::from(error))));
+            execution.finish(result.map_err(|error| failed(&*target, AppError::from(error))));
             drop(finisher);
         },
         span,
     ));
+}
+
+/// What a failed command answers: a holder whose sandbox is gone for good
+/// says so in its own terms.
+fn failed<T: Holder>(holder: &T, error: AppError) -> AppError {
+    let backend_says = (error.kind() == ErrorKind::SandboxLost).then(|| error.message());
+    holder.lost(backend_says).map_or(error, AppError::from)
 }
 
 fn encode(bytes: &[u8], base64: bool) -> String {

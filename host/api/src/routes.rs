@@ -25,11 +25,7 @@ use crate::state::AppState;
 const MAX_RUN_ID: usize = 128;
 
 async fn view(slot: &LeaseSlot) -> Result<LeaseView, AppError> {
-    let lease = slot.lease.read().await;
-    let lease = lease
-        .as_ref()
-        .ok_or_else(|| AppError::not_found(format!("lease `{}` was released", slot.id)))?;
-    Ok(slot.view(lease))
+    Ok(slot.view(&*slot.read().await?))
 }
 
 async fn acquire_one(state: &AppState, body: AcquireRequest) -> Result<LeaseView, AppError> {
@@ -227,11 +223,8 @@ pub(crate) async fn renew(
         slot.set_ttl(Duration::from_secs(ttl));
     }
     {
-        let lease = slot.lease.read().await;
-        let lease = lease
-            .as_ref()
-            .ok_or_else(|| AppError::not_found(format!("lease `{id}` was released")))?;
-        state.session.renew(lease).await?;
+        let lease = slot.read().await?;
+        state.session.renew(&lease).await?;
     }
     Ok(axum::Json(view(&slot).await?))
 }
@@ -292,11 +285,8 @@ pub(crate) async fn put_file(
             })?,
     };
     let body = body.map_err(|e| too_large_or(e.status(), e.body_text()))?;
-    let lease = slot.lease.read().await;
-    let lease = lease
-        .as_ref()
-        .ok_or_else(|| AppError::not_found(format!("lease `{id}` was released")))?;
-    state.session.put_file(lease, path, &body, mode).await?;
+    let lease = slot.read().await?;
+    state.session.put_file(&lease, path, &body, mode).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -311,11 +301,8 @@ pub(crate) async fn get_file(
     let slot = state.leases.get(&id)?;
     let _in_use = slot.in_use();
     let path = file_path(&query)?;
-    let lease = slot.lease.read().await;
-    let lease = lease
-        .as_ref()
-        .ok_or_else(|| AppError::not_found(format!("lease `{id}` was released")))?;
-    let bytes = state.session.get_file(lease, path).await?;
+    let lease = slot.read().await?;
+    let bytes = state.session.get_file(&lease, path).await?;
     Ok(([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response())
 }
 
@@ -369,13 +356,10 @@ pub(crate) async fn evaluate(
         None => None,
     };
     let started = Instant::now();
-    let mut lease = slot.lease.write().await;
-    let lease = lease
-        .as_mut()
-        .ok_or_else(|| AppError::not_found(format!("lease `{id}` was released")))?;
+    let mut lease = slot.write().await?;
     let evaluation = state
         .session
-        .evaluate(lease, task, body.solution.as_deref())
+        .evaluate(&mut lease, task, body.solution.as_deref())
         .await?;
     state
         .metrics
@@ -396,28 +380,21 @@ pub(crate) async fn recycle(
     // leak its sandbox.
     let recycling = tokio::spawn(async move {
         let _in_use = slot.in_use();
-        let mut guard = slot.lease.write().await;
-        let Some(lease) = guard.take() else {
-            return Err(AppError::not_found(format!("lease `{id}` was released")));
-        };
-        match state.session.recycle(lease).await {
+        match slot.recycle(|lease| state.session.recycle(lease)).await? {
             Ok((lease, recycled)) => {
                 state.leases.persist(&id, &lease);
-                let view = slot.view(&lease);
-                *guard = Some(lease);
                 Ok(RecycleResponse {
                     reset: match recycled {
                         Recycled::Clean => "clean",
                         Recycled::Replaced => "replaced",
                     }
                     .to_string(),
-                    lease: view,
+                    lease: slot.view(&lease),
                 })
             }
             Err(error) => {
                 // The session released its sandbox; whoever waits on the
-                // slot finds it empty, as a released lease.
-                drop(guard);
+                // slot finds it released.
                 release(&state, &id);
                 Err(AppError::from(error))
             }

@@ -6,24 +6,25 @@
 //! holds it (in the background: `DELETE` answers at once).
 
 use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use sandfleet_engine::{Lease, Session};
-use tokio::sync::RwLock as AsyncRwLock;
+use tokio::sync::{RwLockMappedWriteGuard, RwLockReadGuard};
 
 use super::Refusal;
 use super::activity::{Activity, InUse};
-use crate::exec::{Executions, Target};
+use super::holder::{Holder, LeaseCell};
+use crate::exec::Executions;
 use crate::model::{LeaseState, LeaseView};
 
 /// One lease and what the daemon knows about it.
 pub(crate) struct LeaseSlot {
     pub(crate) id: String,
-    /// `None` once released.
-    pub(crate) lease: AsyncRwLock<Option<Lease>>,
+    lease: LeaseCell,
     pub(crate) task_id: Option<String>,
     pub(crate) run_id: Option<String>,
     pub(crate) labels: BTreeMap<String, String>,
@@ -46,6 +47,37 @@ impl LeaseSlot {
     fn idle_past_ttl(&self, now: Instant) -> bool {
         let ttl = *self.ttl.lock().unwrap_or_else(|e| e.into_inner());
         self.activity.idle_past(ttl, now)
+    }
+
+    /// The lease, shared with other calls.
+    pub(crate) async fn read(&self) -> Result<RwLockReadGuard<'_, Lease>, Refusal> {
+        self.lease.read().await.ok_or_else(|| self.released())
+    }
+
+    /// The lease, alone.
+    pub(crate) async fn write(&self) -> Result<RwLockMappedWriteGuard<'_, Lease>, Refusal> {
+        self.lease.write().await.ok_or_else(|| self.released())
+    }
+
+    /// Recycles the lease through `recycle`, answering with its successor
+    /// still held alone.
+    pub(crate) async fn recycle<T, E, F>(
+        &self,
+        recycle: impl FnOnce(Lease) -> F,
+    ) -> Result<Result<(RwLockMappedWriteGuard<'_, Lease>, T), E>, Refusal>
+    where
+        F: Future<Output = Result<(Lease, T), E>>,
+    {
+        self.lease
+            .replace(recycle)
+            .await
+            .ok_or_else(|| self.released())
+    }
+
+    fn released(&self) -> Refusal {
+        Refusal::Released {
+            holder: self.name(),
+        }
     }
 
     /// The view clients get, from the lease as it is now.
@@ -74,12 +106,12 @@ impl LeaseSlot {
     }
 }
 
-impl Target for LeaseSlot {
+impl Holder for LeaseSlot {
     fn name(&self) -> String {
         format!("lease `{}`", self.id)
     }
 
-    fn lease(&self) -> &AsyncRwLock<Option<Lease>> {
+    fn lease(&self) -> &LeaseCell {
         &self.lease
     }
 
@@ -144,7 +176,7 @@ impl LeaseTable {
         self.persist(&new.id, &lease);
         let slot = Arc::new(LeaseSlot {
             id: new.id.clone(),
-            lease: AsyncRwLock::new(Some(lease)),
+            lease: LeaseCell::new(lease),
             task_id: new.task_id,
             run_id: new.run_id,
             labels: new.labels,
@@ -213,7 +245,7 @@ impl LeaseTable {
     /// Releases the slot's sandbox once nothing holds it, and forgets its
     /// handle.
     pub(crate) async fn release(&self, session: &Session, slot: &LeaseSlot) {
-        if let Some(lease) = slot.lease.write().await.take() {
+        if let Some(lease) = slot.lease.release().await {
             session.release(lease);
         }
         let _ = std::fs::remove_file(self.dir.join(format!("{}.json", slot.id)));

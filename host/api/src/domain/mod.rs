@@ -1,9 +1,11 @@
 //! What the daemon keeps, apart from how it is asked over HTTP: the tables
-//! of leases, batch runs and shared pools, and the idle clock they share.
+//! of leases, batch runs and shared pools, what commands run against, and
+//! the idle clock they share.
 //! Nothing here knows axum or HTTP; a refusal is a [`Refusal`], which
 //! `crate::error` gives its status.
 
 pub(crate) mod activity;
+pub(crate) mod holder;
 pub(crate) mod leases;
 mod refusal;
 pub(crate) mod runs;

@@ -11,6 +11,33 @@ pub(crate) enum Refusal {
         more: usize,
         max: usize,
     },
+    #[error("{holder} was released")]
+    Released { holder: String },
     #[error("no batch run `{id}`")]
     NoSuchRun { id: String },
+    #[error("no shared pool named `{name}` ({known})")]
+    NoSuchPool { name: String, known: String },
+    #[error(
+        "shared pool `{pool}` has no healthy sandbox now (0 of {size}: filling or healing); retry shortly"
+    )]
+    NoHealthySandbox { pool: String, size: u32 },
+    #[error(
+        "shared pool `{pool}` is full: its {healthy} healthy sandboxes have max_sessions_per_sandbox = {max} sessions each; close a session or retry later"
+    )]
+    PoolFull {
+        pool: String,
+        healthy: usize,
+        max: u32,
+    },
+    #[error("session `{id}` is not open (closed, dropped when idle, or never opened)")]
+    SessionNotOpen { id: String },
+    #[error(
+        "session `{session}`: its sandbox `{sandbox}` in shared pool `{pool}` is gone ({why}), and with it the session's state; open a new session"
+    )]
+    SessionLost {
+        session: String,
+        sandbox: String,
+        pool: String,
+        why: String,
+    },
 }

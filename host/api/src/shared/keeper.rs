@@ -51,7 +51,7 @@ pub(crate) async fn release_all(state: &AppState) {
     state.shared.keepers.wait().await;
     for pool in state.shared.all() {
         for pinned in pool.take_all() {
-            if let Some(lease) = pinned.lease.write().await.take() {
+            if let Some(lease) = pinned.lease.release().await {
                 state.session.release(lease);
             }
         }
@@ -84,7 +84,7 @@ async fn keep(state: AppState, pool: Arc<Pool>, slot: usize) {
         // not wait for them.
         let releasing = state.clone();
         tokio::spawn(async move {
-            if let Some(lease) = pinned.lease.write().await.take() {
+            if let Some(lease) = pinned.lease.release().await {
                 releasing.session.release(lease);
             }
         });
@@ -154,13 +154,12 @@ async fn watch(state: &AppState, pool: &Pool, pinned: &Arc<Pinned>) -> bool {
 /// One probe: exit 0 within the interval. A backend that does not answer
 /// in time fails it as a command that overran does.
 async fn probe_once(state: &AppState, pinned: &Pinned, probe: &ExecRequest) -> bool {
-    let lease = pinned.lease.read().await;
-    let Some(lease) = lease.as_ref() else {
+    let Some(lease) = pinned.lease.read().await else {
         return false;
     };
     let answered = tokio::time::timeout(
         probe.timeout + PROBE_GRACE,
-        state.session.exec(lease, probe, None),
+        state.session.exec(&lease, probe, None),
     )
     .await;
     matches!(answered, Ok(Ok(result)) if result.exit_code == 0 && !result.timed_out)

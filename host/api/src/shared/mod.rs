@@ -17,16 +17,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Instant, SystemTime};
 
-use axum::http::StatusCode;
 use sandfleet_engine::Lease;
 use sandfleet_fleet::SharedPoolConfig;
-use tokio::sync::RwLock as AsyncRwLock;
 use tokio_util::task::TaskTracker;
 
+use crate::domain::Refusal;
 use crate::domain::activity::{Activity, InUse};
+use crate::domain::holder::{Holder, LeaseCell};
 use crate::domain::leases::new_id;
-use crate::error::{AppError, ErrorKind};
-use crate::exec::{Executions, Target};
+use crate::exec::Executions;
 use crate::metrics::SharedPoolCounts;
 use crate::model::{HealView, SharedPoolView, SharedSlotView};
 
@@ -85,8 +84,8 @@ pub(crate) struct Pinned {
     pub(crate) slot: usize,
     /// The sandbox's id on its cluster.
     pub(crate) id: String,
-    /// `None` once evicted and released.
-    pub(crate) lease: AsyncRwLock<Option<Lease>>,
+    /// Released once evicted.
+    pub(crate) lease: LeaseCell,
     /// Why it was evicted, once it was.
     evicted: OnceLock<String>,
 }
@@ -122,19 +121,22 @@ impl SharedPools {
     }
 
     /// The pool `name`, or a 404 naming it.
-    pub(crate) fn pool(&self, name: &str) -> Result<Arc<Pool>, AppError> {
+    pub(crate) fn pool(&self, name: &str) -> Result<Arc<Pool>, Refusal> {
         self.pools.get(name).cloned().ok_or_else(|| {
             let known = if self.order.is_empty() {
                 "none is configured: add [[shared_pools]] to the fleet file".to_string()
             } else {
                 format!("configured: {}", self.order.join(", "))
             };
-            AppError::not_found(format!("no shared pool named `{name}` ({known})"))
+            Refusal::NoSuchPool {
+                name: name.to_string(),
+                known,
+            }
         })
     }
 
     /// Opens a session on the pool `name`.
-    pub(crate) fn open(&self, name: &str) -> Result<Arc<SharedSession>, AppError> {
+    pub(crate) fn open(&self, name: &str) -> Result<Arc<SharedSession>, Refusal> {
         let pool = self.pool(name)?;
         let sandbox = pool.pin()?;
         let session = Arc::new(SharedSession {
@@ -153,13 +155,13 @@ impl SharedPools {
     }
 
     /// The session `id`, or a 404 naming it.
-    pub(crate) fn session(&self, id: &str) -> Result<Arc<SharedSession>, AppError> {
+    pub(crate) fn session(&self, id: &str) -> Result<Arc<SharedSession>, Refusal> {
         self.sessions
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .get(id)
             .cloned()
-            .ok_or_else(|| not_open(id))
+            .ok_or_else(|| Refusal::SessionNotOpen { id: id.to_string() })
     }
 
     /// Closes the session `id`; false when it is not open.
@@ -208,7 +210,7 @@ impl Pool {
 
     /// Pins a new session to the least-loaded healthy sandbox (the lowest
     /// slot among equals).
-    fn pin(&self) -> Result<Arc<Pinned>, AppError> {
+    fn pin(&self) -> Result<Arc<Pinned>, Refusal> {
         let mut slots = self.slots();
         let healthy = slots
             .iter()
@@ -225,18 +227,15 @@ impl Pool {
                 slot.sessions += 1;
                 Ok(slot.sandbox.clone().expect("filtered on a sandbox"))
             }
-            None if healthy == 0 => Err(AppError::unavailable(format!(
-                "shared pool `{}` has no healthy sandbox now (0 of {}: filling or healing); retry shortly",
-                self.config.name, self.config.size
-            ))),
-            None => Err(AppError::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                ErrorKind::PoolFull,
-                format!(
-                    "shared pool `{}` is full: its {healthy} healthy sandboxes have max_sessions_per_sandbox = {max} sessions each; close a session or retry later",
-                    self.config.name
-                ),
-            )),
+            None if healthy == 0 => Err(Refusal::NoHealthySandbox {
+                pool: self.config.name.clone(),
+                size: self.config.size,
+            }),
+            None => Err(Refusal::PoolFull {
+                pool: self.config.name.clone(),
+                healthy,
+                max,
+            }),
         }
     }
 
@@ -262,7 +261,7 @@ impl Pool {
         let pinned = Arc::new(Pinned {
             slot,
             id: lease.handle().id.clone(),
-            lease: AsyncRwLock::new(Some(lease)),
+            lease: LeaseCell::new(lease),
             evicted: OnceLock::new(),
         });
         self.slots()[slot] = Slot {
@@ -419,32 +418,30 @@ impl SharedSession {
     }
 
     /// What every call on a session whose sandbox is gone answers.
-    fn lost(&self, why: &str) -> AppError {
-        AppError::new(
-            StatusCode::GONE,
-            ErrorKind::SessionLost,
-            format!(
-                "session `{}`: its sandbox `{}` in shared pool `{}` is gone ({why}), and with it the session's state; open a new session",
-                self.id, self.sandbox.id, self.pool.config.name
-            ),
-        )
+    fn lost_because(&self, why: &str) -> Refusal {
+        Refusal::SessionLost {
+            session: self.id.clone(),
+            sandbox: self.sandbox.id.clone(),
+            pool: self.pool.config.name.clone(),
+            why: why.to_string(),
+        }
     }
 
     /// `session_lost` once its sandbox was evicted.
-    pub(crate) fn check(&self) -> Result<(), AppError> {
+    pub(crate) fn check(&self) -> Result<(), Refusal> {
         match self.sandbox.evicted.get() {
-            Some(why) => Err(self.lost(why)),
+            Some(why) => Err(self.lost_because(why)),
             None => Ok(()),
         }
     }
 }
 
-impl Target for SharedSession {
+impl Holder for SharedSession {
     fn name(&self) -> String {
         format!("session `{}`", self.id)
     }
 
-    fn lease(&self) -> &AsyncRwLock<Option<Lease>> {
+    fn lease(&self) -> &LeaseCell {
         &self.sandbox.lease
     }
 
@@ -456,22 +453,12 @@ impl Target for SharedSession {
         self.activity.begin()
     }
 
-    fn failed(&self, error: AppError) -> AppError {
-        if let Err(lost) = self.check() {
-            return lost;
+    fn lost(&self, backend_says: Option<&str>) -> Option<Refusal> {
+        match self.sandbox.evicted.get() {
+            Some(why) => Some(self.lost_because(why)),
+            None => backend_says.map(|why| self.lost_because(why)),
         }
-        if error.kind() == ErrorKind::SandboxLost {
-            return self.lost(error.message());
-        }
-        error
     }
-}
-
-/// The 404 of a session id that is not open.
-fn not_open(id: &str) -> AppError {
-    AppError::not_found(format!(
-        "session `{id}` is not open (closed, dropped when idle, or never opened)"
-    ))
 }
 
 /// Unix milliseconds of `at`.

@@ -4,7 +4,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 
-use super::not_open;
+use crate::domain::Refusal;
 use crate::error::{AppError, ErrorBody, Json};
 use crate::exec::{self, EncodingQuery};
 use crate::model::{
@@ -73,6 +73,6 @@ pub(crate) async fn close(
     if state.shared.close(&id) {
         Ok(StatusCode::NO_CONTENT)
     } else {
-        Err(not_open(&id))
+        Err(Refusal::SessionNotOpen { id }.into())
     }
 }
