@@ -3,6 +3,10 @@
 //! `additionalPrinterColumns` (with the JSONPath subset they use), and ages rendered as
 //! the API server renders them (`HumanDuration`), since kubectl prints cells verbatim.
 //! Lists and watch events use the same columns, so `get -w` prints one header.
+//!
+//! A built-in kind's columns are one entry of `BUILTIN`: each column's name, type,
+//! priority and where its cell comes from (a JSONPath, or a function where the API
+//! server's printer combines fields), so showing another kind is one more entry.
 
 use std::time::{Duration, SystemTime};
 
@@ -82,8 +86,8 @@ fn age(value: &Value) -> Value {
 
 /// Evaluate the JSONPath subset printer columns use: `.a.b`, `.a[0]`, `.a[*].b` and
 /// `.a[?(@.k=='v')].b`.
-fn jsonpath(object: &Value, path: &str) -> Vec<Value> {
-    let mut current = vec![object.clone()];
+fn jsonpath<'a>(object: &'a Value, path: &str) -> Vec<&'a Value> {
+    let mut current = vec![object];
     let mut rest = path
         .trim()
         .trim_start_matches('{')
@@ -93,18 +97,17 @@ fn jsonpath(object: &Value, path: &str) -> Vec<Value> {
         if let Some(after) = rest.strip_prefix('.') {
             let end = after.find(['.', '[']).unwrap_or(after.len());
             let key = &after[..end];
-            current = current.iter().filter_map(|v| v.get(key).cloned()).collect();
+            current = current.iter().filter_map(|v| v.get(key)).collect();
             rest = &after[end..];
         } else if let Some(after) = rest.strip_prefix('[') {
             let Some(end) = after.find(']') else {
                 return Vec::new();
             };
             let inner = &after[..end];
-            let items: Vec<Value> = current
+            let items: Vec<&Value> = current
                 .iter()
-                .filter_map(Value::as_array)
+                .filter_map(|v| v.as_array())
                 .flatten()
-                .cloned()
                 .collect();
             current = if inner == "*" {
                 items
@@ -120,7 +123,7 @@ fn jsonpath(object: &Value, path: &str) -> Vec<Value> {
                     .filter(|i| i.get(field.trim()).and_then(Value::as_str) == Some(wanted))
                     .collect()
             } else if let Ok(index) = inner.parse::<usize>() {
-                items.get(index).cloned().into_iter().collect()
+                items.get(index).copied().into_iter().collect()
             } else {
                 return Vec::new();
             };
@@ -130,6 +133,13 @@ fn jsonpath(object: &Value, path: &str) -> Vec<Value> {
         }
     }
     current
+}
+
+/// The first value at `path`, or null.
+fn first(object: &Value, path: &str) -> Value {
+    jsonpath(object, path)
+        .first()
+        .map_or(Value::Null, |v| (*v).clone())
 }
 
 fn column(name: &str, kind: &str, priority: u8) -> Value {
@@ -146,202 +156,249 @@ fn text(v: &Value) -> String {
     v.as_str().unwrap_or_default().to_string()
 }
 
-fn pod_status(pod: &Value) -> String {
-    let statuses = pod["status"]["containerStatuses"]
+/// How a built-in column's cell is read from an object.
+enum Cell {
+    /// The value at a JSONPath, or null.
+    Path(&'static str),
+    /// The string at a JSONPath, or `<none>`.
+    TextOrNone(&'static str),
+    /// The number at a JSONPath, or 0.
+    Count(&'static str),
+    /// The age of the timestamp at a JSONPath.
+    Age(&'static str),
+    /// Always `<none>`: what the emulator has no notion of (roles, nominated nodes).
+    Absent,
+    /// What the API server's printer works out from several fields.
+    Derived(fn(&Value) -> Value),
+}
+
+impl Cell {
+    fn read(&self, object: &Value) -> Value {
+        match self {
+            Cell::Path(path) => first(object, path),
+            Cell::TextOrNone(path) => json!(first(object, path).as_str().unwrap_or("<none>")),
+            Cell::Count(path) => json!(first(object, path).as_u64().unwrap_or(0)),
+            Cell::Age(path) => age(&first(object, path)),
+            Cell::Absent => json!("<none>"),
+            Cell::Derived(cell) => cell(object),
+        }
+    }
+}
+
+/// One column `kubectl get` shows for a built-in kind.
+struct Column {
+    name: &'static str,
+    kind: &'static str,
+    /// 1: only with `-o wide`.
+    priority: u8,
+    cell: Cell,
+}
+
+const fn string(name: &'static str, cell: Cell) -> Column {
+    Column {
+        name,
+        kind: "string",
+        priority: 0,
+        cell,
+    }
+}
+
+const fn wide(name: &'static str, cell: Cell) -> Column {
+    Column {
+        name,
+        kind: "string",
+        priority: 1,
+        cell,
+    }
+}
+
+const fn integer(name: &'static str, path: &'static str) -> Column {
+    Column {
+        name,
+        kind: "integer",
+        priority: 0,
+        cell: Cell::Count(path),
+    }
+}
+
+const NAME: Column = string("Name", Cell::Path(".metadata.name"));
+const AGE: Column = string("Age", Cell::Age(".metadata.creationTimestamp"));
+
+/// The built-in kinds' columns by group and plural, as the API server's printers
+/// define them; a kind not listed here prints as a custom resource would.
+const BUILTIN: &[(&str, &str, &[Column])] = &[
+    (
+        "",
+        "pods",
+        &[
+            NAME,
+            string("Ready", Cell::Derived(pod_ready)),
+            string("Status", Cell::Derived(pod_status)),
+            string("Restarts", Cell::Derived(pod_restarts)),
+            AGE,
+            wide("IP", Cell::TextOrNone(".status.podIP")),
+            wide("Node", Cell::TextOrNone(".spec.nodeName")),
+            wide("Nominated Node", Cell::Absent),
+            wide("Readiness Gates", Cell::Absent),
+        ],
+    ),
+    (
+        "",
+        "nodes",
+        &[
+            NAME,
+            string("Status", Cell::Derived(node_status)),
+            string("Roles", Cell::Absent),
+            AGE,
+            string("Version", Cell::Path(".status.nodeInfo.kubeletVersion")),
+        ],
+    ),
+    (
+        "",
+        "namespaces",
+        &[NAME, string("Status", Cell::Path(".status.phase")), AGE],
+    ),
+    (
+        "",
+        "services",
+        &[
+            NAME,
+            string("Type", Cell::Path(".spec.type")),
+            string("Cluster-IP", Cell::Path(".spec.clusterIP")),
+            string("External-IP", Cell::Absent),
+            string("Port(s)", Cell::Derived(service_ports)),
+            AGE,
+        ],
+    ),
+    (
+        "apps",
+        "deployments",
+        &[
+            NAME,
+            string("Ready", Cell::Derived(deployment_ready)),
+            integer("Up-to-date", ".status.updatedReplicas"),
+            integer("Available", ".status.availableReplicas"),
+            AGE,
+        ],
+    ),
+    (
+        "apps",
+        "daemonsets",
+        &[
+            NAME,
+            integer("Desired", ".status.desiredNumberScheduled"),
+            integer("Current", ".status.currentNumberScheduled"),
+            integer("Ready", ".status.numberReady"),
+            integer("Up-to-date", ".status.updatedNumberScheduled"),
+            integer("Available", ".status.numberAvailable"),
+            AGE,
+        ],
+    ),
+    (
+        "",
+        "events",
+        &[
+            string("Last Seen", Cell::Age(".lastTimestamp")),
+            string("Type", Cell::Path(".type")),
+            string("Reason", Cell::Path(".reason")),
+            string("Object", Cell::Derived(event_object)),
+            string("Message", Cell::Path(".message")),
+        ],
+    ),
+];
+
+fn container_statuses(pod: &Value) -> &[Value] {
+    pod["status"]["containerStatuses"]
         .as_array()
-        .cloned()
-        .unwrap_or_default();
-    for s in statuses.iter().rev() {
+        .map_or(&[], Vec::as_slice)
+}
+
+fn pod_ready(pod: &Value) -> Value {
+    let total = pod["spec"]["containers"].as_array().map_or(0, Vec::len);
+    let ready = container_statuses(pod)
+        .iter()
+        .filter(|s| s["ready"] == true)
+        .count();
+    json!(format!("{ready}/{total}"))
+}
+
+fn pod_status(pod: &Value) -> Value {
+    for s in container_statuses(pod).iter().rev() {
         if let Some(r) = s["state"]["waiting"]["reason"].as_str() {
-            return r.to_string();
+            return json!(r);
         }
         if let Some(r) = s["state"]["terminated"]["reason"].as_str() {
-            return r.to_string();
+            return json!(r);
         }
     }
     if pod["metadata"].get("deletionTimestamp").is_some() {
-        return "Terminating".into();
+        return json!("Terminating");
     }
     let phase = text(&pod["status"]["phase"]);
     if phase == "Pending" && pod["spec"]["nodeName"].is_string() {
-        return "ContainerCreating".into();
+        return json!("ContainerCreating");
     }
-    phase
+    json!(phase)
 }
 
-fn builtin(group: &str, plural: &str, o: &Value) -> Option<(Vec<Value>, Vec<Value>)> {
-    let created = age(&o["metadata"]["creationTimestamp"]);
-    let name = o["metadata"]["name"].clone();
-    Some(match (group, plural) {
-        ("", "pods") => {
-            let statuses = o["status"]["containerStatuses"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
-            let total = o["spec"]["containers"].as_array().map_or(0, Vec::len);
-            let ready = statuses.iter().filter(|s| s["ready"] == true).count();
-            let restarts: u64 = statuses
-                .iter()
-                .filter_map(|s| s["restartCount"].as_u64())
-                .sum();
-            (
-                vec![
-                    column("Name", "string", 0),
-                    column("Ready", "string", 0),
-                    column("Status", "string", 0),
-                    column("Restarts", "string", 0),
-                    column("Age", "string", 0),
-                    column("IP", "string", 1),
-                    column("Node", "string", 1),
-                    column("Nominated Node", "string", 1),
-                    column("Readiness Gates", "string", 1),
-                ],
-                vec![
-                    name,
-                    json!(format!("{ready}/{total}")),
-                    json!(pod_status(o)),
-                    json!(restarts.to_string()),
-                    created,
-                    json!(o["status"]["podIP"].as_str().unwrap_or("<none>")),
-                    json!(o["spec"]["nodeName"].as_str().unwrap_or("<none>")),
-                    json!("<none>"),
-                    json!("<none>"),
-                ],
-            )
-        }
-        ("", "nodes") => {
-            let ready = o["status"]["conditions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|c| c["type"] == "Ready" && c["status"] == "True");
-            (
-                vec![
-                    column("Name", "string", 0),
-                    column("Status", "string", 0),
-                    column("Roles", "string", 0),
-                    column("Age", "string", 0),
-                    column("Version", "string", 0),
-                ],
-                vec![
-                    name,
-                    json!(if ready { "Ready" } else { "NotReady" }),
-                    json!("<none>"),
-                    created,
-                    o["status"]["nodeInfo"]["kubeletVersion"].clone(),
-                ],
-            )
-        }
-        ("", "namespaces") => (
-            vec![
-                column("Name", "string", 0),
-                column("Status", "string", 0),
-                column("Age", "string", 0),
-            ],
-            vec![name, o["status"]["phase"].clone(), created],
-        ),
-        ("", "services") => {
-            let ports: Vec<String> = o["spec"]["ports"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|p| format!("{}/{}", p["port"], p["protocol"].as_str().unwrap_or("TCP")))
-                .collect();
-            (
-                vec![
-                    column("Name", "string", 0),
-                    column("Type", "string", 0),
-                    column("Cluster-IP", "string", 0),
-                    column("External-IP", "string", 0),
-                    column("Port(s)", "string", 0),
-                    column("Age", "string", 0),
-                ],
-                vec![
-                    name,
-                    o["spec"]["type"].clone(),
-                    o["spec"]["clusterIP"].clone(),
-                    json!("<none>"),
-                    json!(if ports.is_empty() {
-                        "<none>".to_string()
-                    } else {
-                        ports.join(",")
-                    }),
-                    created,
-                ],
-            )
-        }
-        ("apps", "deployments") => (
-            vec![
-                column("Name", "string", 0),
-                column("Ready", "string", 0),
-                column("Up-to-date", "integer", 0),
-                column("Available", "integer", 0),
-                column("Age", "string", 0),
-            ],
-            vec![
-                name,
-                json!(format!(
-                    "{}/{}",
-                    o["status"]["readyReplicas"].as_u64().unwrap_or(0),
-                    o["spec"]["replicas"].as_u64().unwrap_or(0)
-                )),
-                json!(o["status"]["updatedReplicas"].as_u64().unwrap_or(0)),
-                json!(o["status"]["availableReplicas"].as_u64().unwrap_or(0)),
-                created,
-            ],
-        ),
-        ("apps", "daemonsets") => {
-            let n = |k: &str| json!(o["status"][k].as_u64().unwrap_or(0));
-            (
-                vec![
-                    column("Name", "string", 0),
-                    column("Desired", "integer", 0),
-                    column("Current", "integer", 0),
-                    column("Ready", "integer", 0),
-                    column("Up-to-date", "integer", 0),
-                    column("Available", "integer", 0),
-                    column("Age", "string", 0),
-                ],
-                vec![
-                    name,
-                    n("desiredNumberScheduled"),
-                    n("currentNumberScheduled"),
-                    n("numberReady"),
-                    n("updatedNumberScheduled"),
-                    n("numberAvailable"),
-                    created,
-                ],
-            )
-        }
-        ("", "events") => (
-            vec![
-                column("Last Seen", "string", 0),
-                column("Type", "string", 0),
-                column("Reason", "string", 0),
-                column("Object", "string", 0),
-                column("Message", "string", 0),
-            ],
-            vec![
-                age(&o["lastTimestamp"]),
-                o["type"].clone(),
-                o["reason"].clone(),
-                json!(format!(
-                    "{}/{}",
-                    text(&o["involvedObject"]["kind"]).to_lowercase(),
-                    text(&o["involvedObject"]["name"])
-                )),
-                o["message"].clone(),
-            ],
-        ),
-        _ => return None,
+fn pod_restarts(pod: &Value) -> Value {
+    let restarts: u64 = container_statuses(pod)
+        .iter()
+        .filter_map(|s| s["restartCount"].as_u64())
+        .sum();
+    json!(restarts.to_string())
+}
+
+fn node_status(node: &Value) -> Value {
+    let ready = node["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == "Ready" && c["status"] == "True");
+    json!(if ready { "Ready" } else { "NotReady" })
+}
+
+fn service_ports(service: &Value) -> Value {
+    let ports: Vec<String> = service["spec"]["ports"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| format!("{}/{}", p["port"], p["protocol"].as_str().unwrap_or("TCP")))
+        .collect();
+    json!(if ports.is_empty() {
+        "<none>".to_string()
+    } else {
+        ports.join(",")
     })
+}
+
+fn deployment_ready(deployment: &Value) -> Value {
+    json!(format!(
+        "{}/{}",
+        deployment["status"]["readyReplicas"].as_u64().unwrap_or(0),
+        deployment["spec"]["replicas"].as_u64().unwrap_or(0)
+    ))
+}
+
+fn event_object(event: &Value) -> Value {
+    json!(format!(
+        "{}/{}",
+        text(&event["involvedObject"]["kind"]).to_lowercase(),
+        text(&event["involvedObject"]["name"])
+    ))
 }
 
 /// The column definitions and one row's cells for `object`.
 fn row(target: &Target, object: &Value) -> (Vec<Value>, Vec<Value>) {
     let r = &target.resource;
-    if let Some(out) = builtin(&r.group, &r.plural, object) {
-        return out;
+    if let Some((_, _, columns)) = BUILTIN
+        .iter()
+        .find(|(group, plural, _)| *group == r.group && *plural == r.plural)
+    {
+        return columns
+            .iter()
+            .map(|c| (column(c.name, c.kind, c.priority), c.cell.read(object)))
+            .unzip();
     }
     let printer = r
         .version(&target.version)
@@ -366,7 +423,7 @@ fn row(target: &Target, object: &Value) -> (Vec<Value>, Vec<Value>) {
         cells.push(match (kind, found.first()) {
             (_, None) => Value::Null,
             ("date", Some(v)) => age(v),
-            (_, Some(v)) => v.clone(),
+            (_, Some(v)) => (*v).clone(),
         });
     }
     (columns, cells)
@@ -427,13 +484,71 @@ mod tests {
         let o = json!({"status": {"readyReplicas": 2, "conditions": [{"type": "Other", "status": "False"}, {"type": "Ready", "status": "True", "reason": "DependenciesReady"}]}});
         assert_eq!(
             jsonpath(&o, ".status.conditions[?(@.type=='Ready')].reason"),
-            vec![json!("DependenciesReady")]
+            vec![&json!("DependenciesReady")]
         );
-        assert_eq!(jsonpath(&o, ".status.readyReplicas"), vec![json!(2)]);
+        assert_eq!(jsonpath(&o, ".status.readyReplicas"), vec![&json!(2)]);
         assert_eq!(
             jsonpath(&o, ".status.conditions[0].type"),
-            vec![json!("Other")]
+            vec![&json!("Other")]
         );
         assert!(jsonpath(&o, ".status.missing").is_empty());
+    }
+
+    #[test]
+    fn built_in_rows_read_their_cells_as_the_api_servers_printers_do() {
+        let registry = crate::registry::Registry::default();
+        let target = |group: &str, plural: &str| Target {
+            resource: registry.find(group, "v1", plural).unwrap(),
+            version: "v1".into(),
+            namespace: None,
+            name: None,
+            subresource: None,
+        };
+        let pod = json!({"metadata": {"name": "p"}, "spec": {"containers": [{}, {}], "nodeName": "n"}, "status": {"phase": "Running", "containerStatuses": [{"ready": true, "restartCount": 2}, {"ready": false, "restartCount": 1, "state": {"waiting": {"reason": "ErrImagePull"}}}]}});
+        let (columns, cells) = row(&target("", "pods"), &pod);
+        let wide: Vec<_> = columns
+            .iter()
+            .map(|c| (&c["name"], &c["priority"]))
+            .collect();
+        assert_eq!(
+            wide[4..6],
+            [(&json!("Age"), &json!(0)), (&json!("IP"), &json!(1))]
+        );
+        assert_eq!(columns[0]["format"], "name");
+        assert_eq!(
+            cells,
+            json!([
+                "p",
+                "1/2",
+                "ErrImagePull",
+                "3",
+                "<unknown>",
+                "<none>",
+                "n",
+                "<none>",
+                "<none>"
+            ])
+            .as_array()
+            .unwrap()[..]
+        );
+        let service = json!({"spec": {"ports": [{"port": 80}, {"port": 53, "protocol": "UDP"}]}});
+        assert_eq!(row(&target("", "services"), &service).1[4], "80/TCP,53/UDP");
+        let daemonset = json!({"status": {"numberReady": 2}});
+        let (columns, cells) = row(&target("apps", "daemonsets"), &daemonset);
+        assert_eq!(columns[3]["type"], "integer");
+        assert_eq!(cells[1..4], [json!(0), json!(0), json!(2)]);
+        let event = json!({"involvedObject": {"kind": "Pod", "name": "p"}, "reason": "Pulled"});
+        let (columns, cells) = row(&target("", "events"), &event);
+        assert_eq!(columns[0]["name"], "Last Seen");
+        assert_eq!(
+            cells,
+            [
+                json!("<unknown>"),
+                Value::Null,
+                json!("Pulled"),
+                json!("pod/p"),
+                Value::Null
+            ]
+        );
     }
 }
