@@ -36,11 +36,11 @@ pub(crate) fn app(state: AppState) -> Router {
             "/v1/pools",
             post(routes::warm).get(routes::pools).delete(routes::unwarm),
         )
-        .route("/v1/shared", get(shared::routes::list))
-        .route("/v1/shared/{pool}", get(shared::routes::view))
-        .route("/v1/shared/{pool}/sessions", post(shared::routes::open))
-        .route("/v1/sessions/{id}", delete(shared::routes::close))
-        .route("/v1/sessions/{id}/exec", post(shared::routes::exec))
+        .route("/v1/shared", get(shared::list))
+        .route("/v1/shared/{pool}", get(shared::view))
+        .route("/v1/shared/{pool}/sessions", post(shared::open))
+        .route("/v1/sessions/{id}", delete(shared::close))
+        .route("/v1/sessions/{id}/exec", post(shared::exec))
         .route("/v1/runs", post(runs::start).get(runs::list))
         .route("/v1/runs/{id}", get(runs::get).delete(runs::cancel))
         .route("/v1/runs/{id}/results", get(runs::results))

@@ -22,9 +22,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::domain::holder::Holder as _;
 use crate::domain::leases::{LeaseTable, persisted};
+use crate::domain::pools::SharedPools;
 use crate::domain::runs::{Runs, runs_dir};
 use crate::metrics::{BackendCalls, Metrics};
-use crate::shared::SharedPools;
 use crate::state::{AppState, Inner};
 
 /// How to start the daemon.
@@ -152,7 +152,7 @@ impl Daemon {
             (idle_timeout / 4).clamp(Duration::from_millis(50), Duration::from_secs(5));
         tokio::spawn(crate::routes::expire_idle(state.clone(), sweep_every));
         // Filled in the background: the daemon serves while they fill.
-        crate::shared::start(&state);
+        crate::pool_keeper::start(&state);
         let serving = tokio::spawn(serve(state, listener, grace, lock));
         Ok(Daemon {
             addr,
@@ -272,7 +272,7 @@ async fn release_everything(state: &AppState) -> anyhow::Result<()> {
         }
     }
     state.runs.cancel_all().await;
-    crate::shared::release_all(state).await;
+    crate::pool_keeper::release_all(state).await;
     let reaped = state.session.close().await;
     for slot in &slots {
         let _ = std::fs::remove_file(

@@ -22,6 +22,7 @@ mod exec;
 mod metrics;
 mod model;
 mod ops;
+mod pool_keeper;
 mod routes;
 mod runs;
 mod shared;

@@ -150,7 +150,7 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
         crate::routes::get_file, crate::routes::evaluate, crate::routes::recycle,
         crate::routes::warm, crate::routes::pools, crate::routes::unwarm,
         crate::runs::start, crate::runs::list, crate::runs::get, crate::runs::results, crate::runs::cancel,
-        crate::shared::routes::list, crate::shared::routes::view, crate::shared::routes::open, crate::shared::routes::exec, crate::shared::routes::close,
+        crate::shared::list, crate::shared::view, crate::shared::open, crate::shared::exec, crate::shared::close,
         plugins, healthz, readyz, metrics, openapi,
     ),
     modifiers(&BearerAuth),

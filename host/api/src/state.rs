@@ -11,10 +11,10 @@ use sandfleet_plugin::adapter::{Setting, Task};
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::leases::LeaseTable;
+use crate::domain::pools::SharedPools;
 use crate::domain::runs::Runs;
 use crate::error::AppError;
 use crate::metrics::Metrics;
-use crate::shared::SharedPools;
 
 /// The daemon's state, cheap to clone.
 #[derive(Clone)]

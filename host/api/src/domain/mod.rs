@@ -7,6 +7,7 @@
 pub(crate) mod activity;
 pub(crate) mod holder;
 pub(crate) mod leases;
+pub(crate) mod pools;
 mod refusal;
 pub(crate) mod runs;
 

@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime};
 use sandfleet_core::ExecRequest;
 use sandfleet_engine::{DEFAULT_WORKDIR, Purpose};
 
-use super::{EVICT_AFTER, Pinned, Pool, unix_ms};
+use crate::domain::pools::{EVICT_AFTER, Pinned, Pool};
 use crate::error::AppError;
 use crate::model::HealView;
 use crate::state::AppState;
@@ -174,4 +174,11 @@ async fn sweep(state: AppState, every: Duration) {
         }
         state.shared.expire_idle();
     }
+}
+
+/// Unix milliseconds of `at`.
+fn unix_ms(at: SystemTime) -> u64 {
+    at.duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis() as u64
 }

@@ -5,31 +5,27 @@
 //!
 //! A sandbox evicted after [`EVICT_AFTER`] failed probes in a row takes its
 //! sessions' state with it: they answer `session_lost` from then on rather
-//! than moving silently, and a new sandbox heals its slot (see [`keeper`]).
+//! than moving silently, and a new sandbox heals its slot (the daemon's
+//! pool keeper does).
 //! Such a session counts as lost, not open, until it is closed or dropped
 //! when idle.
-
-mod keeper;
-pub(crate) mod routes;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
-use std::time::{Instant, SystemTime};
+use std::time::Instant;
 
 use sandfleet_engine::Lease;
 use sandfleet_fleet::SharedPoolConfig;
 use tokio_util::task::TaskTracker;
 
+use super::activity::{Activity, InUse};
+use super::leases::new_id;
 use crate::domain::Refusal;
-use crate::domain::activity::{Activity, InUse};
 use crate::domain::holder::{Holder, LeaseCell};
-use crate::domain::leases::new_id;
 use crate::exec::Executions;
 use crate::metrics::SharedPoolCounts;
 use crate::model::{HealView, SharedPoolView, SharedSlotView};
-
-pub(crate) use keeper::{release_all, start};
 
 /// Failed probes in a row that evict a sandbox.
 pub(crate) const EVICT_AFTER: u32 = 3;
@@ -45,7 +41,7 @@ pub(crate) struct SharedPools {
     sessions: RwLock<HashMap<String, Arc<SharedSession>>>,
     /// The keepers: stopping waits for them before reaping, so no sandbox
     /// is claimed after the reap.
-    keepers: TaskTracker,
+    pub(crate) keepers: TaskTracker,
 }
 
 /// Counters of one pool, since the daemon started. (Sessions open now are
@@ -257,7 +253,7 @@ impl Pool {
     }
 
     /// Puts a new sandbox in `slot`.
-    fn install(&self, slot: usize, lease: Lease) -> Arc<Pinned> {
+    pub(crate) fn install(&self, slot: usize, lease: Lease) -> Arc<Pinned> {
         let pinned = Arc::new(Pinned {
             slot,
             id: lease.handle().id.clone(),
@@ -272,13 +268,13 @@ impl Pool {
     }
 
     /// Notes why filling `slot` failed.
-    fn fill_failed(&self, slot: usize, error: String) {
+    pub(crate) fn fill_failed(&self, slot: usize, error: String) {
         self.slots()[slot].error = Some(error);
     }
 
     /// Notes a probe of `pinned`; true when it failed [`EVICT_AFTER`] times
     /// in a row and was evicted (taken out of its slot, its sessions lost).
-    fn probed(&self, pinned: &Arc<Pinned>, passed: bool) -> bool {
+    pub(crate) fn probed(&self, pinned: &Arc<Pinned>, passed: bool) -> bool {
         let mut slots = self.slots();
         let slot = &mut slots[pinned.slot];
         if !slot
@@ -310,7 +306,7 @@ impl Pool {
     }
 
     /// Records a heal.
-    fn healed(&self, heal: HealView) {
+    pub(crate) fn healed(&self, heal: HealView) {
         self.counts.heals.fetch_add(1, Ordering::Relaxed);
         let mut heals = self.heals.lock().unwrap_or_else(|e| e.into_inner());
         if heals.len() == HEALS_KEPT {
@@ -320,7 +316,7 @@ impl Pool {
     }
 
     /// Takes every sandbox out of its slot (the daemon is stopping).
-    fn take_all(&self) -> Vec<Arc<Pinned>> {
+    pub(crate) fn take_all(&self) -> Vec<Arc<Pinned>> {
         self.slots()
             .iter_mut()
             .filter_map(|slot| std::mem::take(slot).sandbox)
@@ -459,11 +455,4 @@ impl Holder for SharedSession {
             None => backend_says.map(|why| self.lost_because(why)),
         }
     }
-}
-
-/// Unix milliseconds of `at`.
-fn unix_ms(at: SystemTime) -> u64 {
-    at.duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_millis() as u64
 }
