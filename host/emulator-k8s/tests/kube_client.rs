@@ -59,6 +59,12 @@ async fn run(faults: &str) -> (Vec<(bool, u32)>, usize) {
             let _ = tx.send(event);
         }
     });
+    let mut seen = Vec::new();
+    let mut relists = 0;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    // Updates start once the first list is in: a list slower than the first update
+    // would show that update as listed, not applied.
+    while !record(next(&mut rx, deadline).await, &mut seen, &mut relists) {}
     let mut pace = tokio::time::interval(Duration::from_millis(100));
     for i in 1..=UPDATES {
         pace.tick().await;
@@ -69,27 +75,38 @@ async fn run(faults: &str) -> (Vec<(bool, u32)>, usize) {
                 .unwrap();
         }
     }
-    let mut seen = Vec::new();
-    let mut relists = 0;
-    let deadline = Instant::now() + Duration::from_secs(20);
     while seen.last().map(|(_, v)| *v) != Some(UPDATES) {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let event = tokio::time::timeout(left, rx.recv())
-            .await
-            .expect("the last update within 20 s")
-            .expect("stream open");
-        match event {
-            Ok(Event::Init) => relists += 1,
-            Ok(Event::InitApply(cm)) => seen.push((true, value(&cm))),
-            Ok(Event::Apply(cm)) => seen.push((false, value(&cm))),
-            Ok(Event::Delete(_) | Event::InitDone) => {}
-            // Errors (the 410) are what the watcher recovers from.
-            Err(_) => {}
-        }
+        record(next(&mut rx, deadline).await, &mut seen, &mut relists);
     }
     watching.abort();
     emulator.shutdown().await;
     (seen, relists)
+}
+
+async fn next<T>(rx: &mut mpsc::UnboundedReceiver<T>, deadline: Instant) -> T {
+    let left = deadline.saturating_duration_since(Instant::now());
+    tokio::time::timeout(left, rx.recv())
+        .await
+        .expect("the last update within 20 s")
+        .expect("stream open")
+}
+
+/// Note one watcher event; returns whether it ended a list.
+fn record(
+    event: Result<Event<ConfigMap>, watcher::Error>,
+    seen: &mut Vec<(bool, u32)>,
+    relists: &mut usize,
+) -> bool {
+    match event {
+        Ok(Event::Init) => *relists += 1,
+        Ok(Event::InitApply(cm)) => seen.push((true, value(&cm))),
+        Ok(Event::Apply(cm)) => seen.push((false, value(&cm))),
+        Ok(Event::InitDone) => return true,
+        Ok(Event::Delete(_)) => {}
+        // Errors (the 410) are what the watcher recovers from.
+        Err(_) => {}
+    }
+    false
 }
 
 fn value(cm: &ConfigMap) -> u32 {
