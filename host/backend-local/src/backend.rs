@@ -23,6 +23,7 @@ use tokio::sync::{Notify, Semaphore};
 
 use crate::checks::{check_searchable, usable_cgroups};
 use crate::config::{IsolationMode, LocalConfig};
+use crate::discard::Discards;
 use crate::error::{IoContext, LocalError};
 use crate::inventory::Live;
 use crate::oci::Images as OciImages;
@@ -153,6 +154,7 @@ impl LocalBackend {
                     cgroups,
                     cgroup_parent,
                     hidden,
+                    discards: Discards::default(),
                 },
                 config,
                 warnings,

@@ -122,10 +122,10 @@ impl Inner {
         let Some(held) = self.live().claimed.remove(&handle.id) else {
             return Ok(());
         };
-        let destroyed = held.sandbox.destroy().await;
+        let released = held.sandbox.release(&self.site).await;
         drop(held);
         self.refill_all();
-        destroyed
+        released
     }
 
     /// Destroys sandboxes concurrently, logging failures: their slots are
@@ -161,6 +161,7 @@ impl Inner {
                 tracing::warn!(cluster = %self.name, run = %run_id, "warm sandboxes still being made at reap");
             }
         }
+        self.site.discards.settled().await;
         let reaped = state::reap_run(self.site.state.root(), run_id).await;
         drop((run, claimed));
         self.pools_changed.notify_waiters();

@@ -35,6 +35,7 @@ mod backend;
 mod checks;
 mod claims;
 mod config;
+mod discard;
 mod disk;
 mod error;
 mod exec;

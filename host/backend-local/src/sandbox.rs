@@ -34,6 +34,7 @@ use tokio::process::Command;
 
 use crate::blocking;
 use crate::config::SandboxLimits;
+use crate::discard::Discards;
 use crate::disk::DiskLimit;
 use crate::error::{IoContext, LocalError};
 use crate::exec::Leader;
@@ -191,6 +192,8 @@ pub(crate) struct Site {
     pub(crate) cgroup_parent: PathBuf,
     /// Host paths no sandbox may see (the state directory).
     pub(crate) hidden: Vec<String>,
+    /// Released sandboxes' directories being removed.
+    pub(crate) discards: Discards,
 }
 
 impl Site {
@@ -477,15 +480,29 @@ impl Sandbox {
     /// Kills everything running in the sandbox and removes its directory
     /// and cgroups. Safe to call more than once.
     pub(crate) async fn destroy(&self) -> Result<(), LocalError> {
-        match &self.jail {
-            Jail::Isolated(isolated) => isolated.shutdown().await?,
-            Jail::Plain(_) => {
-                process::kill_all(self.plain_processes().await?, STOP_WAIT).await;
-            }
-        }
+        self.stop().await?;
         let dir = self.dir.clone();
         blocking(move || remove_tree(&dir)).await?;
         Ok(())
+    }
+
+    /// As [`Sandbox::destroy`], its directory removed in the background
+    /// (a reap waits for it): for a release, which waits on nothing the
+    /// sandbox left on disk.
+    pub(crate) async fn release(&self, site: &Site) -> Result<(), LocalError> {
+        self.stop().await?;
+        site.discards.discard(&self.dir).await
+    }
+
+    /// Ends everything running in the sandbox.
+    async fn stop(&self) -> Result<(), LocalError> {
+        match &self.jail {
+            Jail::Isolated(isolated) => isolated.shutdown().await,
+            Jail::Plain(_) => {
+                process::kill_all(self.plain_processes().await?, STOP_WAIT).await;
+                Ok(())
+            }
+        }
     }
 }
 

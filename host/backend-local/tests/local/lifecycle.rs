@@ -274,3 +274,36 @@ async fn a_cancelled_claim_leaves_no_process_running() {
     assert!(reaped.sandboxes >= 1, "{reaped:?}");
     assert_eq!(reaped.processes, 0);
 }
+
+#[tokio::test]
+async fn a_released_sandboxs_files_are_gone_once_the_run_is_reaped() {
+    let Some((fixture, backend)) = common::namespaced().await else {
+        return;
+    };
+    let template = template(&backend, "py").await;
+    let mut sandboxes = Vec::new();
+    for _ in 0..4 {
+        sandboxes.push(claim(&backend, &template).await);
+    }
+    for sandbox in &sandboxes {
+        // Enough files that removing them takes a while.
+        sh_ok(
+            &backend,
+            sandbox,
+            "mkdir -p /workspace/many && cd /workspace/many && touch $(seq 8000)",
+        )
+        .await;
+    }
+    for sandbox in &sandboxes {
+        backend.release(sandbox).await.unwrap();
+    }
+    // Released: no longer a sandbox of the run, whether or not its files
+    // are still being removed.
+    assert!(sandbox_dirs(&fixture.state_dir(), &fixture.run_id).is_empty());
+    backend.reap(&fixture.run_id).await.unwrap();
+    let run = fixture
+        .state_dir()
+        .join("runs")
+        .join(fixture.run_id.as_str());
+    assert!(!run.exists(), "{} is left", run.display());
+}
