@@ -16,6 +16,9 @@ use crate::error::{AppError, ErrorKind};
 use crate::state::AppState;
 use crate::{ops, routes, runs, shared};
 
+#[cfg(test)]
+mod tests;
+
 /// The daemon's router over `state`.
 pub(crate) fn app(state: AppState) -> Router {
     let max_body = state.config.api.max_body;

@@ -56,6 +56,45 @@ impl Daemon {
     /// non-loopback address without a token, plugins or clusters that fail
     /// to load or preflight, an address that cannot be bound.
     pub async fn start(options: Options) -> anyhow::Result<Daemon> {
+        let Opened { state, addr, lock } = Opened::open(&options).await?;
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen on {addr}"))?;
+        let addr = listener.local_addr()?;
+        state.ready.store(true, Ordering::Release);
+        let sweep_every = (state.config.api.idle_timeout / 4)
+            .clamp(Duration::from_millis(50), Duration::from_secs(5));
+        tokio::spawn(crate::routes::expire_idle(state.clone(), sweep_every));
+        // Filled in the background: the daemon serves while they fill.
+        crate::pool_keeper::start(&state);
+        let run_id = state.session.run_id().clone();
+        let stop = state.stopping.clone();
+        let grace = state.config.api.grace_period;
+        let serving = tokio::spawn(serve(state, listener, grace, lock));
+        Ok(Daemon {
+            addr,
+            run_id,
+            stop,
+            serving,
+        })
+    }
+}
+
+/// The daemon's state over a fleet file, and what serving it takes, before
+/// it listens.
+pub(crate) struct Opened {
+    pub(crate) state: AppState,
+    /// Where to listen.
+    pub(crate) addr: SocketAddr,
+    /// The state directory's lock, held while the daemon runs.
+    pub(crate) lock: std::fs::File,
+}
+
+impl Opened {
+    /// Loads the fleet file, checks the token and the address, takes the
+    /// state directory, loads plugins and clusters, starts the session and
+    /// releases what a previous daemon left.
+    pub(crate) async fn open(options: &Options) -> anyhow::Result<Opened> {
         let config = FleetConfig::load(&options.config)?;
         let addr = options.listen.unwrap_or(config.api.listen);
         let token = match &config.api.token_env {
@@ -126,9 +165,6 @@ impl Daemon {
             config.api.idle_timeout,
             config.api.max_leases as usize,
         )?;
-        let stop = CancellationToken::new();
-        let idle_timeout = config.api.idle_timeout;
-        let grace = config.api.grace_period;
         let state = AppState::new(Inner {
             session,
             leases,
@@ -141,27 +177,13 @@ impl Daemon {
             token,
             state_dir,
             ready: Default::default(),
-            stopping: stop.clone(),
+            stopping: CancellationToken::new(),
         });
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("cannot listen on {addr}"))?;
-        let addr = listener.local_addr()?;
-        state.ready.store(true, Ordering::Release);
-        let sweep_every =
-            (idle_timeout / 4).clamp(Duration::from_millis(50), Duration::from_secs(5));
-        tokio::spawn(crate::routes::expire_idle(state.clone(), sweep_every));
-        // Filled in the background: the daemon serves while they fill.
-        crate::pool_keeper::start(&state);
-        let serving = tokio::spawn(serve(state, listener, grace, lock));
-        Ok(Daemon {
-            addr,
-            run_id,
-            stop,
-            serving,
-        })
+        Ok(Opened { state, addr, lock })
     }
+}
 
+impl Daemon {
     /// Where it listens.
     pub fn addr(&self) -> SocketAddr {
         self.addr
