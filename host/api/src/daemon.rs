@@ -64,7 +64,7 @@ impl Daemon {
         state.ready.store(true, Ordering::Release);
         let sweep_every = (state.config.api.idle_timeout / 4)
             .clamp(Duration::from_millis(50), Duration::from_secs(5));
-        tokio::spawn(crate::routes::expire_idle(state.clone(), sweep_every));
+        tokio::spawn(crate::http::expire_idle(state.clone(), sweep_every));
         // Filled in the background: the daemon serves while they fill.
         crate::pool_keeper::start(&state);
         let run_id = state.session.run_id().clone();
@@ -216,7 +216,7 @@ async fn serve(
     lock: std::fs::File,
 ) -> anyhow::Result<()> {
     let stop = state.stopping.clone();
-    let app = crate::app::app(state.clone());
+    let app = crate::http::app(state.clone());
     let server = axum::serve(listener, app).with_graceful_shutdown(stop.clone().cancelled_owned());
     let grace_over = async {
         stop.cancelled().await;

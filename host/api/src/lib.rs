@@ -14,18 +14,13 @@
 //! daemon left, and a restarted one with the same state directory releases
 //! it by itself.
 
-mod app;
 mod daemon;
 mod domain;
 mod error;
-mod exec;
+mod http;
 mod metrics;
 mod model;
-mod ops;
 mod pool_keeper;
-mod routes;
-mod runs;
-mod shared;
 mod state;
 
 pub use daemon::{Daemon, Options};
@@ -40,5 +35,5 @@ pub use model::{
 /// The OpenAPI document, as `GET /v1/openapi.json` serves it.
 pub fn openapi() -> serde_json::Value {
     use utoipa::OpenApi as _;
-    serde_json::to_value(ops::ApiDoc::openapi()).unwrap_or_default()
+    serde_json::to_value(http::ops::ApiDoc::openapi()).unwrap_or_default()
 }

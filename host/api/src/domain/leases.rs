@@ -18,7 +18,7 @@ use tokio::sync::{RwLockMappedWriteGuard, RwLockReadGuard};
 use super::Refusal;
 use super::activity::{Activity, InUse};
 use super::holder::{Holder, LeaseCell};
-use crate::exec::Executions;
+use crate::http::Executions;
 use crate::model::{LeaseState, LeaseView};
 
 /// One lease and what the daemon knows about it.

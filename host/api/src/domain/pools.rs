@@ -23,7 +23,7 @@ use super::activity::{Activity, InUse};
 use super::leases::new_id;
 use crate::domain::Refusal;
 use crate::domain::holder::{Holder, LeaseCell};
-use crate::exec::Executions;
+use crate::http::Executions;
 use crate::metrics::SharedPoolCounts;
 use crate::model::{HealView, SharedPoolView, SharedSlotView};
 

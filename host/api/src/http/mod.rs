@@ -1,6 +1,9 @@
-//! The router: every endpoint, the body limits, and one middleware that
-//! checks the bearer token, opens the request's span (with the lease id)
-//! and counts the request.
+//! The daemon over HTTP: every endpoint in one router, the body limits,
+//! and one middleware that checks the bearer token, opens the request's
+//! span (with the lease id) and counts the request. Handlers take the
+//! state and their extractors, ask the domain, and answer
+//! `Result<_, AppError>`; a domain refusal becomes its status in
+//! `crate::error`.
 
 use std::time::Instant;
 
@@ -14,7 +17,15 @@ use tracing::Instrument;
 
 use crate::error::{AppError, ErrorKind};
 use crate::state::AppState;
-use crate::{ops, routes, runs, shared};
+
+pub(crate) use exec::Executions;
+pub(crate) use leases::expire_idle;
+
+mod exec;
+mod leases;
+pub(crate) mod ops;
+mod runs;
+mod shared;
 
 #[cfg(test)]
 mod tests;
@@ -23,21 +34,21 @@ mod tests;
 pub(crate) fn app(state: AppState) -> Router {
     let max_body = state.config.api.max_body;
     let max_upload = state.config.api.max_upload;
-    let files = get(routes::get_file)
-        .put(routes::put_file)
+    let files = get(leases::get_file)
+        .put(leases::put_file)
         .layer(DefaultBodyLimit::max(max_upload));
     Router::new()
-        .route("/v1/leases", post(routes::acquire).get(routes::list))
-        .route("/v1/leases:batch", post(routes::acquire_batch))
-        .route("/v1/leases/{id}", get(routes::get).delete(routes::delete))
-        .route("/v1/leases/{id}/exec", post(routes::exec))
+        .route("/v1/leases", post(leases::acquire).get(leases::list))
+        .route("/v1/leases:batch", post(leases::acquire_batch))
+        .route("/v1/leases/{id}", get(leases::get).delete(leases::delete))
+        .route("/v1/leases/{id}/exec", post(leases::exec))
         .route("/v1/leases/{id}/files", files)
-        .route("/v1/leases/{id}/evaluate", post(routes::evaluate))
-        .route("/v1/leases/{id}/recycle", post(routes::recycle))
-        .route("/v1/leases/{id}/renew", post(routes::renew))
+        .route("/v1/leases/{id}/evaluate", post(leases::evaluate))
+        .route("/v1/leases/{id}/recycle", post(leases::recycle))
+        .route("/v1/leases/{id}/renew", post(leases::renew))
         .route(
             "/v1/pools",
-            post(routes::warm).get(routes::pools).delete(routes::unwarm),
+            post(leases::warm).get(leases::pools).delete(leases::unwarm),
         )
         .route("/v1/shared", get(shared::list))
         .route("/v1/shared/{pool}", get(shared::view))

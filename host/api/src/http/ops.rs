@@ -141,16 +141,19 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
 }
 
 /// The OpenAPI document of every endpoint, generated from the handlers.
+/// Each handler names its tag: the module paths the document has always
+/// grouped operations by, which clients may rely on, whatever module now
+/// holds the handler.
 #[derive(OpenApi)]
 #[openapi(
     info(title = "sandfleet", description = "Sandboxes on demand for RL frameworks: leases, exec, grading, warm pools, shared pools with sticky sessions and batch runs."),
     paths(
-        crate::routes::acquire, crate::routes::acquire_batch, crate::routes::list, crate::routes::get,
-        crate::routes::delete, crate::routes::renew, crate::routes::exec, crate::routes::put_file,
-        crate::routes::get_file, crate::routes::evaluate, crate::routes::recycle,
-        crate::routes::warm, crate::routes::pools, crate::routes::unwarm,
-        crate::runs::start, crate::runs::list, crate::runs::get, crate::runs::results, crate::runs::cancel,
-        crate::shared::list, crate::shared::view, crate::shared::open, crate::shared::exec, crate::shared::close,
+        crate::http::leases::acquire, crate::http::leases::acquire_batch, crate::http::leases::list, crate::http::leases::get,
+        crate::http::leases::delete, crate::http::leases::renew, crate::http::leases::exec, crate::http::leases::put_file,
+        crate::http::leases::get_file, crate::http::leases::evaluate, crate::http::leases::recycle,
+        crate::http::leases::warm, crate::http::leases::pools, crate::http::leases::unwarm,
+        crate::http::runs::start, crate::http::runs::list, crate::http::runs::get, crate::http::runs::results, crate::http::runs::cancel,
+        crate::http::shared::list, crate::http::shared::view, crate::http::shared::open, crate::http::shared::exec, crate::http::shared::close,
         plugins, healthz, readyz, metrics, openapi,
     ),
     modifiers(&BearerAuth),

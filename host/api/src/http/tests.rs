@@ -1,7 +1,7 @@
 //! The router called as a service, without a socket, for what needs no
 //! sandbox: requests the daemon refuses before touching a backend, and
-//! the bearer token. (What needs sandboxes is in tests/api, over
-//! loopback.)
+//! the bearer token; and the OpenAPI document's grouping. (What needs
+//! sandboxes is in tests/api, over loopback.)
 
 use axum::Router;
 use axum::body::Body;
@@ -214,4 +214,54 @@ async fn a_missing_or_wrong_token_is_unauthorized_except_for_healthz() {
     assert_eq!(status, StatusCode::OK);
     let (status, _) = routed.send(with(None, "/healthz")).await;
     assert_eq!(status, StatusCode::OK);
+}
+
+#[test]
+fn the_document_groups_operations_under_the_tags_it_always_had() {
+    let document = crate::openapi();
+    let mut tags = std::collections::BTreeMap::<String, Vec<String>>::new();
+    for (path, item) in document["paths"].as_object().unwrap() {
+        for operation in item.as_object().unwrap().values() {
+            for tag in operation["tags"].as_array().into_iter().flatten() {
+                tags.entry(tag.as_str().unwrap().to_string())
+                    .or_default()
+                    .push(path.clone());
+            }
+        }
+    }
+    let paths = |tag: &str| {
+        let mut paths = tags.get(tag).cloned().unwrap_or_default();
+        paths.sort();
+        paths.dedup();
+        paths
+    };
+    assert_eq!(tags.len(), 3, "{tags:?}");
+    assert_eq!(
+        paths("crate::routes"),
+        [
+            "/v1/leases",
+            "/v1/leases/{id}",
+            "/v1/leases/{id}/evaluate",
+            "/v1/leases/{id}/exec",
+            "/v1/leases/{id}/files",
+            "/v1/leases/{id}/recycle",
+            "/v1/leases/{id}/renew",
+            "/v1/leases:batch",
+            "/v1/pools",
+        ]
+    );
+    assert_eq!(
+        paths("crate::runs"),
+        ["/v1/runs", "/v1/runs/{id}", "/v1/runs/{id}/results"]
+    );
+    assert_eq!(
+        paths("crate::shared::routes"),
+        [
+            "/v1/sessions/{id}",
+            "/v1/sessions/{id}/exec",
+            "/v1/shared",
+            "/v1/shared/{pool}",
+            "/v1/shared/{pool}/sessions",
+        ]
+    );
 }

@@ -35,7 +35,7 @@ fn load(
     Ok((config, plugins, clusters, items))
 }
 
-#[utoipa::path(post, path = "/v1/runs", request_body = RunRequest,
+#[utoipa::path(post, tag = "crate::runs", path = "/v1/runs", request_body = RunRequest,
     responses((status = 202, body = RunView), (status = 422, body = ErrorBody)))]
 pub(crate) async fn start(
     State(state): State<AppState>,
@@ -103,14 +103,14 @@ pub(crate) async fn start(
     Ok((StatusCode::ACCEPTED, axum::Json(run.view())))
 }
 
-#[utoipa::path(get, path = "/v1/runs", responses((status = 200, body = RunList)))]
+#[utoipa::path(get, tag = "crate::runs", path = "/v1/runs", responses((status = 200, body = RunList)))]
 pub(crate) async fn list(State(state): State<AppState>) -> axum::Json<RunList> {
     axum::Json(RunList {
         runs: state.runs.views(),
     })
 }
 
-#[utoipa::path(get, path = "/v1/runs/{id}", responses((status = 200, body = RunView), (status = 404, body = ErrorBody)))]
+#[utoipa::path(get, tag = "crate::runs", path = "/v1/runs/{id}", responses((status = 200, body = RunView), (status = 404, body = ErrorBody)))]
 pub(crate) async fn get(
     State(state): State<AppState>,
     UrlPath(id): UrlPath<String>,
@@ -118,7 +118,7 @@ pub(crate) async fn get(
     Ok(axum::Json(state.runs.get(&id)?.view()))
 }
 
-#[utoipa::path(get, path = "/v1/runs/{id}/results",
+#[utoipa::path(get, tag = "crate::runs", path = "/v1/runs/{id}/results",
     responses((status = 200, content_type = "application/x-ndjson", body = String, description = "results.jsonl as written so far"), (status = 404, body = ErrorBody)))]
 pub(crate) async fn results(
     State(state): State<AppState>,
@@ -131,7 +131,7 @@ pub(crate) async fn results(
     Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], text).into_response())
 }
 
-#[utoipa::path(delete, path = "/v1/runs/{id}", responses((status = 200, body = RunView), (status = 404, body = ErrorBody)))]
+#[utoipa::path(delete, tag = "crate::runs", path = "/v1/runs/{id}", responses((status = 200, body = RunView), (status = 404, body = ErrorBody)))]
 pub(crate) async fn cancel(
     State(state): State<AppState>,
     UrlPath(id): UrlPath<String>,

@@ -4,22 +4,22 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 
+use super::exec::{self, EncodingQuery};
 use crate::domain::Refusal;
 use crate::error::{AppError, ErrorBody, Json};
-use crate::exec::{self, EncodingQuery};
 use crate::model::{
     ExecRequestBody, ExecResponse, SharedPoolList, SharedPoolView, SharedSessionView,
 };
 use crate::state::AppState;
 
-#[utoipa::path(get, path = "/v1/shared", responses((status = 200, body = SharedPoolList)))]
+#[utoipa::path(get, tag = "crate::shared::routes", path = "/v1/shared", responses((status = 200, body = SharedPoolList)))]
 pub(crate) async fn list(State(state): State<AppState>) -> axum::Json<SharedPoolList> {
     axum::Json(SharedPoolList {
         pools: state.shared.all().iter().map(|pool| pool.view()).collect(),
     })
 }
 
-#[utoipa::path(get, path = "/v1/shared/{pool}", responses((status = 200, body = SharedPoolView), (status = 404, body = ErrorBody)))]
+#[utoipa::path(get, tag = "crate::shared::routes", path = "/v1/shared/{pool}", responses((status = 200, body = SharedPoolView), (status = 404, body = ErrorBody)))]
 pub(crate) async fn view(
     State(state): State<AppState>,
     Path(pool): Path<String>,
@@ -27,7 +27,7 @@ pub(crate) async fn view(
     Ok(axum::Json(state.shared.pool(&pool)?.view()))
 }
 
-#[utoipa::path(post, path = "/v1/shared/{pool}/sessions",
+#[utoipa::path(post, tag = "crate::shared::routes", path = "/v1/shared/{pool}/sessions",
     responses((status = 201, body = SharedSessionView), (status = 404, body = ErrorBody),
               (status = 429, body = ErrorBody, description = "`pool_full`: every healthy sandbox has max_sessions_per_sandbox sessions"),
               (status = 503, body = ErrorBody, description = "no healthy sandbox yet (filling or healing)")))]
@@ -47,7 +47,7 @@ pub(crate) async fn open(
     ))
 }
 
-#[utoipa::path(post, path = "/v1/sessions/{id}/exec", request_body = ExecRequestBody,
+#[utoipa::path(post, tag = "crate::shared::routes", path = "/v1/sessions/{id}/exec", request_body = ExecRequestBody,
     params(("Idempotency-Key" = Option<String>, Header, description = "a retry with the same key returns the first execution's result"),
            ("encoding" = Option<String>, Query, description = "`base64` for exact bytes")),
     responses((status = 200, body = ExecResponse, description = "as `POST /v1/leases/{id}/exec`, in the session's sandbox"),
@@ -65,7 +65,7 @@ pub(crate) async fn exec(
     exec::serve(&state, &session, &query, &headers, body).await
 }
 
-#[utoipa::path(delete, path = "/v1/sessions/{id}", responses((status = 204), (status = 404, body = ErrorBody)))]
+#[utoipa::path(delete, tag = "crate::shared::routes", path = "/v1/sessions/{id}", responses((status = 204), (status = 404, body = ErrorBody)))]
 pub(crate) async fn close(
     State(state): State<AppState>,
     Path(id): Path<String>,

@@ -11,9 +11,9 @@ use axum::response::{IntoResponse, Response};
 use sandfleet_core::validate_labels;
 use sandfleet_engine::{DEFAULT_WORKDIR, Evaluation, Purpose, Recycled};
 
+use super::exec::{self, EncodingQuery};
 use crate::domain::leases::{LeaseSlot, NewLease, new_id};
 use crate::error::{AppError, ErrorBody, Json, OptionalJson, too_large_or};
-use crate::exec::{self, EncodingQuery};
 use crate::model::{
     AcquireRequest, BatchRequest, EvaluateRequest, EvaluateResponse, ExecRequestBody, ExecResponse,
     GradeView, LeaseList, LeaseView, PoolRequest, PoolView, PoolsResponse, RecycleResponse,
@@ -98,7 +98,7 @@ pub(crate) fn release(state: &AppState, id: &str) -> bool {
     true
 }
 
-#[utoipa::path(post, path = "/v1/leases", request_body = AcquireRequest,
+#[utoipa::path(post, tag = "crate::routes", path = "/v1/leases", request_body = AcquireRequest,
     responses((status = 201, body = LeaseView), (status = 422, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub(crate) async fn acquire(
     State(state): State<AppState>,
@@ -108,7 +108,7 @@ pub(crate) async fn acquire(
     Ok((StatusCode::CREATED, axum::Json(lease)))
 }
 
-#[utoipa::path(post, path = "/v1/leases:batch", request_body = BatchRequest,
+#[utoipa::path(post, tag = "crate::routes", path = "/v1/leases:batch", request_body = BatchRequest,
     responses((status = 201, body = LeaseList), (status = 422, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub(crate) async fn acquire_batch(
     State(state): State<AppState>,
@@ -164,7 +164,7 @@ pub(crate) struct ListQuery {
     run_id: Option<String>,
 }
 
-#[utoipa::path(get, path = "/v1/leases", params(("run_id" = Option<String>, Query, description = "only the leases of this client run id")),
+#[utoipa::path(get, tag = "crate::routes", path = "/v1/leases", params(("run_id" = Option<String>, Query, description = "only the leases of this client run id")),
     responses((status = 200, body = LeaseList)))]
 pub(crate) async fn list(
     State(state): State<AppState>,
@@ -183,7 +183,7 @@ pub(crate) async fn list(
     axum::Json(LeaseList { leases })
 }
 
-#[utoipa::path(get, path = "/v1/leases/{id}", responses((status = 200, body = LeaseView), (status = 404, body = ErrorBody)))]
+#[utoipa::path(get, tag = "crate::routes", path = "/v1/leases/{id}", responses((status = 200, body = LeaseView), (status = 404, body = ErrorBody)))]
 pub(crate) async fn get(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -192,7 +192,7 @@ pub(crate) async fn get(
     Ok(axum::Json(view(&slot).await?))
 }
 
-#[utoipa::path(delete, path = "/v1/leases/{id}", responses((status = 204), (status = 404, body = ErrorBody)))]
+#[utoipa::path(delete, tag = "crate::routes", path = "/v1/leases/{id}", responses((status = 204), (status = 404, body = ErrorBody)))]
 pub(crate) async fn delete(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -207,7 +207,7 @@ pub(crate) async fn delete(
     }
 }
 
-#[utoipa::path(post, path = "/v1/leases/{id}/renew", request_body = RenewRequest,
+#[utoipa::path(post, tag = "crate::routes", path = "/v1/leases/{id}/renew", request_body = RenewRequest,
     responses((status = 200, body = LeaseView), (status = 404, body = ErrorBody)))]
 pub(crate) async fn renew(
     State(state): State<AppState>,
@@ -229,7 +229,7 @@ pub(crate) async fn renew(
     Ok(axum::Json(view(&slot).await?))
 }
 
-#[utoipa::path(post, path = "/v1/leases/{id}/exec", request_body = ExecRequestBody,
+#[utoipa::path(post, tag = "crate::routes", path = "/v1/leases/{id}/exec", request_body = ExecRequestBody,
     params(("Idempotency-Key" = Option<String>, Header, description = "a retry with the same key returns the first execution's result"),
            ("encoding" = Option<String>, Query, description = "`base64` for exact bytes")),
     responses((status = 200, body = ExecResponse, description = "JSON, or with `Accept: application/x-ndjson` / `text/event-stream` output events then an `exit` event"),
@@ -262,7 +262,7 @@ fn file_path(query: &FileQuery) -> Result<&str, AppError> {
     }
 }
 
-#[utoipa::path(put, path = "/v1/leases/{id}/files",
+#[utoipa::path(put, tag = "crate::routes", path = "/v1/leases/{id}/files",
     params(("path" = String, Query, description = "absolute path in the sandbox"), ("mode" = Option<String>, Query, description = "octal permission bits, default 644")),
     request_body(content = Vec<u8>, content_type = "application/octet-stream"),
     responses((status = 204), (status = 413, body = ErrorBody), (status = 422, body = ErrorBody)))]
@@ -290,7 +290,7 @@ pub(crate) async fn put_file(
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[utoipa::path(get, path = "/v1/leases/{id}/files",
+#[utoipa::path(get, tag = "crate::routes", path = "/v1/leases/{id}/files",
     params(("path" = String, Query, description = "absolute path in the sandbox")),
     responses((status = 200, content_type = "application/octet-stream", body = Vec<u8>), (status = 404, body = ErrorBody)))]
 pub(crate) async fn get_file(
@@ -337,7 +337,7 @@ pub(crate) fn evaluation_view(evaluation: Evaluation) -> EvaluateResponse {
     }
 }
 
-#[utoipa::path(post, path = "/v1/leases/{id}/evaluate", request_body = EvaluateRequest,
+#[utoipa::path(post, tag = "crate::routes", path = "/v1/leases/{id}/evaluate", request_body = EvaluateRequest,
     responses((status = 200, body = EvaluateResponse), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub(crate) async fn evaluate(
     State(state): State<AppState>,
@@ -368,7 +368,7 @@ pub(crate) async fn evaluate(
     Ok(axum::Json(evaluation_view(evaluation)))
 }
 
-#[utoipa::path(post, path = "/v1/leases/{id}/recycle",
+#[utoipa::path(post, tag = "crate::routes", path = "/v1/leases/{id}/recycle",
     responses((status = 200, body = RecycleResponse), (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub(crate) async fn recycle(
     State(state): State<AppState>,
@@ -423,7 +423,7 @@ async fn pool_views(state: &AppState) -> Vec<PoolView> {
         .collect()
 }
 
-#[utoipa::path(post, path = "/v1/pools", request_body = PoolRequest,
+#[utoipa::path(post, tag = "crate::routes", path = "/v1/pools", request_body = PoolRequest,
     responses((status = 202, body = PoolsResponse), (status = 422, body = ErrorBody)))]
 pub(crate) async fn warm(
     State(state): State<AppState>,
@@ -458,7 +458,7 @@ pub(crate) async fn warm(
     ))
 }
 
-#[utoipa::path(get, path = "/v1/pools", responses((status = 200, body = PoolsResponse)))]
+#[utoipa::path(get, tag = "crate::routes", path = "/v1/pools", responses((status = 200, body = PoolsResponse)))]
 pub(crate) async fn pools(State(state): State<AppState>) -> axum::Json<PoolsResponse> {
     axum::Json(PoolsResponse {
         planned: None,
@@ -473,7 +473,7 @@ pub(crate) struct PoolQuery {
     image: Option<String>,
 }
 
-#[utoipa::path(delete, path = "/v1/pools", params(PoolQuery),
+#[utoipa::path(delete, tag = "crate::routes", path = "/v1/pools", params(PoolQuery),
     responses((status = 204), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub(crate) async fn unwarm(
     State(state): State<AppState>,
