@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use sandfleet_core::validate_labels;
 use sandfleet_engine::{DEFAULT_WORKDIR, Evaluation, Purpose, Recycled};
 
+use super::Answer;
 use super::exec::{self, EncodingQuery};
 use crate::domain::leases::{LeaseSlot, NewLease, new_id};
 use crate::error::{AppError, ErrorBody, Json, OptionalJson, too_large_or};
@@ -24,11 +25,11 @@ use crate::state::AppState;
 /// Longest client run id kept with a lease.
 const MAX_RUN_ID: usize = 128;
 
-async fn view(slot: &LeaseSlot) -> Result<LeaseView, AppError> {
+async fn view(slot: &LeaseSlot) -> Answer<LeaseView> {
     Ok(slot.view(&*slot.read().await?))
 }
 
-async fn acquire_one(state: &AppState, body: AcquireRequest) -> Result<LeaseView, AppError> {
+async fn acquire_one(state: &AppState, body: AcquireRequest) -> Answer<LeaseView> {
     state.check_accepting()?;
     validate_labels(&body.labels).map_err(|e| AppError::invalid(format!("labels: {e}")))?;
     if body.run_id.as_ref().is_some_and(|id| id.len() > MAX_RUN_ID) {
@@ -103,7 +104,7 @@ pub(crate) fn release(state: &AppState, id: &str) -> bool {
 pub(crate) async fn acquire(
     State(state): State<AppState>,
     Json(body): Json<AcquireRequest>,
-) -> Result<(StatusCode, axum::Json<LeaseView>), AppError> {
+) -> Answer<(StatusCode, axum::Json<LeaseView>)> {
     let lease = acquire_one(&state, body).await?;
     Ok((StatusCode::CREATED, axum::Json(lease)))
 }
@@ -113,7 +114,7 @@ pub(crate) async fn acquire(
 pub(crate) async fn acquire_batch(
     State(state): State<AppState>,
     Json(body): Json<BatchRequest>,
-) -> Result<(StatusCode, axum::Json<LeaseList>), AppError> {
+) -> Answer<(StatusCode, axum::Json<LeaseList>)> {
     if body.leases.is_empty() {
         return Err(AppError::invalid(
             "leases: give at least one acquire request",
@@ -169,7 +170,7 @@ pub(crate) struct ListQuery {
 pub(crate) async fn list(
     State(state): State<AppState>,
     Query(query): Query<ListQuery>,
-) -> axum::Json<LeaseList> {
+) -> Answer<axum::Json<LeaseList>> {
     let mut leases = Vec::new();
     for slot in state.leases.all() {
         if query.run_id.is_some() && slot.run_id != query.run_id {
@@ -180,14 +181,14 @@ pub(crate) async fn list(
         }
     }
     leases.sort_by(|a, b| a.id.cmp(&b.id));
-    axum::Json(LeaseList { leases })
+    Ok(axum::Json(LeaseList { leases }))
 }
 
 #[utoipa::path(get, tag = "crate::routes", path = "/v1/leases/{id}", responses((status = 200, body = LeaseView), (status = 404, body = ErrorBody)))]
 pub(crate) async fn get(
     State(state): State<AppState>,
     Path(id): Path<String>,
-) -> Result<axum::Json<LeaseView>, AppError> {
+) -> Answer<axum::Json<LeaseView>> {
     let slot = state.leases.get(&id)?;
     Ok(axum::Json(view(&slot).await?))
 }
@@ -196,7 +197,7 @@ pub(crate) async fn get(
 pub(crate) async fn delete(
     State(state): State<AppState>,
     Path(id): Path<String>,
-) -> Result<StatusCode, AppError> {
+) -> Answer<StatusCode> {
     if release(&state, &id) {
         Ok(StatusCode::NO_CONTENT)
     } else {
@@ -213,7 +214,7 @@ pub(crate) async fn renew(
     State(state): State<AppState>,
     Path(id): Path<String>,
     OptionalJson(body): OptionalJson<RenewRequest>,
-) -> Result<axum::Json<LeaseView>, AppError> {
+) -> Answer<axum::Json<LeaseView>> {
     let slot = state.leases.get(&id)?;
     let _in_use = slot.in_use();
     if let Some(ttl) = body.ttl_s {
@@ -240,7 +241,7 @@ pub(crate) async fn exec(
     Query(query): Query<EncodingQuery>,
     headers: HeaderMap,
     Json(body): Json<ExecRequestBody>,
-) -> Result<Response, AppError> {
+) -> Answer<Response> {
     let slot = state.leases.get(&id)?;
     exec::serve(&state, &slot, &query, &headers, body).await
 }
@@ -252,7 +253,7 @@ pub(crate) struct FileQuery {
     mode: Option<String>,
 }
 
-fn file_path(query: &FileQuery) -> Result<&str, AppError> {
+fn file_path(query: &FileQuery) -> Answer<&str> {
     match query.path.as_deref() {
         Some(path) if path.starts_with('/') => Ok(path),
         Some(path) => Err(AppError::invalid(format!(
@@ -271,7 +272,7 @@ pub(crate) async fn put_file(
     Path(id): Path<String>,
     Query(query): Query<FileQuery>,
     body: Result<Bytes, BytesRejection>,
-) -> Result<StatusCode, AppError> {
+) -> Answer<StatusCode> {
     let slot = state.leases.get(&id)?;
     let _in_use = slot.in_use();
     let path = file_path(&query)?;
@@ -297,7 +298,7 @@ pub(crate) async fn get_file(
     State(state): State<AppState>,
     Path(id): Path<String>,
     Query(query): Query<FileQuery>,
-) -> Result<Response, AppError> {
+) -> Answer<Response> {
     let slot = state.leases.get(&id)?;
     let _in_use = slot.in_use();
     let path = file_path(&query)?;
@@ -343,7 +344,7 @@ pub(crate) async fn evaluate(
     State(state): State<AppState>,
     Path(id): Path<String>,
     OptionalJson(body): OptionalJson<EvaluateRequest>,
-) -> Result<axum::Json<EvaluateResponse>, AppError> {
+) -> Answer<axum::Json<EvaluateResponse>> {
     let slot = state.leases.get(&id)?;
     let _in_use = slot.in_use();
     let task = match &body.task {
@@ -373,7 +374,7 @@ pub(crate) async fn evaluate(
 pub(crate) async fn recycle(
     State(state): State<AppState>,
     Path(id): Path<String>,
-) -> Result<axum::Json<RecycleResponse>, AppError> {
+) -> Answer<axum::Json<RecycleResponse>> {
     let slot = state.leases.get(&id)?;
     // The lease is out of its slot while it recycles, so the work runs to
     // the end even when the client hangs up: dropping it half-way would
@@ -428,7 +429,7 @@ async fn pool_views(state: &AppState) -> Vec<PoolView> {
 pub(crate) async fn warm(
     State(state): State<AppState>,
     Json(body): Json<PoolRequest>,
-) -> Result<(StatusCode, axum::Json<PoolsResponse>), AppError> {
+) -> Answer<(StatusCode, axum::Json<PoolsResponse>)> {
     state.check_accepting()?;
     let mut images = body.images;
     for row in &body.tasks {
@@ -459,11 +460,11 @@ pub(crate) async fn warm(
 }
 
 #[utoipa::path(get, tag = "crate::routes", path = "/v1/pools", responses((status = 200, body = PoolsResponse)))]
-pub(crate) async fn pools(State(state): State<AppState>) -> axum::Json<PoolsResponse> {
-    axum::Json(PoolsResponse {
+pub(crate) async fn pools(State(state): State<AppState>) -> Answer<axum::Json<PoolsResponse>> {
+    Ok(axum::Json(PoolsResponse {
         planned: None,
         pools: pool_views(&state).await,
-    })
+    }))
 }
 
 /// `DELETE /v1/pools?image=NAME`: which pool.
@@ -478,7 +479,7 @@ pub(crate) struct PoolQuery {
 pub(crate) async fn unwarm(
     State(state): State<AppState>,
     axum::extract::Query(query): axum::extract::Query<PoolQuery>,
-) -> Result<StatusCode, AppError> {
+) -> Answer<StatusCode> {
     let image = query
         .image
         .filter(|image| !image.is_empty())

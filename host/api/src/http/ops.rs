@@ -5,16 +5,19 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use utoipa::OpenApi;
 
+use super::Answer;
 use crate::model::{PluginList, PluginView, Ready};
 use crate::state::AppState;
 
 #[utoipa::path(get, path = "/healthz", responses((status = 200, description = "the process is up")))]
-pub(crate) async fn healthz() -> axum::Json<serde_json::Value> {
-    axum::Json(serde_json::json!({"status": "ok"}))
+pub(crate) async fn healthz() -> Answer<axum::Json<serde_json::Value>> {
+    Ok(axum::Json(serde_json::json!({"status": "ok"})))
 }
 
 #[utoipa::path(get, path = "/readyz", responses((status = 200, body = Ready), (status = 503, body = Ready)))]
-pub(crate) async fn readyz(State(state): State<AppState>) -> (StatusCode, axum::Json<Ready>) {
+pub(crate) async fn readyz(
+    State(state): State<AppState>,
+) -> Answer<(StatusCode, axum::Json<Ready>)> {
     let plugins = state
         .session
         .registry()
@@ -28,7 +31,7 @@ pub(crate) async fn readyz(State(state): State<AppState>) -> (StatusCode, axum::
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    (
+    Ok((
         status,
         axum::Json(Ready {
             ready,
@@ -42,7 +45,7 @@ pub(crate) async fn readyz(State(state): State<AppState>) -> (StatusCode, axum::
             plugins,
             leases: state.leases.len(),
         }),
-    )
+    ))
 }
 
 fn rfc3339(at: std::time::SystemTime) -> String {
@@ -87,14 +90,14 @@ pub(crate) fn plugin_views(state: &AppState) -> Vec<PluginView> {
 }
 
 #[utoipa::path(get, path = "/v1/plugins", responses((status = 200, body = PluginList)))]
-pub(crate) async fn plugins(State(state): State<AppState>) -> axum::Json<PluginList> {
-    axum::Json(PluginList {
+pub(crate) async fn plugins(State(state): State<AppState>) -> Answer<axum::Json<PluginList>> {
+    Ok(axum::Json(PluginList {
         plugins: plugin_views(&state),
-    })
+    }))
 }
 
 #[utoipa::path(get, path = "/metrics", responses((status = 200, content_type = "application/openmetrics-text", body = String)))]
-pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
+pub(crate) async fn metrics(State(state): State<AppState>) -> Answer<Response> {
     let pools = state.session.pools().await;
     let registry = state.session.registry();
     let loads = registry.load_counts();
@@ -130,14 +133,14 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
             .map(|pool| pool.metrics())
             .collect();
     }
-    (
+    Ok((
         [(
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
         state.metrics.render(),
     )
-        .into_response()
+        .into_response())
 }
 
 /// The OpenAPI document of every endpoint, generated from the handlers.
@@ -178,6 +181,6 @@ impl utoipa::Modify for BearerAuth {
 }
 
 #[utoipa::path(get, path = "/v1/openapi.json", responses((status = 200, description = "this document")))]
-pub(crate) async fn openapi() -> axum::Json<utoipa::openapi::OpenApi> {
-    axum::Json(ApiDoc::openapi())
+pub(crate) async fn openapi() -> Answer<axum::Json<utoipa::openapi::OpenApi>> {
+    Ok(axum::Json(ApiDoc::openapi()))
 }

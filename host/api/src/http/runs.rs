@@ -10,6 +10,7 @@ use sandfleet_core::RunId;
 use sandfleet_engine::RunSpec;
 use sandfleet_fleet::{FleetConfig, setup};
 
+use super::Answer;
 use crate::domain::runs::{BatchRun, runs_dir};
 use crate::error::{AppError, ErrorBody, Json};
 use crate::model::{RunList, RunRequest, RunView};
@@ -40,7 +41,7 @@ fn load(
 pub(crate) async fn start(
     State(state): State<AppState>,
     Json(body): Json<RunRequest>,
-) -> Result<(StatusCode, axum::Json<RunView>), AppError> {
+) -> Answer<(StatusCode, axum::Json<RunView>)> {
     state.check_accepting()?;
     let config = match (&body.path, &body.config) {
         (Some(path), None) => FleetConfig::load(Path::new(path)),
@@ -104,17 +105,17 @@ pub(crate) async fn start(
 }
 
 #[utoipa::path(get, tag = "crate::runs", path = "/v1/runs", responses((status = 200, body = RunList)))]
-pub(crate) async fn list(State(state): State<AppState>) -> axum::Json<RunList> {
-    axum::Json(RunList {
+pub(crate) async fn list(State(state): State<AppState>) -> Answer<axum::Json<RunList>> {
+    Ok(axum::Json(RunList {
         runs: state.runs.views(),
-    })
+    }))
 }
 
 #[utoipa::path(get, tag = "crate::runs", path = "/v1/runs/{id}", responses((status = 200, body = RunView), (status = 404, body = ErrorBody)))]
 pub(crate) async fn get(
     State(state): State<AppState>,
     UrlPath(id): UrlPath<String>,
-) -> Result<axum::Json<RunView>, AppError> {
+) -> Answer<axum::Json<RunView>> {
     Ok(axum::Json(state.runs.get(&id)?.view()))
 }
 
@@ -123,7 +124,7 @@ pub(crate) async fn get(
 pub(crate) async fn results(
     State(state): State<AppState>,
     UrlPath(id): UrlPath<String>,
-) -> Result<Response, AppError> {
+) -> Answer<Response> {
     let run = state.runs.get(&id)?;
     let text = tokio::fs::read(run.out_dir().join(sandfleet_engine::RESULTS_FILE))
         .await
@@ -135,7 +136,7 @@ pub(crate) async fn results(
 pub(crate) async fn cancel(
     State(state): State<AppState>,
     UrlPath(id): UrlPath<String>,
-) -> Result<axum::Json<RunView>, AppError> {
+) -> Answer<axum::Json<RunView>> {
     let run = state.runs.get(&id)?;
     run.cancel().await;
     Ok(axum::Json(run.view()))

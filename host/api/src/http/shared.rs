@@ -4,26 +4,27 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 
+use super::Answer;
 use super::exec::{self, EncodingQuery};
 use crate::domain::Refusal;
-use crate::error::{AppError, ErrorBody, Json};
+use crate::error::{ErrorBody, Json};
 use crate::model::{
     ExecRequestBody, ExecResponse, SharedPoolList, SharedPoolView, SharedSessionView,
 };
 use crate::state::AppState;
 
 #[utoipa::path(get, tag = "crate::shared::routes", path = "/v1/shared", responses((status = 200, body = SharedPoolList)))]
-pub(crate) async fn list(State(state): State<AppState>) -> axum::Json<SharedPoolList> {
-    axum::Json(SharedPoolList {
+pub(crate) async fn list(State(state): State<AppState>) -> Answer<axum::Json<SharedPoolList>> {
+    Ok(axum::Json(SharedPoolList {
         pools: state.shared.all().iter().map(|pool| pool.view()).collect(),
-    })
+    }))
 }
 
 #[utoipa::path(get, tag = "crate::shared::routes", path = "/v1/shared/{pool}", responses((status = 200, body = SharedPoolView), (status = 404, body = ErrorBody)))]
 pub(crate) async fn view(
     State(state): State<AppState>,
     Path(pool): Path<String>,
-) -> Result<axum::Json<SharedPoolView>, AppError> {
+) -> Answer<axum::Json<SharedPoolView>> {
     Ok(axum::Json(state.shared.pool(&pool)?.view()))
 }
 
@@ -34,7 +35,7 @@ pub(crate) async fn view(
 pub(crate) async fn open(
     State(state): State<AppState>,
     Path(pool): Path<String>,
-) -> Result<(StatusCode, axum::Json<SharedSessionView>), AppError> {
+) -> Answer<(StatusCode, axum::Json<SharedSessionView>)> {
     state.check_accepting()?;
     let session = state.shared.open(&pool)?;
     Ok((
@@ -59,7 +60,7 @@ pub(crate) async fn exec(
     Query(query): Query<EncodingQuery>,
     headers: HeaderMap,
     Json(body): Json<ExecRequestBody>,
-) -> Result<Response, AppError> {
+) -> Answer<Response> {
     let session = state.shared.session(&id)?;
     session.check()?;
     exec::serve(&state, &session, &query, &headers, body).await
@@ -69,7 +70,7 @@ pub(crate) async fn exec(
 pub(crate) async fn close(
     State(state): State<AppState>,
     Path(id): Path<String>,
-) -> Result<StatusCode, AppError> {
+) -> Answer<StatusCode> {
     if state.shared.close(&id) {
         Ok(StatusCode::NO_CONTENT)
     } else {
