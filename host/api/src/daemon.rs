@@ -78,6 +78,30 @@ impl Daemon {
             serving,
         })
     }
+
+    /// Where it listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Its run id: everything it creates carries it.
+    pub fn run_id(&self) -> &RunId {
+        &self.run_id
+    }
+
+    /// Starts stopping (as SIGTERM does); [`Daemon::wait`] tells when done.
+    pub fn stop(&self) {
+        self.stop.cancel();
+    }
+
+    /// Waits until the daemon has stopped and released everything.
+    ///
+    /// # Errors
+    ///
+    /// When serving failed, or what the daemon owns could not all be removed.
+    pub async fn wait(self) -> anyhow::Result<()> {
+        self.serving.await?
+    }
 }
 
 /// The daemon's state over a fleet file, and what serving it takes, before
@@ -180,32 +204,6 @@ impl Opened {
             stopping: CancellationToken::new(),
         });
         Ok(Opened { state, addr, lock })
-    }
-}
-
-impl Daemon {
-    /// Where it listens.
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-
-    /// Its run id: everything it creates carries it.
-    pub fn run_id(&self) -> &RunId {
-        &self.run_id
-    }
-
-    /// Starts stopping (as SIGTERM does); [`Daemon::wait`] tells when done.
-    pub fn stop(&self) {
-        self.stop.cancel();
-    }
-
-    /// Waits until the daemon has stopped and released everything.
-    ///
-    /// # Errors
-    ///
-    /// When serving failed, or what the daemon owns could not all be removed.
-    pub async fn wait(self) -> anyhow::Result<()> {
-        self.serving.await?
     }
 }
 
