@@ -26,25 +26,36 @@
 //! is written before its layers are fetched (so prune sees what an
 //! unfinished pull needs), and a reference only after all of them are in
 //! place, so a name never means an incomplete image.
+//!
+//! What an image looks like to callers is in `image`, the files' formats
+//! in `records`, and what prune and remove delete, in `collect`.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+mod collect;
+mod image;
+mod records;
+
+use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, SystemTime};
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::digest::Digest;
 use crate::error::Error;
 use crate::fsx;
 use crate::lock::{self, Lock, Mode};
 use crate::ownership::Ownership;
-use crate::platform::Platform;
 use crate::reference::Reference;
 use crate::registry::Registry;
-use crate::spec::RunConfig;
+
+use collect::Collector;
+pub use collect::PruneReport;
+pub use image::{Image, LayerInfo};
+pub(crate) use records::{LayerMeta, Record, RecordLayer, RefFile, read_json};
+use records::{read_dir, touch};
 
 /// How long a call waits for the store's collector lock (held by a prune
 /// or a remove while it deletes).
@@ -79,117 +90,12 @@ fn temporary_number() -> u64 {
     TEMPORARY_NAMES.fetch_add(1, Ordering::Relaxed)
 }
 
-/// An image in the store.
-#[derive(Clone, Debug)]
-pub struct Image {
-    /// The reference it was asked for by (or, from [`Store::list`], the
-    /// first of its references).
-    pub reference: Reference,
-    /// Every reference that names it here.
-    pub references: Vec<Reference>,
-    /// The digest of its (platform) manifest.
-    pub manifest: Digest,
-    /// The digest of its config.
-    pub config_digest: Digest,
-    /// The platform it is for.
-    pub platform: Platform,
-    /// How to run it: `Env`, `WorkingDir`, `User`, `Entrypoint`, `Cmd`.
-    pub config: RunConfig,
-    /// Its layers, lowest first.
-    pub layers: Vec<LayerInfo>,
-    /// When a pull, import or pin last used it.
-    pub last_used: SystemTime,
-    layer_root: PathBuf,
-}
-
-/// One layer of an image.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LayerInfo {
-    /// The blob's (compressed) digest, as the manifest names it.
-    pub digest: Digest,
-    /// The uncompressed digest (the config's `diff_id`), which the store
-    /// keys unpacked layers by.
-    pub diff_id: Digest,
-    /// The blob's size (what a pull downloads).
-    pub size: u64,
-    /// Bytes of file content unpacked, when the layer is in the store.
-    pub unpacked_size: Option<u64>,
-}
-
-impl Image {
-    /// The unpacked layers' directories, **lowest first** (the base image
-    /// first). overlayfs wants `lowerdir=` the other way round, topmost
-    /// first: reverse this list for it.
-    pub fn layer_dirs(&self) -> Vec<PathBuf> {
-        self.layers
-            .iter()
-            .map(|l| self.layer_root.join(l.diff_id.hex()).join("root"))
-            .collect()
-    }
-
-    /// Bytes of file content of all its layers.
-    pub fn unpacked_size(&self) -> u64 {
-        self.layers.iter().filter_map(|l| l.unpacked_size).sum()
-    }
-}
-
 /// Keeps an image from being pruned or removed while it lives (a sandbox
 /// of the image holds one). Held as a shared `flock`, so it also holds
 /// against other processes; dropping it releases the image.
 #[derive(Debug)]
 pub struct Pin {
     _lock: Lock,
-}
-
-/// What [`Store::prune`] removed.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct PruneReport {
-    /// Images removed to get under the budget (their references).
-    pub images: Vec<String>,
-    /// Layer directories removed.
-    pub layers: usize,
-    /// Bytes of file content those layers held.
-    pub bytes: u64,
-    /// Leftovers of killed pulls removed.
-    pub temporaries: usize,
-    /// Bytes of layer content left in the store.
-    pub remaining: u64,
-}
-
-/// The image record on disk.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) struct Record {
-    pub(crate) manifest: Digest,
-    pub(crate) config: Digest,
-    pub(crate) platform: Platform,
-    pub(crate) run: RunConfig,
-    pub(crate) layers: Vec<RecordLayer>,
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) struct RecordLayer {
-    pub(crate) digest: Digest,
-    pub(crate) diff_id: Digest,
-    pub(crate) size: u64,
-}
-
-/// A reference file.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) struct RefFile {
-    pub(crate) reference: String,
-    pub(crate) manifest: Digest,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) index: Option<Digest>,
-}
-
-/// What an unpacked layer holds (its `layer.json`).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) struct LayerMeta {
-    pub(crate) diff_id: Digest,
-    pub(crate) blob: Option<Digest>,
-    pub(crate) blob_size: Option<u64>,
-    pub(crate) bytes: u64,
-    pub(crate) entries: u64,
 }
 
 impl Store {
@@ -355,7 +261,7 @@ impl Store {
         self.delete_file(&self.ref_path(reference))?;
         self.delete_image(&found.manifest)?;
         let _ = std::fs::remove_file(&pin_path);
-        self.collect(&mut PruneReport::default(), None)?;
+        Collector { store: self }.run(&mut PruneReport::default(), None)?;
         Ok(())
     }
 
@@ -374,115 +280,11 @@ impl Store {
         let this = self.clone();
         tokio::task::spawn_blocking(move || {
             let mut report = PruneReport::default();
-            this.collect(&mut report, budget)?;
+            Collector { store: &this }.run(&mut report, budget)?;
             Ok(report)
         })
         .await
         .map_err(|e| joined(STORE, e))?
-    }
-
-    /// The collector, run with the gc lock held alone.
-    fn collect(&self, report: &mut PruneReport, budget: Option<u64>) -> Result<(), Error> {
-        report.temporaries += self.clean_temporaries(None)?;
-        let records = self.read_records()?;
-        let named: BTreeSet<Digest> = self.read_refs()?.into_iter().map(|r| r.manifest).collect();
-        // Records no reference names are pulls that never finished; they
-        // go unless a pull still holds them.
-        let mut live: Vec<(Record, Option<Lock>)> = Vec::new();
-        for record in records {
-            let pin_path = self.pin_path(&record.manifest);
-            let free = lock::try_lock(&pin_path, Mode::Exclusive)
-                .map_err(|e| Error::io(STORE, "locking", &pin_path, e))?;
-            match free {
-                Some(held) if !named.contains(&record.manifest) => {
-                    self.delete_image(&record.manifest)?;
-                    let _ = std::fs::remove_file(&pin_path);
-                    drop(held);
-                }
-                held => live.push((record, held)),
-            }
-        }
-        let mut layers = self.scan_layers()?;
-        let used = |live: &[(Record, Option<Lock>)]| -> BTreeSet<String> {
-            live.iter()
-                .flat_map(|(r, _)| r.layers.iter().map(|l| l.diff_id.hex().to_string()))
-                .collect()
-        };
-        let in_use = used(&live);
-        let mut unused: Vec<&ScannedLayer> =
-            layers.iter().filter(|l| !in_use.contains(&l.hex)).collect();
-        unused.sort_by_key(|l| l.last_used);
-        let mut total: u64 = layers.iter().map(|l| l.bytes).sum();
-        let mut removed = BTreeSet::new();
-        for layer in unused {
-            if budget.is_some_and(|b| total <= b) {
-                break;
-            }
-            if self.remove_layer(layer)? {
-                total -= layer.bytes;
-                report.layers += 1;
-                report.bytes += layer.bytes;
-                removed.insert((layer.key.clone(), layer.hex.clone()));
-            }
-        }
-        layers.retain(|l| !removed.contains(&(l.key.clone(), l.hex.clone())));
-        if let Some(budget) = budget {
-            // Unpinned images, least recently used first.
-            let mut order: Vec<usize> = (0..live.len()).filter(|&i| live[i].1.is_some()).collect();
-            order.sort_by_key(|&i| self.record_used(&live[i].0.manifest));
-            for i in order {
-                if total <= budget {
-                    break;
-                }
-                let manifest = live[i].0.manifest.clone();
-                let names: Vec<String> = self
-                    .read_refs()?
-                    .into_iter()
-                    .filter(|r| r.manifest == manifest)
-                    .map(|r| r.reference)
-                    .collect();
-                for found in &names {
-                    if let Ok(reference) = Reference::parse(found) {
-                        self.delete_file(&self.ref_path(&reference))?;
-                    }
-                }
-                self.delete_image(&manifest)?;
-                let _ = std::fs::remove_file(self.pin_path(&manifest));
-                live[i].0.layers.clear();
-                report.images.push(names.join(", "));
-                let in_use = used(&live);
-                for layer in layers.iter().filter(|l| !in_use.contains(&l.hex)) {
-                    if removed.contains(&(layer.key.clone(), layer.hex.clone())) {
-                        continue;
-                    }
-                    if self.remove_layer(layer)? {
-                        total -= layer.bytes;
-                        report.layers += 1;
-                        report.bytes += layer.bytes;
-                        removed.insert((layer.key.clone(), layer.hex.clone()));
-                    }
-                }
-            }
-        }
-        self.collect_blobs()?;
-        report.remaining = total;
-        Ok(())
-    }
-
-    /// Removes a layer directory unless someone is unpacking it; whether
-    /// it went.
-    fn remove_layer(&self, layer: &ScannedLayer) -> Result<bool, Error> {
-        let dir = self.layer_root_for(&layer.key);
-        let lock_path = dir.join(format!("{}.lock", layer.hex));
-        let Some(_held) = lock::try_lock(&lock_path, Mode::Exclusive)
-            .map_err(|e| Error::io(STORE, "locking", &lock_path, e))?
-        else {
-            return Ok(false);
-        };
-        let path = dir.join(&layer.hex);
-        fsx::remove_tree(&path).map_err(|e| Error::io(STORE, "removing", &path, e))?;
-        let _ = std::fs::remove_file(&lock_path);
-        Ok(true)
     }
 
     /// Removes temporaries nobody is working on: those of `only` (a layer
@@ -518,60 +320,6 @@ impl Store {
             removed += 1;
         }
         Ok(removed)
-    }
-
-    /// Removes blobs no record or reference points at.
-    fn collect_blobs(&self) -> Result<(), Error> {
-        let mut kept = BTreeSet::new();
-        for record in self.read_records()? {
-            kept.insert(record.manifest.hex().to_string());
-            kept.insert(record.config.hex().to_string());
-        }
-        for found in self.read_refs()? {
-            kept.extend(found.index.map(|d| d.hex().to_string()));
-        }
-        let blobs = self.blobs_dir();
-        for name in read_dir(&blobs)? {
-            if !kept.contains(&*name.to_string_lossy()) {
-                self.delete_file(&blobs.join(name))?;
-            }
-        }
-        Ok(())
-    }
-
-    fn scan_layers(&self) -> Result<Vec<ScannedLayer>, Error> {
-        let mut layers = Vec::new();
-        let root = self.inner.root.join("layers");
-        for key in read_dir(&root)? {
-            let key = key.to_string_lossy().into_owned();
-            let dir = root.join(&key);
-            for name in read_dir(&dir)? {
-                let name = name.to_string_lossy().into_owned();
-                if Digest::from_hex(&name).is_none() {
-                    continue;
-                }
-                let meta_path = dir.join(&name).join("layer.json");
-                let (bytes, last_used) = match std::fs::metadata(&meta_path) {
-                    Ok(stat) => {
-                        let meta: Option<LayerMeta> = read_json(&meta_path)?;
-                        (
-                            meta.map_or(0, |m| m.bytes),
-                            stat.modified().unwrap_or(SystemTime::UNIX_EPOCH),
-                        )
-                    }
-                    // A directory without its meta is not a layer the
-                    // store made; treat it as unused since forever.
-                    Err(_) => (0, SystemTime::UNIX_EPOCH),
-                };
-                layers.push(ScannedLayer {
-                    key: key.clone(),
-                    hex: name,
-                    bytes,
-                    last_used,
-                });
-            }
-        }
-        Ok(layers)
     }
 
     pub(crate) fn image_of(&self, reference: Reference, record: &Record) -> Result<Image, Error> {
@@ -835,65 +583,6 @@ impl Store {
         map.insert(key, Arc::downgrade(&fresh));
         fresh
     }
-}
-
-struct ScannedLayer {
-    key: String,
-    hex: String,
-    bytes: u64,
-    last_used: SystemTime,
-}
-
-fn read_dir(dir: &Path) -> Result<Vec<std::ffi::OsString>, Error> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(Error::io(STORE, "listing", dir, e)),
-    };
-    let mut names = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(|e| Error::io(STORE, "listing", dir, e))?;
-        let name = entry.file_name();
-        // Atomic writes' temporaries are not entries yet.
-        if !name.to_string_lossy().contains(".tmp.") {
-            names.push(name);
-        }
-    }
-    names.sort();
-    Ok(names)
-}
-
-/// A JSON file, `None` when it does not exist.
-pub(crate) fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Option<T>, Error> {
-    match std::fs::read(path) {
-        Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
-            Error::io(
-                STORE,
-                "parsing",
-                path,
-                io::Error::new(io::ErrorKind::InvalidData, e),
-            )
-        }),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(Error::io(STORE, "reading", path, e)),
-    }
-}
-
-fn touch(path: &Path) -> io::Result<()> {
-    let now = rustix::fs::Timespec {
-        tv_sec: 0,
-        tv_nsec: rustix::fs::UTIME_NOW,
-    };
-    rustix::fs::utimensat(
-        rustix::fs::CWD,
-        path,
-        &rustix::fs::Timestamps {
-            last_access: now,
-            last_modification: now,
-        },
-        rustix::fs::AtFlags::empty(),
-    )?;
-    Ok(())
 }
 
 pub(crate) fn joined(shown: &str, error: tokio::task::JoinError) -> Error {
