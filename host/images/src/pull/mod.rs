@@ -2,9 +2,16 @@
 //! manifest and its config, record the image, fetch each missing layer
 //! once (one fetch per layer in this process and across processes sharing
 //! the store), and name the image last.
+//!
+//! What a resolved image is lives in `plan`, what a pull reports in
+//! `progress`, and how a layer's bytes get from the registry to the
+//! unpacker in `download`.
+
+mod download;
+mod plan;
+mod progress;
 
 use std::collections::HashSet;
-use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,20 +19,23 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::StreamExt as _;
 use futures_util::stream::{self, TryStreamExt as _};
-use tokio::sync::mpsc;
 
 use crate::auth::CredentialSource;
 use crate::digest::Digest;
 use crate::error::Error;
-use crate::layer::{self, Checked, Expected};
+use crate::layer::Checked;
 use crate::lock::{self, Mode};
 use crate::platform::Platform;
 use crate::reference::{Reference, Rewrites};
 use crate::registry::Session;
 use crate::retry::RetryPolicy;
-use crate::spec::{Compression, Descriptor, Document, ImageConfigFile};
+use crate::spec::{Compression, Document};
 use crate::store::{Image, LayerMeta, Pin, Record, RecordLayer, Store, joined};
 use crate::unpack::{Job, UnpackLimits};
+
+use download::download;
+pub(crate) use plan::{Plan, PlannedLayer, plan, verify};
+pub use progress::{Progress, ProgressEvent};
 
 /// When a pull asks the registry.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -79,107 +89,6 @@ impl Default for PullOptions {
         }
     }
 }
-
-/// What a pull reports as it goes, for a display like `docker pull`'s.
-/// Layer events may come from several layers at once.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ProgressEvent {
-    /// The reference resolved to a manifest with these layers.
-    Resolved {
-        /// The manifest's digest.
-        manifest: Digest,
-        /// The layers' blob digests and sizes, lowest first.
-        layers: Vec<(Digest, u64)>,
-    },
-    /// The layer is in the store already.
-    LayerExists {
-        /// The layer's blob digest.
-        layer: Digest,
-    },
-    /// Another pull (in this process or another) is fetching the layer.
-    LayerWaiting {
-        /// The layer's blob digest.
-        layer: Digest,
-    },
-    /// Bytes of the layer downloaded so far.
-    LayerProgress {
-        /// The layer's blob digest.
-        layer: Digest,
-        /// Bytes so far.
-        done: u64,
-        /// Bytes in all.
-        total: u64,
-    },
-    /// A layer's fetch failed and will be tried again.
-    LayerRetrying {
-        /// The layer's blob digest.
-        layer: Digest,
-        /// Why.
-        reason: String,
-    },
-    /// The layer is unpacked and verified.
-    LayerDone {
-        /// The layer's blob digest.
-        layer: Digest,
-    },
-}
-
-impl From<ProgressEvent> for sandfleet_core::PullEvent {
-    /// The event as a backend reports it to the engine, layers named by
-    /// their digests' text.
-    fn from(event: ProgressEvent) -> Self {
-        use sandfleet_core::PullEvent;
-        match event {
-            ProgressEvent::Resolved { layers, .. } => PullEvent::Resolved {
-                layers: layers
-                    .into_iter()
-                    .map(|(layer, size)| (layer.to_string(), size))
-                    .collect(),
-            },
-            ProgressEvent::LayerExists { layer } => PullEvent::LayerExists {
-                layer: layer.to_string(),
-            },
-            ProgressEvent::LayerWaiting { layer } => PullEvent::LayerWaiting {
-                layer: layer.to_string(),
-            },
-            ProgressEvent::LayerProgress { layer, done, total } => PullEvent::LayerProgress {
-                layer: layer.to_string(),
-                done,
-                total,
-            },
-            ProgressEvent::LayerRetrying { layer, reason } => PullEvent::LayerRetrying {
-                layer: layer.to_string(),
-                reason,
-            },
-            ProgressEvent::LayerDone { layer } => PullEvent::LayerDone {
-                layer: layer.to_string(),
-            },
-        }
-    }
-}
-
-/// The progress callback's type.
-pub type Progress<'a> = &'a (dyn Fn(ProgressEvent) + Send + Sync);
-
-/// A resolved image, ready to be recorded and fetched.
-pub(crate) struct Plan {
-    pub(crate) shown: String,
-    pub(crate) manifest: Digest,
-    pub(crate) manifest_bytes: Bytes,
-    pub(crate) index: Option<(Digest, Bytes)>,
-    pub(crate) config_digest: Digest,
-    pub(crate) config_bytes: Bytes,
-    pub(crate) config: ImageConfigFile,
-    pub(crate) layers: Vec<PlannedLayer>,
-}
-
-pub(crate) struct PlannedLayer {
-    pub(crate) descriptor: Descriptor,
-    pub(crate) diff_id: Digest,
-    /// `None` to tell by the blob's first bytes.
-    pub(crate) compression: Option<Compression>,
-}
-
 /// One reference's result from [`Store::missing`].
 #[derive(Debug)]
 pub struct Missing {
@@ -625,163 +534,4 @@ fn seal(tmp: &Path, dir: &Path, shown: &str) -> Result<(), Error> {
     rustix::fs::fchmod(&fd, rustix::fs::Mode::from_raw_mode(0o755))
         .map_err(|e| Error::io(shown, "opening up", tmp, e.into()))?;
     std::fs::rename(tmp, dir).map_err(|e| Error::io(shown, "renaming into place", dir, e))
-}
-
-/// Checks a document against its digest.
-pub(crate) fn verify(shown: &str, what: &str, digest: &Digest, bytes: &[u8]) -> Result<(), Error> {
-    let actual = Digest::of(bytes);
-    if actual == *digest {
-        Ok(())
-    } else {
-        Err(Error::DigestMismatch {
-            reference: shown.to_string(),
-            what: what.to_string(),
-            expected: digest.clone(),
-            actual,
-        })
-    }
-}
-
-/// A plan from a manifest's parts, checking the config against the layer
-/// list.
-pub(crate) fn plan(
-    shown: &str,
-    manifest: Digest,
-    manifest_bytes: Bytes,
-    index: Option<(Digest, Bytes)>,
-    config_digest: Digest,
-    config_bytes: Bytes,
-    layers: Vec<(Descriptor, Option<Compression>)>,
-) -> Result<Plan, String> {
-    let config: ImageConfigFile = serde_json::from_slice(&config_bytes)
-        .map_err(|e| format!("the config {config_digest} is not an image config: {e}"))?;
-    if config.rootfs.diff_ids.len() != layers.len() {
-        return Err(format!(
-            "the manifest lists {} layers and the config {} diff_ids",
-            layers.len(),
-            config.rootfs.diff_ids.len()
-        ));
-    }
-    let layers = layers
-        .into_iter()
-        .zip(&config.rootfs.diff_ids)
-        .map(|((descriptor, compression), diff_id)| PlannedLayer {
-            descriptor,
-            diff_id: diff_id.clone(),
-            compression,
-        })
-        .collect();
-    Ok(Plan {
-        shown: shown.to_string(),
-        manifest,
-        manifest_bytes,
-        index,
-        config_digest,
-        config_bytes,
-        config,
-        layers,
-    })
-}
-
-/// Downloads a layer blob and unpacks it as it arrives: the body streams
-/// through a channel to a blocking thread that decompresses, hashes and
-/// writes.
-#[allow(
-    clippy::too_many_arguments,
-    reason = "one call site; the pieces of one layer"
-)]
-async fn download(
-    session: &Session<'_>,
-    digest: &Digest,
-    size: u64,
-    compression: Option<Compression>,
-    diff_id: &Digest,
-    root: PathBuf,
-    job: Job,
-    progress: Progress<'_>,
-) -> Result<Checked, Error> {
-    let response = session.blob(digest).await?;
-    let (tx, rx) = mpsc::channel::<io::Result<Bytes>>(32);
-    let expected_digest = digest.clone();
-    let expected_diff_id = diff_id.clone();
-    let shown = session.shown().to_string();
-    let unpacker = tokio::task::spawn_blocking(move || {
-        let expected = Expected {
-            blob: Some((&expected_digest, size)),
-            diff_id: &expected_diff_id,
-            compression,
-        };
-        layer::unpack_blob(ChannelReader::new(rx), &root, &job, &expected)
-    });
-    let mut body = response.bytes_stream();
-    let mut done = 0u64;
-    let mut broke = None;
-    progress(ProgressEvent::LayerProgress {
-        layer: digest.clone(),
-        done,
-        total: size,
-    });
-    while let Some(chunk) = body.next().await {
-        match chunk {
-            Ok(chunk) => {
-                done += chunk.len() as u64;
-                if tx.send(Ok(chunk)).await.is_err() {
-                    // The unpacker stopped; its error says why.
-                    break;
-                }
-                progress(ProgressEvent::LayerProgress {
-                    layer: digest.clone(),
-                    done,
-                    total: size,
-                });
-                if done > size {
-                    break;
-                }
-            }
-            Err(error) => {
-                let _ = tx.send(Err(io::Error::other(error.to_string()))).await;
-                broke = Some(session.lost(&error));
-                break;
-            }
-        }
-    }
-    drop(tx);
-    let unpacked = unpacker.await.map_err(|e| joined(&shown, e))?;
-    // A broken download explains whatever the unpacker made of it, and
-    // is worth another attempt.
-    match broke {
-        Some(error) => Err(error),
-        None => unpacked,
-    }
-}
-
-/// The blocking side of the download channel.
-struct ChannelReader {
-    rx: mpsc::Receiver<io::Result<Bytes>>,
-    current: Bytes,
-}
-
-impl ChannelReader {
-    fn new(rx: mpsc::Receiver<io::Result<Bytes>>) -> Self {
-        ChannelReader {
-            rx,
-            current: Bytes::new(),
-        }
-    }
-}
-
-impl Read for ChannelReader {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        while self.current.is_empty() {
-            match self.rx.blocking_recv() {
-                Some(Ok(chunk)) => self.current = chunk,
-                Some(Err(error)) => return Err(error),
-                None => return Ok(0),
-            }
-        }
-        let n = buf.len().min(self.current.len());
-        buf[..n].copy_from_slice(&self.current[..n]);
-        bytes::Buf::advance(&mut self.current, n);
-        Ok(n)
-    }
 }
