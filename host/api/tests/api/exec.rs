@@ -165,6 +165,51 @@ async fn a_retried_exec_with_the_same_key_runs_once() {
     served.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failed_exec_retried_with_its_key_answers_the_same_status_and_bytes() {
+    let served = Served::start("", "").await;
+    let lease = served.acquire(image("calc")).await.id;
+    // The backend refuses the variable's name only as it runs the command,
+    // so the execution itself fails and its key keeps the failure.
+    let body = json!({"argv": ["true"], "env": {"A=B": "1"}});
+    let send = |accept: &'static str| {
+        served
+            .http
+            .post(served.url(&format!("/v1/leases/{lease}/exec")))
+            .header("idempotency-key", "refused")
+            .header("accept", accept)
+            .json(&body)
+            .send()
+    };
+    let first = send("application/json").await.unwrap();
+    let status = first.status().as_u16();
+    let first = first.bytes().await.unwrap();
+    let error: Value = serde_json::from_slice(&first).unwrap();
+    assert_eq!(status, 400, "{error}");
+    assert_eq!(error["error"]["kind"], "invalid_request", "{error}");
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("`A=B` is not a valid environment variable name"),
+        "{message}"
+    );
+
+    let retried = send("application/json").await.unwrap();
+    assert_eq!(retried.status().as_u16(), status);
+    assert_eq!(retried.bytes().await.unwrap(), first);
+    // Streamed, the retry ends in an `error` event carrying the same body.
+    let streamed = send("application/x-ndjson").await.unwrap();
+    assert_eq!(streamed.status().as_u16(), 200);
+    let mut event: Value = serde_json::from_slice(&streamed.bytes().await.unwrap()).unwrap();
+    assert_eq!(event["event"], "error", "{event}");
+    event.as_object_mut().unwrap().remove("event");
+    assert_eq!(event, error);
+    assert_eq!(
+        replays(&served).await,
+        "sandfleet_idempotent_replays_total 2"
+    );
+    served.stop().await;
+}
+
 /// The value of the `/metrics` line that starts with `series`, if any.
 fn sample(text: &str, series: &str) -> Option<f64> {
     text.lines()
