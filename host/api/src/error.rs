@@ -4,8 +4,9 @@
 //! with `Retry-After` when the backend asked to slow down.
 //!
 //! The engine's errors keep their causes typed (the backend's
-//! [`sandfleet_core::ErrorKind`], the plugin call's error); this module
-//! maps them to statuses, once.
+//! [`sandfleet_core::ErrorKind`], the plugin call's error), and so do the
+//! domain's (a [`Refusal`], an [`ExecFailure`]); this module maps them to
+//! statuses, once.
 
 use std::time::Duration;
 
@@ -19,6 +20,7 @@ use sandfleet_plugin::CallError;
 use serde::{Deserialize, Serialize};
 
 use crate::domain::Refusal;
+use crate::domain::executions::ExecFailure;
 
 /// What kind of failure an error is: stable, for clients to branch on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -242,10 +244,10 @@ impl From<Refusal> for AppError {
     }
 }
 
-impl From<StepError> for AppError {
-    fn from(error: StepError) -> Self {
+impl From<&StepError> for AppError {
+    fn from(error: &StepError) -> Self {
         let message = error.to_string();
-        match &error {
+        match error {
             StepError::Backend { source, .. } => backend(message, source),
             StepError::Plugin { source, .. } => plugin(message, source),
             StepError::Lost(_) => AppError::new(StatusCode::GONE, ErrorKind::SandboxLost, message),
@@ -254,15 +256,15 @@ impl From<StepError> for AppError {
     }
 }
 
-impl From<RunError> for AppError {
-    fn from(error: RunError) -> Self {
+impl From<&RunError> for AppError {
+    fn from(error: &RunError) -> Self {
         let message = error.to_string();
         match error {
             RunError::Step(step) => AppError::from(step),
-            RunError::Backend(source) => backend(message, &source),
+            RunError::Backend(source) => backend(message, source),
             RunError::Plugin(source)
             | RunError::Plan(sandfleet_engine::plan::PlanError::Policy(source)) => {
-                plugin(message, &source)
+                plugin(message, source)
             }
             RunError::Plan(_) => AppError::invalid(message),
             RunError::Interrupted => AppError::new(
@@ -276,15 +278,39 @@ impl From<RunError> for AppError {
     }
 }
 
-impl From<SessionError> for AppError {
-    fn from(error: SessionError) -> Self {
+impl From<&SessionError> for AppError {
+    fn from(error: &SessionError) -> Self {
         match error {
-            SessionError::Invalid(message) => AppError::bad_request(message),
+            SessionError::Invalid(message) => AppError::bad_request(message.clone()),
             SessionError::Lost(message) => {
-                AppError::new(StatusCode::GONE, ErrorKind::SandboxLost, message)
+                AppError::new(StatusCode::GONE, ErrorKind::SandboxLost, message.clone())
             }
             SessionError::Step(step) => AppError::from(step),
             SessionError::Run(run) => AppError::from(run),
+        }
+    }
+}
+
+/// The engine's errors as handlers meet them, for `?`: mapped as
+/// borrowed, since an execution's failure is kept to answer every retry.
+macro_rules! from_owned {
+    ($($error:ty),*) => {$(
+        impl From<$error> for AppError {
+            fn from(error: $error) -> Self {
+                AppError::from(&error)
+            }
+        }
+    )*};
+}
+
+from_owned!(StepError, RunError, SessionError);
+
+impl From<&ExecFailure> for AppError {
+    fn from(failure: &ExecFailure) -> Self {
+        match failure {
+            ExecFailure::Refused(refusal) => AppError::from(refusal.clone()),
+            ExecFailure::Session(error) => AppError::from(error),
+            ExecFailure::Abandoned => AppError::internal(failure.to_string()),
         }
     }
 }

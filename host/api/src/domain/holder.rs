@@ -8,7 +8,7 @@ use tokio::sync::{RwLock, RwLockMappedWriteGuard, RwLockReadGuard, RwLockWriteGu
 
 use super::Refusal;
 use super::activity::InUse;
-use crate::http::Executions;
+use super::executions::Executions;
 
 /// Anything exec runs against.
 pub(crate) trait Holder: Send + Sync + 'static {

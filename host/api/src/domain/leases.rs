@@ -17,8 +17,8 @@ use tokio::sync::{RwLockMappedWriteGuard, RwLockReadGuard};
 
 use super::Refusal;
 use super::activity::{Activity, InUse};
+use super::executions::Executions;
 use super::holder::{Holder, LeaseCell};
-use crate::http::Executions;
 use crate::model::{LeaseState, LeaseView};
 
 /// One lease and what the daemon knows about it.

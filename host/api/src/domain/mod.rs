@@ -1,12 +1,13 @@
 //! What the daemon keeps, apart from how it is asked over HTTP: the tables
-//! of leases, batch runs and shared pools, what commands run against, and
-//! the idle clock they share.
-//! Nothing here imports axum or HTTP types; a refusal is a [`Refusal`],
-//! which `crate::error` gives its status. One tie remains: a holder keeps
-//! the exec layer's record of its commands by idempotency key
-//! (`crate::http::Executions`), which the domain carries and never reads.
+//! of leases, batch runs and shared pools, what commands run against and
+//! the record of their commands by idempotency key, and the idle clock
+//! they share.
+//! Nothing here knows of the web framework or of statuses: a refusal is a
+//! [`Refusal`] and a command without a result an
+//! [`executions::ExecFailure`], which `crate::error` gives their statuses.
 
 pub(crate) mod activity;
+pub(crate) mod executions;
 pub(crate) mod holder;
 pub(crate) mod leases;
 pub(crate) mod pools;

@@ -20,10 +20,10 @@ use sandfleet_fleet::SharedPoolConfig;
 use tokio_util::task::TaskTracker;
 
 use super::activity::{Activity, InUse};
+use super::executions::Executions;
 use super::leases::new_id;
 use crate::domain::Refusal;
 use crate::domain::holder::{Holder, LeaseCell};
-use crate::http::Executions;
 use crate::metrics::SharedPoolCounts;
 use crate::model::{HealView, SharedPoolView, SharedSlotView};
 

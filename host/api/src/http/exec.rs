@@ -2,15 +2,15 @@
 //!
 //! Every command runs in a task of its own, not in the request: a client
 //! whose connection drops does not stop it. An `Idempotency-Key` names the
-//! execution; a retried request with the same key gets its result, or
-//! attaches to it while it runs (a stream replays what it printed so far),
-//! instead of running the command again.
+//! execution in its holder's record ([`crate::domain::executions`]); a
+//! retried request with the same key gets its result, or attaches to it
+//! while it runs (a stream replays what it printed so far), instead of
+//! running the command again.
 //!
 //! A command runs on a [`Holder`]: a lease, or a shared-pool session
 //! pinned to one of the pool's sandboxes; both are served by [`serve`].
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
@@ -21,119 +21,15 @@ use bytes::Bytes;
 use sandfleet_core::{ExecRequest, ExecResult, OutputChunk, OutputStream};
 use tokio::sync::{mpsc, watch};
 
-use crate::domain::Refusal;
+use crate::domain::executions::{ExecFailure, Execution, Finisher};
 use crate::domain::holder::Holder;
-use crate::error::{AppError, ErrorKind};
+use crate::error::AppError;
 use crate::metrics::ExecOutcome;
 use crate::model::{ExecRequestBody, ExecResponse};
 use crate::state::AppState;
 
 /// Commands without a timeout of their own get this one.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
-
-/// Idempotency keys remembered per target; the oldest finished are dropped.
-const KEYS_PER_TARGET: usize = 256;
-
-/// Executions by idempotency key, oldest first.
-#[derive(Default)]
-pub(crate) struct Executions(Mutex<Keyed>);
-
-#[derive(Default)]
-struct Keyed {
-    by_key: HashMap<String, Arc<Execution>>,
-    order: VecDeque<String>,
-}
-
-impl Executions {
-    /// The execution under `key`, or `start()`'s, remembered under it;
-    /// true when it was started now.
-    fn get_or_start(
-        &self,
-        key: &str,
-        start: impl FnOnce() -> Arc<Execution>,
-    ) -> (Arc<Execution>, bool) {
-        let mut keyed = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(known) = keyed.by_key.get(key) {
-            return (known.clone(), false);
-        }
-        let started = start();
-        keyed.by_key.insert(key.to_string(), started.clone());
-        keyed.order.push_back(key.to_string());
-        while keyed.order.len() > KEYS_PER_TARGET {
-            let Some(oldest) = keyed.order.front().cloned() else {
-                break;
-            };
-            // A running execution stays: its retry must attach to it.
-            if !keyed.by_key.get(&oldest).is_none_or(|e| e.finished()) {
-                break;
-            }
-            keyed.order.pop_front();
-            keyed.by_key.remove(&oldest);
-        }
-        (started, true)
-    }
-}
-
-/// Chunks in flight between a command and its execution record.
-const SINK_CHUNKS: usize = 64;
-
-/// One execution: its output so far (when someone may stream it) and its
-/// outcome once it ends.
-pub(crate) struct Execution {
-    /// The request it ran, so a key reused for another request is refused.
-    request: ExecRequest,
-    chunks: Mutex<Vec<OutputChunk>>,
-    record_chunks: bool,
-    outcome: OnceLock<Result<ExecResult, AppError>>,
-    /// Bumped on every chunk and at the end.
-    changes: watch::Sender<u64>,
-}
-
-impl Execution {
-    fn new(request: ExecRequest, record_chunks: bool) -> Arc<Self> {
-        Arc::new(Execution {
-            request,
-            chunks: Mutex::new(Vec::new()),
-            record_chunks,
-            outcome: OnceLock::new(),
-            changes: watch::Sender::new(0),
-        })
-    }
-
-    pub(crate) fn finished(&self) -> bool {
-        self.outcome.get().is_some()
-    }
-
-    fn finish(&self, outcome: Result<ExecResult, AppError>) {
-        let _ = self.outcome.set(outcome);
-        self.changes.send_modify(|n| *n += 1);
-    }
-
-    async fn outcome(&self) -> Result<ExecResult, AppError> {
-        let mut changes = self.changes.subscribe();
-        loop {
-            if let Some(outcome) = self.outcome.get() {
-                return outcome.clone();
-            }
-            // The sender lives in `self`, so this only waits.
-            let _ = changes.changed().await;
-        }
-    }
-}
-
-/// Sets an outcome if the task running the command ends without one (a
-/// panic), so no waiter waits forever.
-struct Finisher(Arc<Execution>);
-
-impl Drop for Finisher {
-    fn drop(&mut self) {
-        if !self.0.finished() {
-            self.0.finish(Err(AppError::internal(
-                "the command's task ended without a result",
-            )));
-        }
-    }
-}
 
 /// How the client wants the answer.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -276,7 +172,7 @@ async fn run<T: Holder>(
     let execution = match key {
         Some(key) => {
             let (execution, started) = target.executions().get_or_start(key, start);
-            if !started && execution.request != request {
+            if !started && *execution.request() != request {
                 return Err(AppError::conflict(format!(
                     "Idempotency-Key `{key}` was used for another request on {}",
                     target.name()
@@ -291,12 +187,15 @@ async fn run<T: Holder>(
     };
     match framing {
         Framing::Buffered => {
-            let result = execution.outcome().await?;
-            Ok(axum::Json(response(&result, base64)).into_response())
+            let result = execution.outcome().await.as_ref()?;
+            Ok(axum::Json(response(result, base64)).into_response())
         }
         streaming => Ok(stream(execution, streaming, base64)),
     }
 }
+
+/// Chunks in flight between a command and its execution record.
+const SINK_CHUNKS: usize = 64;
 
 fn spawn<T: Holder>(state: AppState, target: Arc<T>, execution: Arc<Execution>) {
     let in_use = target.in_use();
@@ -304,33 +203,23 @@ fn spawn<T: Holder>(state: AppState, target: Arc<T>, execution: Arc<Execution>) 
     tokio::spawn(tracing::Instrument::instrument(
         async move {
             let _in_use = in_use;
-            let finisher = Finisher(execution.clone());
+            let finisher = Finisher::new(execution.clone());
             let started = Instant::now();
             let Some(lease) = target.lease().read().await else {
-                let released = Refusal::Released {
-                    holder: target.name(),
-                };
-                execution.finish(Err(failed(&*target, released.into())));
+                execution.finish(Err(ExecFailure::released(&*target)));
                 return;
             };
             let (sink, mut chunks) = mpsc::channel::<OutputChunk>(SINK_CHUNKS);
             let recorder = execution.clone();
             let recording = async move {
                 while let Some(chunk) = chunks.recv().await {
-                    if recorder.record_chunks {
-                        recorder
-                            .chunks
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .push(chunk);
-                        recorder.changes.send_modify(|n| *n += 1);
-                    }
+                    recorder.record(chunk);
                 }
             };
             let running = async {
                 let result = state
                     .session
-                    .exec(&lease, &execution.request, Some(&sink))
+                    .exec(&lease, execution.request(), Some(&sink))
                     .await;
                 drop(sink);
                 result
@@ -343,18 +232,11 @@ fn spawn<T: Holder>(state: AppState, target: Arc<T>, execution: Arc<Execution>) 
                 Err(_) => ExecOutcome::Error,
             };
             state.metrics.exec(outcome, started.elapsed());
-            execution.finish(result.map_err(|error| failed(&*target, AppError::from(error))));
+            execution.finish(result.map_err(|error| ExecFailure::failed(&*target, error)));
             drop(finisher);
         },
         span,
     ));
-}
-
-/// What a failed command answers: a holder whose sandbox is gone for good
-/// says so in its own terms.
-fn failed<T: Holder>(holder: &T, error: AppError) -> AppError {
-    let backend_says = (error.kind() == ErrorKind::SandboxLost).then(|| error.message());
-    holder.lost(backend_says).map_or(error, AppError::from)
 }
 
 fn encode(bytes: &[u8], base64: bool) -> String {
@@ -395,7 +277,7 @@ fn stream(execution: Arc<Execution>, framing: Framing, base64: bool) -> Response
         next: usize,
         ended: bool,
     }
-    let changes = execution.changes.subscribe();
+    let changes = execution.changes();
     let reader = Reader {
         execution,
         changes,
@@ -408,14 +290,7 @@ fn stream(execution: Arc<Execution>, framing: Framing, base64: bool) -> Response
         }
         loop {
             reader.changes.borrow_and_update();
-            let fresh: Vec<OutputChunk> = {
-                let chunks = reader
-                    .execution
-                    .chunks
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner());
-                chunks[reader.next.min(chunks.len())..].to_vec()
-            };
+            let fresh = reader.execution.chunks_after(reader.next);
             if !fresh.is_empty() {
                 reader.next += fresh.len();
                 let mut out = Vec::new();
@@ -432,14 +307,14 @@ fn stream(execution: Arc<Execution>, framing: Framing, base64: bool) -> Response
                 }
                 return Some((Ok::<_, std::convert::Infallible>(Bytes::from(out)), reader));
             }
-            if let Some(outcome) = reader.execution.outcome.get() {
+            if let Some(outcome) = reader.execution.ended() {
                 reader.ended = true;
                 let last = match outcome {
                     Ok(result) => {
                         let mut tail = Vec::new();
                         // Not recorded as it ran (a buffered first request):
                         // the whole output, once.
-                        if !reader.execution.record_chunks {
+                        if !reader.execution.records_chunks() {
                             for (stream, bytes) in
                                 [("stdout", &result.stdout), ("stderr", &result.stderr)]
                             {
@@ -461,7 +336,9 @@ fn stream(execution: Arc<Execution>, framing: Framing, base64: bool) -> Response
                         tail.extend_from_slice(&event(framing, "exit", summary));
                         tail
                     }
-                    Err(error) => event(framing, "error", error.body()).to_vec(),
+                    Err(failure) => {
+                        event(framing, "error", AppError::from(failure).body()).to_vec()
+                    }
                 };
                 return Some((Ok(Bytes::from(last)), reader));
             }

@@ -18,8 +18,6 @@ use tracing::Instrument;
 use crate::error::{AppError, ErrorKind};
 use crate::state::AppState;
 
-pub(crate) use exec::Executions;
-
 /// What every handler answers: its response (JSON, a status with JSON, or
 /// a stream), or an error that leaves as JSON with its status.
 pub(crate) type Answer<T> = Result<T, AppError>;
