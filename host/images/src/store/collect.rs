@@ -1,8 +1,10 @@
 //! The collector behind [`Store::prune`] and [`Store::remove`]: what
 //! killed pulls left, records no reference names, layers no image uses,
 //! and, over a budget, the least recently used images that are not
-//! pinned. It deletes only what it holds the lock of, so a pull or an
-//! unpack in progress, here or in another process, is never cut short.
+//! pinned. It runs with the store's gc lock held alone, and removes an
+//! image or a layer only while it holds that image's pin or that layer's
+//! lock exclusively, so pinned images and layers being unpacked (here or
+//! in another process) stay.
 
 use std::collections::BTreeSet;
 use std::time::SystemTime;

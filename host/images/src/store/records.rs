@@ -1,6 +1,7 @@
 //! The store's files as JSON: image records, reference files and layer
-//! metas, and the small file helpers reading them. What each file means
-//! and where it lives is in the layout of [`super`].
+//! metas, and the small file helpers reading them, so the on-disk format
+//! is in one place. Where each file lives is in the store module's
+//! layout.
 
 use std::io;
 use std::path::Path;

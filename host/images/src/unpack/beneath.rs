@@ -1,7 +1,8 @@
 //! Where an entry goes, without ever leaving the layer: its path cleaned
 //! lexically, its parent resolved beneath the root with `openat2` (and
 //! made when the layer did not list it), and whatever an earlier entry
-//! left at its name cleared.
+//! left at its name cleared. Kept apart from the writing of entries so
+//! that what stops a hostile layer can be read in one place.
 
 use std::borrow::Cow;
 use std::ffi::{OsStr, OsString};
