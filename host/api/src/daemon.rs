@@ -21,7 +21,7 @@ use sandfleet_fleet::{FleetConfig, setup};
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::holder::Holder as _;
-use crate::domain::leases::{LeaseTable, persisted};
+use crate::domain::leases::{self, LeaseTable, persisted};
 use crate::domain::pools::SharedPools;
 use crate::domain::runs::{Runs, runs_dir};
 use crate::metrics::{BackendCalls, Metrics};
@@ -64,7 +64,7 @@ impl Daemon {
         state.ready.store(true, Ordering::Release);
         let sweep_every = (state.config.api.idle_timeout / 4)
             .clamp(Duration::from_millis(50), Duration::from_secs(5));
-        tokio::spawn(crate::http::expire_idle(state.clone(), sweep_every));
+        tokio::spawn(leases::expire_idle(state.clone(), sweep_every));
         // Filled in the background: the daemon serves while they fill.
         crate::pool_keeper::start(&state);
         let run_id = state.session.run_id().clone();

@@ -20,6 +20,7 @@ use super::activity::{Activity, InUse};
 use super::executions::Executions;
 use super::holder::{Holder, LeaseCell};
 use crate::model::{LeaseState, LeaseView};
+use crate::state::AppState;
 
 /// One lease and what the daemon knows about it.
 pub(crate) struct LeaseSlot {
@@ -249,6 +250,25 @@ impl LeaseTable {
             session.release(lease);
         }
         let _ = std::fs::remove_file(self.dir.join(format!("{}.json", slot.id)));
+    }
+}
+
+/// Releases every lease idle past its time, sweeping every `every`, until
+/// the daemon stops. Each release waits in the background for what still
+/// holds its lease.
+pub(crate) async fn expire_idle(state: AppState, every: Duration) {
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(every) => {}
+            () = state.stopping.cancelled() => return,
+        }
+        for slot in state.leases.take_idle() {
+            tracing::info!(lease = %slot.id, "idle past its time; released");
+            state.metrics.leases_expired.inc();
+            state.metrics.leases_live.set(state.leases.len() as i64);
+            let state = state.clone();
+            tokio::spawn(async move { state.leases.release(&state.session, &slot).await });
+        }
     }
 }
 

@@ -1,7 +1,7 @@
 //! What the daemon keeps, apart from how it is asked over HTTP: the tables
 //! of leases, batch runs and shared pools, what commands run against and
-//! the record of their commands by idempotency key, and the idle clock
-//! they share.
+//! the record of their commands by idempotency key, the idle clock they
+//! share, and the sweep that releases leases idle past their time.
 //! Nothing here knows of the web framework or of statuses: a refusal is a
 //! [`Refusal`] and a command without a result an
 //! [`executions::ExecFailure`], which `crate::error` gives their statuses.

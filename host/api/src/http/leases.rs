@@ -1,6 +1,5 @@
 //! The lease and pool endpoints.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
@@ -490,23 +489,5 @@ pub(crate) async fn unwarm(
         Err(AppError::not_found(format!(
             "no warm pool for image `{image}`"
         )))
-    }
-}
-
-/// Releases every lease idle past its time; runs until the daemon stops.
-pub(crate) async fn expire_idle(state: AppState, every: Duration) {
-    loop {
-        tokio::select! {
-            () = tokio::time::sleep(every) => {}
-            () = state.stopping.cancelled() => return,
-        }
-        for slot in state.leases.take_idle() {
-            tracing::info!(lease = %slot.id, "idle past its time; released");
-            state.metrics.leases_expired.inc();
-            state.metrics.leases_live.set(state.leases.len() as i64);
-            let state = state.clone();
-            let slot: Arc<LeaseSlot> = slot;
-            tokio::spawn(async move { state.leases.release(&state.session, &slot).await });
-        }
     }
 }

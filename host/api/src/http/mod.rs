@@ -21,7 +21,6 @@ use crate::state::AppState;
 /// What every handler answers: its response (JSON, a status with JSON, or
 /// a stream), or an error that leaves as JSON with its status.
 pub(crate) type Answer<T> = Result<T, AppError>;
-pub(crate) use leases::expire_idle;
 
 mod exec;
 mod leases;
