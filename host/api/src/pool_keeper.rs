@@ -13,7 +13,6 @@ use sandfleet_core::ExecRequest;
 use sandfleet_engine::{DEFAULT_WORKDIR, Purpose};
 
 use crate::domain::pools::{EVICT_AFTER, Pinned, Pool};
-use crate::error::AppError;
 use crate::model::HealView;
 use crate::state::AppState;
 
@@ -114,9 +113,9 @@ async fn fill(state: &AppState, pool: &Pool, slot: usize) -> Option<Arc<Pinned>>
             }
             Ok(lease) => return Some(pool.install(slot, lease)),
             Err(error) => {
-                let error = AppError::from(error);
-                tracing::warn!(pool = %pool.config.name, slot, "filling a shared sandbox: {}", error.message());
-                pool.fill_failed(slot, error.message().to_string());
+                let error = error.to_string();
+                tracing::warn!(pool = %pool.config.name, slot, "filling a shared sandbox: {error}");
+                pool.fill_failed(slot, error);
                 tokio::select! {
                     () = tokio::time::sleep(pool.config.probe_interval) => {}
                     () = state.stopping.cancelled() => return None,
