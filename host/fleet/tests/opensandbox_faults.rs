@@ -317,3 +317,50 @@ matrix! {
     flaky: "flaky=0.1,seed=7", pooled = false, infra_errors = 0, idle_ms = None;
     port_500: "port-500", pooled = false, infra_errors = 1, idle_ms = None;
 }
+
+/// A throttled release is the engine's to retry, and only the engine's: the
+/// driver sends each one once and the transport adds no tries of its own,
+/// so the server sees each release once plus the retries the run's budget
+/// paid for — and the run's closing reap (nobody else's to retry) as often
+/// as the transport's attempts.
+#[test]
+fn a_throttled_release_is_sent_as_often_as_the_run_budget_pays_for() {
+    const BUDGET: u32 = 3;
+    let switch = Switch {
+        faults: "throttle-deletes",
+        pooled: false,
+        infra_errors: 0,
+        idle_timeout: None,
+    };
+    let mut loaded = load();
+    loaded.config.fleet.retry_budget = BUDGET;
+    loaded.items.truncate(2);
+    let server = runtime();
+    let emulator = emulator(&server, &switch);
+    let out = tempfile::tempdir().unwrap();
+    let run_id = RunId::generate("os-throttled");
+    let spec = spec(
+        &loaded,
+        clusters(&loaded, &switch, &emulator),
+        &run_id,
+        out.path(),
+    );
+    // The sandboxes outlive the run: its closing reap says so.
+    let error = runtime()
+        .block_on(sandfleet_engine::run(spec, loaded.items.clone()))
+        .unwrap_err();
+    assert!(error.to_string().contains("429"), "{error}");
+
+    let executions = emulator.executions();
+    let created = executions.sandboxes_created;
+    assert_eq!(created, 2, "one sandbox per task");
+    let attempts = u64::from(sandfleet_transport::TransportConfig::default().attempts);
+    assert_eq!(
+        executions.delete_requests,
+        created + u64::from(BUDGET) + attempts,
+        "each release once, the budget's retries, and the closing reap's attempts at the first \
+         sandbox it could not delete (where it stops)"
+    );
+    assert_eq!(executions.sandboxes_deleted, 0);
+    server.block_on(emulator.shutdown());
+}
