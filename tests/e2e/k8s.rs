@@ -146,11 +146,13 @@ fn the_quickstart_on_devcluster_k8s_gives_the_local_runs_statuses_with_every_str
         .output()
         .unwrap();
     assert!(pulled.status.success(), "{}", stderr(&pulled));
-    assert!(
-        stderr(&pulled).contains("k8s: 3 image(s) on 3 node(s)"),
-        "{}",
-        stderr(&pulled)
-    );
+    let pulls = |output: &Output| {
+        stderr(output)
+            .lines()
+            .filter(|line| line.starts_with("pull: k8s: pulled "))
+            .count()
+    };
+    assert_eq!(pulls(&pulled), 3, "{}", stderr(&pulled));
     assert!(
         cluster
             .kubectl(&["get", "daemonsets", "-A", "-o", "name"])
@@ -164,7 +166,14 @@ fn the_quickstart_on_devcluster_k8s_gives_the_local_runs_statuses_with_every_str
             "naive",
             &[("strategy = \"sliding\"", "strategy = \"naive\"")],
         ),
-        ("sliding", &[]),
+        // The sliding run pulls first, as `[fleet] prepull` asks.
+        (
+            "sliding",
+            &[(
+                "strategy = \"sliding\"",
+                "strategy = \"sliding\"\nprepull = true",
+            )],
+        ),
         (
             "pipelined",
             &[("strategy = \"sliding\"", "strategy = \"pipelined\"")],
@@ -186,6 +195,8 @@ fn the_quickstart_on_devcluster_k8s_gives_the_local_runs_statuses_with_every_str
         let id = run_id(&format!("k8s-{name}"));
         let output = run(&fleet, &out, &id, &cluster.kubeconfig);
         assert!(output.status.success(), "{name}: {}", stderr(&output));
+        let pulled_first = if name == "sliding" { 3 } else { 0 };
+        assert_eq!(pulls(&output), pulled_first, "{name}: {}", stderr(&output));
         assert_eq!(
             statuses(&out),
             expected_statuses(),

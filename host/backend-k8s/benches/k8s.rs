@@ -21,7 +21,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sandfleet_backend_k8s::{ExecMode, K8sBackend, K8sClients, K8sConfig};
-use sandfleet_core::{Backend, ExecRequest, RunId, TemplateRef, TemplateSpec, template_name};
+use sandfleet_core::{
+    Backend, ExecRequest, RunId, TemplateRef, TemplateSpec, WarmPools, template_name,
+};
 use sandfleet_emulator_k8s::{CONTEXT, Config, Emulator, ImageMap, NodeShape, PodRuntime};
 
 const CONCURRENCY: usize = 256;

@@ -6,43 +6,35 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use futures_util::StreamExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use sandfleet_core::{
     Backend, BackendError, Capabilities, Capacity, ErrorKind, ExecGuarantees, ExecRequest,
-    ExecResult, Images, LABEL_RUN_ID, Labels, OutputSink, Owned, PoolSizing, PoolStatus, Preflight,
-    Reaped, RunId, SandboxHandle, TemplateRef, TemplateSpec, validate_labels,
+    ExecResult, ImagePulls, Images, LABEL_RUN_ID, Labels, OutputSink, Owned, Preflight, Reaped,
+    Recycling, RunId, SandboxHandle, TemplateRef, TemplateSpec, WarmPools, validate_labels,
 };
 use serde::{Deserialize, Serialize};
 
-use crate::claims::{ClaimWatch, NotReady, wait_ready};
+use crate::claims::ClaimWatch;
 use crate::client::{ClientSlot, Clients, K8sClients};
 use crate::config::{ExecMode, K8sConfig};
 use crate::errors::{api_error, is_not_found};
 use crate::exec::{Failure, Session, Target, one_shot};
-use crate::files::FileError;
 use crate::objects;
 use crate::preflight::MANAGER;
-use crate::prepull::PrepullError;
-use crate::resources::{
-    POD_NAME_ANNOTATION, Sandbox, SandboxClaim, SandboxTemplate, SandboxWarmPool,
-};
+mod ahead;
+mod claiming;
+
+use crate::resources::{Sandbox, SandboxClaim, SandboxTemplate, SandboxWarmPool};
 
 /// How long a reap waits for the sandboxes it removed to be gone.
 const REAP_WAIT: Duration = Duration::from_secs(60);
 
-/// Pause between looks while a reap waits for garbage collection.
+/// Pause between looks while a reap waits for garbage collection, and
+/// before a failed watch resumes.
 const REAP_PAUSE: Duration = Duration::from_millis(200);
-
-/// How long moving one file in or out of a sandbox may take.
-const FILE_TIMEOUT: Duration = Duration::from_secs(600);
-
-/// Below this much time left, a claim that did not bind is not made again.
-const MIN_RETRY: Duration = Duration::from_secs(2);
 
 /// What the driver keeps on a handle.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -69,6 +61,9 @@ pub struct K8sBackend {
     watches: Mutex<HashMap<RunId, Arc<ClaimWatch>>>,
     /// One exec session per claimed sandbox (by claim).
     sessions: Mutex<HashMap<String, SessionSlot>>,
+    /// How long a pre-pull of one image may take, when the cluster was
+    /// asked to pre-pull ([`K8sBackend::pre_pulling`]).
+    prepull: Option<Duration>,
 }
 
 impl K8sBackend {
@@ -145,38 +140,17 @@ impl K8sBackend {
             slot,
             watches: Mutex::new(HashMap::new()),
             sessions: Mutex::new(HashMap::new()),
+            prepull: None,
         }
     }
 
-    /// Pulls `images` on every node the cluster's node selector matches,
-    /// through a DaemonSet of `run` deleted once every node has them (or at
-    /// `deadline`). Returns the nodes that pulled them.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::Timeout`] when nodes still lack images at `deadline`;
-    /// the API server's refusals as their kinds.
-    pub async fn prepull(
-        &self,
-        run: &RunId,
-        images: &[String],
-        deadline: Instant,
-    ) -> Result<u32, BackendError> {
-        if images.is_empty() {
-            return Ok(0);
-        }
-        let daemon_sets = self.api::<DaemonSet>().await?;
-        let daemon_set = crate::prepull::daemon_set(run, images, &self.config);
-        match crate::prepull::prepull(daemon_sets, daemon_set, deadline).await {
-            Ok(nodes) => Ok(u32::try_from(nodes).unwrap_or(0)),
-            Err(PrepullError::Api(verb, error)) => {
-                Err(self.api_error(&format!("{verb} the pre-pull DaemonSet"), error))
-            }
-            Err(PrepullError::Timeout { ready, nodes }) => Err(self.error(
-                ErrorKind::Timeout,
-                format!("pre-pull: {ready} of {nodes} nodes had every image at the deadline"),
-            )),
-        }
+    /// Makes the cluster pre-pull every image a run names onto every node
+    /// its node selector matches, before the run warms anything
+    /// (`[fleet] prepull`), waiting at most `timeout` for each image.
+    #[must_use]
+    pub fn pre_pulling(mut self, timeout: Duration) -> Self {
+        self.prepull = Some(timeout);
+        self
     }
 
     fn error(&self, kind: ErrorKind, message: impl std::fmt::Display) -> BackendError {
@@ -271,186 +245,6 @@ impl K8sBackend {
     }
 
     /// Deletes a claim that will not be used, logging a failure.
-    async fn discard_claim(&self, name: &str) {
-        // Retried here: nothing else will remove it before its shutdown time.
-        if let Err(error) = self.delete_claim(name, false).await {
-            tracing::warn!(cluster = %self.name, claim = name, %error, "cannot delete a claim that was not used");
-        }
-    }
-
-    /// One attempt at a claim: create it, wait on the run's watch until it
-    /// is ready or `bind_by`, then read its sandbox.
-    async fn claim_once(
-        &self,
-        template: &TemplateRef,
-        labels: &Labels,
-        bind_by: Instant,
-    ) -> Result<SandboxHandle, BackendError> {
-        let watch = self.watch(&template.run_id).await?;
-        let name = format!("sfc-{:016x}", crate::random());
-        let mut seen = watch.follow(&name);
-        let outcome = self
-            .create_and_wait(template, labels, &name, &mut seen, bind_by)
-            .await;
-        watch.forget(&name);
-        outcome
-    }
-
-    async fn create_and_wait(
-        &self,
-        template: &TemplateRef,
-        labels: &Labels,
-        name: &str,
-        seen: &mut tokio::sync::watch::Receiver<crate::claims::Seen>,
-        bind_by: Instant,
-    ) -> Result<SandboxHandle, BackendError> {
-        // Once: the engine retries a claim as a whole, under a new name.
-        let claims = self.api_once::<SandboxClaim>().await?;
-        let claim = objects::claim(
-            name,
-            &template.name,
-            &self.config.namespace,
-            labels,
-            objects::time_after(self.config.lease),
-        );
-        let params = PostParams {
-            field_manager: Some(MANAGER.into()),
-            ..PostParams::default()
-        };
-        if let Err(error) = claims.create(&params, &claim).await {
-            // Unless the server refused it (4xx) or it never left, the
-            // claim may exist with its answer lost (a cut connection, a 5xx
-            // after the write): delete it by its unique name, or it holds a
-            // sandbox until its shutdown time while the engine claims again.
-            let refused =
-                matches!(&error, kube::Error::Api(status) if (400..500).contains(&status.code));
-            let error = self.api_error(&format!("create claim {name} of {}", template.name), error);
-            if !refused && error.kind() != (ErrorKind::Transport { sent: false }) {
-                self.discard_claim(name).await;
-            }
-            return Err(error);
-        }
-        let ready = match wait_ready(seen, bind_by.into()).await {
-            Ok(ready) => ready,
-            Err(not_ready) => {
-                if not_ready != NotReady::Deleted {
-                    self.discard_claim(name).await;
-                }
-                return Err(self.not_ready(name, &template.name, not_ready));
-            }
-        };
-        let sandbox_name = ready
-            .status
-            .as_ref()
-            .and_then(|s| s.sandbox.as_ref())
-            .map(|s| s.name.clone())
-            .expect("a ready claim names its sandbox");
-        // Retrying: the claim is bound, and failing here would discard it.
-        let sandboxes = self.api::<Sandbox>().await?;
-        let sandbox = match sandboxes.get(&sandbox_name).await {
-            Ok(sandbox) => sandbox,
-            Err(error) => {
-                self.discard_claim(name).await;
-                let kind = if is_not_found(&error) {
-                    ErrorKind::SandboxLost
-                } else {
-                    crate::errors::kind_of(&error)
-                };
-                return Err(self.error(
-                    kind,
-                    format!(
-                        "claim {name}: its sandbox {sandbox_name}: {}",
-                        crate::client::one_line(&error)
-                    ),
-                ));
-            }
-        };
-        let pod = sandbox
-            .annotations()
-            .get(POD_NAME_ANNOTATION)
-            .cloned()
-            .unwrap_or_else(|| sandbox_name.clone());
-        let status = sandbox.status.unwrap_or_default();
-        let pod_ips = if status.pod_ips.is_empty() {
-            ready
-                .status
-                .as_ref()
-                .and_then(|s| s.sandbox.as_ref())
-                .map(|s| s.pod_ips.clone())
-                .unwrap_or_default()
-        } else {
-            status.pod_ips
-        };
-        let data = HandleData {
-            claim: name.to_string(),
-            sandbox: sandbox_name,
-            pod: pod.clone(),
-            namespace: self.config.namespace.clone(),
-            pod_ips: pod_ips.clone(),
-            service_fqdn: status.service_fqdn.clone(),
-        };
-        Ok(SandboxHandle {
-            id: name.to_string(),
-            cluster: self.name.clone(),
-            template: template.name.clone(),
-            run_id: template.run_id.clone(),
-            hostname: pod,
-            endpoint: status.service_fqdn.or_else(|| pod_ips.first().cloned()),
-            driver: serde_json::to_string(&data).expect("handle data serializes"),
-        })
-    }
-
-    fn not_ready(&self, claim: &str, template: &str, not_ready: NotReady) -> BackendError {
-        match not_ready {
-            NotReady::Terminal(reason, message) => {
-                let kind = match reason.as_str() {
-                    "TemplateNotFound" | "WarmPoolNotFound" => ErrorKind::NotFound,
-                    _ => ErrorKind::SandboxLost,
-                };
-                self.error(
-                    kind,
-                    format!("claim {claim} of {template}: {reason}: {message}"),
-                )
-            }
-            NotReady::Deleted => self.error(
-                ErrorKind::SandboxLost,
-                format!("claim {claim} of {template} was deleted before it was ready"),
-            ),
-            NotReady::Timeout(reason) => self.error(
-                ErrorKind::Timeout,
-                format!(
-                    "claim {claim} of {template} did not bind in time ({}); deleted",
-                    reason.unwrap_or_else(|| "no status yet".into())
-                ),
-            ),
-        }
-    }
-
-    async fn apply_pool(
-        &self,
-        template: &str,
-        replicas: u32,
-        labels: &Labels,
-    ) -> Result<(), BackendError> {
-        // Once: the engine retries warm and unwarm as a whole.
-        let pools = self.api_once::<SandboxWarmPool>().await?;
-        let pool = objects::pool(template, &self.config.namespace, replicas, labels);
-        pools
-            .patch(
-                template,
-                &PatchParams::apply(MANAGER).force(),
-                &Patch::Apply(&pool),
-            )
-            .await
-            .map(drop)
-            .map_err(|e| {
-                self.api_error(
-                    &format!("apply warm pool {template} ({replicas} replicas)"),
-                    e,
-                )
-            })
-    }
-
     fn session_slot(&self, claim: &str) -> SessionSlot {
         self.sessions
             .lock()
@@ -458,73 +252,6 @@ impl K8sBackend {
             .entry(claim.to_string())
             .or_default()
             .clone()
-    }
-
-    fn exec_failure(
-        &self,
-        sandbox: &SandboxHandle,
-        program: &str,
-        failure: Failure,
-    ) -> BackendError {
-        match failure {
-            Failure::NotStarted(error) => {
-                let error = self.api_error(
-                    &format!("exec `{program}` in sandbox {}", sandbox.id),
-                    error,
-                );
-                if error.kind() == ErrorKind::NotFound {
-                    self.error(
-                        ErrorKind::SandboxLost,
-                        format!("sandbox {}: its pod is gone", sandbox.id),
-                    )
-                } else {
-                    // The upgrade was refused or never made: nothing ran.
-                    error
-                }
-            }
-            Failure::Unread => self.error(
-                ErrorKind::Transport { sent: false },
-                format!(
-                    "command `{program}` in sandbox {}: the exec session ended before reading it",
-                    sandbox.id
-                ),
-            ),
-            Failure::Lost(why) => self.error(
-                ErrorKind::Transport { sent: true },
-                format!("command `{program}` in sandbox {}: {why}", sandbox.id),
-            ),
-        }
-    }
-
-    fn file_timeout(&self, sandbox: &SandboxHandle, path: &str) -> BackendError {
-        self.error(
-            ErrorKind::Timeout,
-            format!(
-                "sandbox {}: moving {path} took over {}",
-                sandbox.id,
-                humantime::format_duration(FILE_TIMEOUT)
-            ),
-        )
-    }
-
-    fn file_failure(
-        &self,
-        sandbox: &SandboxHandle,
-        path: &str,
-        failure: FileError,
-    ) -> BackendError {
-        match failure {
-            FileError::NotStarted(error) => {
-                self.api_error(&format!("{path} in sandbox {}", sandbox.id), error)
-            }
-            FileError::Missing => self.error(
-                ErrorKind::NotFound,
-                format!("sandbox {}: no file {path}", sandbox.id),
-            ),
-            FileError::Failed(why) => {
-                self.error(ErrorKind::Failed, format!("sandbox {}: {why}", sandbox.id))
-            }
-        }
     }
 
     /// What `run` owns: its templates, pools and claims by label, and the
@@ -628,7 +355,6 @@ impl Backend for K8sBackend {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            pool_sizing: PoolSizing::Client,
             lease_ttl: Some(self.config.lease),
             exec: ExecGuarantees {
                 argv: true,
@@ -636,8 +362,19 @@ impl Backend for K8sBackend {
                 kills_process_group: true,
             },
             images: Images::AnyReference,
-            scrub: true,
         }
+    }
+
+    fn pools(&self) -> Option<&dyn WarmPools> {
+        Some(self)
+    }
+
+    fn recycling(&self) -> Option<&dyn Recycling> {
+        Some(self)
+    }
+
+    fn pulls(&self) -> Option<&dyn ImagePulls> {
+        self.prepull.map(|_| self as &dyn ImagePulls)
     }
 
     async fn preflight(&self) -> Preflight {
@@ -709,117 +446,13 @@ impl Backend for K8sBackend {
         })
     }
 
-    async fn warm(
-        &self,
-        template: &TemplateRef,
-        replicas: u32,
-        labels: &Labels,
-    ) -> Result<(), BackendError> {
-        validate_labels(labels)
-            .map_err(|e| self.error(ErrorKind::Invalid, format!("pool {}: {e}", template.name)))?;
-        self.apply_pool(&template.name, replicas, labels).await
-    }
-
-    async fn unwarm(&self, template: &TemplateRef) -> Result<(), BackendError> {
-        // Scaled to zero, not deleted: cold claims still go through it.
-        match self
-            .apply_pool(&template.name, 0, &template.run_id.labels())
-            .await
-        {
-            Err(error) if error.kind() == ErrorKind::NotFound => Ok(()),
-            other => other,
-        }
-    }
-
-    async fn pool_status(&self, template: &TemplateRef) -> Result<PoolStatus, BackendError> {
-        let pools = self.api::<SandboxWarmPool>().await?;
-        let pool = pools
-            .get(&template.name)
-            .await
-            .map_err(|e| self.api_error(&format!("read warm pool {}", template.name), e))?;
-        Ok(pool_status(&pool))
-    }
-
-    async fn wait_pool_ready(
-        &self,
-        template: &TemplateRef,
-        at_least: u32,
-        deadline: Instant,
-    ) -> Result<PoolStatus, BackendError> {
-        let pools = self.api::<SandboxWarmPool>().await?;
-        let config = watcher::Config::default().fields(&format!("metadata.name={}", template.name));
-        let mut events = std::pin::pin!(watcher(pools, config));
-        let mut last = PoolStatus::default();
-        let waited = tokio::time::timeout_at(deadline.into(), async {
-            while let Some(event) = events.next().await {
-                match event {
-                    Ok(watcher::Event::Apply(pool) | watcher::Event::InitApply(pool)) => {
-                        last = pool_status(&pool);
-                        if last.ready >= at_least {
-                            return Ok(last);
-                        }
-                    }
-                    // DELETED is an answer, not a pool with 0 ready (agent-sandbox-rl #1736).
-                    Ok(watcher::Event::Delete(_)) => {
-                        return Err(self.error(
-                            ErrorKind::NotFound,
-                            format!("warm pool {} was deleted while it was filling", template.name),
-                        ));
-                    }
-                    Ok(_) => {}
-                    Err(error) => {
-                        tracing::debug!(cluster = %self.name, pool = %template.name, %error, "pool watch failed; resuming");
-                        tokio::time::sleep(REAP_PAUSE).await;
-                    }
-                }
-            }
-            Err(self.error(ErrorKind::Failed, "the pool watch ended"))
-        })
-        .await;
-        match waited {
-            Ok(outcome) => outcome,
-            Err(_) => Err(self.error(
-                ErrorKind::Timeout,
-                format!(
-                    "warm pool {}: {} of {at_least} sandboxes ready at the deadline",
-                    template.name, last.ready
-                ),
-            )),
-        }
-    }
-
     async fn claim(
         &self,
         template: &TemplateRef,
         labels: &Labels,
         deadline: Instant,
     ) -> Result<SandboxHandle, BackendError> {
-        validate_labels(labels).map_err(|e| {
-            self.error(
-                ErrorKind::Invalid,
-                format!("claim of {}: {e}", template.name),
-            )
-        })?;
-        let now = Instant::now();
-        let bind_by = match self.config.bind_timeout {
-            Some(bind) => deadline.min(now + bind),
-            None => now + deadline.saturating_duration_since(now) / 2,
-        };
-        match self.claim_once(template, labels, bind_by).await {
-            // Did not bind (upstream #1367: cold creates lost under load):
-            // it was deleted; the engine makes it again, once there is time
-            // for it, under the run's retry budget.
-            Err(error)
-                if error.kind() == ErrorKind::Timeout
-                    && deadline.saturating_duration_since(Instant::now()) > MIN_RETRY =>
-            {
-                Err(self.error(
-                    ErrorKind::Unavailable,
-                    format!("{}; claiming again", error.message()),
-                ))
-            }
-            other => other,
-        }
+        self.claim_within(template, labels, deadline).await
     }
 
     async fn exec(
@@ -857,14 +490,16 @@ impl Backend for K8sBackend {
                         Err(Failure::Unread) => {
                             tracing::info!(cluster = %self.name, sandbox = %sandbox.id, "the exec session ended before reading a command; running it alone");
                         }
-                        other => return other.map_err(|f| self.exec_failure(sandbox, &program, f)),
+                        other => {
+                            return other.map_err(|f| f.into_error(&self.name, sandbox, &program));
+                        }
                     }
                 }
             }
         }
         one_shot(&target, request, output)
             .await
-            .map_err(|f| self.exec_failure(sandbox, &program, f))
+            .map_err(|f| f.into_error(&self.name, sandbox, &program))
     }
 
     async fn put_file(
@@ -877,39 +512,21 @@ impl Backend for K8sBackend {
         let data = self.handle_data(sandbox)?;
         let target = self.target(&data).await?;
         tokio::time::timeout(
-            FILE_TIMEOUT,
+            crate::files::FILE_TIMEOUT,
             crate::files::put(&target, path, contents, mode),
         )
         .await
-        .map_err(|_| self.file_timeout(sandbox, path))?
-        .map_err(|f| self.file_failure(sandbox, path, f))
+        .map_err(|_| crate::files::timed_out(&self.name, sandbox, path))?
+        .map_err(|f| f.into_error(&self.name, sandbox, path))
     }
 
     async fn get_file(&self, sandbox: &SandboxHandle, path: &str) -> Result<Vec<u8>, BackendError> {
         let data = self.handle_data(sandbox)?;
         let target = self.target(&data).await?;
-        tokio::time::timeout(FILE_TIMEOUT, crate::files::get(&target, path))
+        tokio::time::timeout(crate::files::FILE_TIMEOUT, crate::files::get(&target, path))
             .await
-            .map_err(|_| self.file_timeout(sandbox, path))?
-            .map_err(|f| self.file_failure(sandbox, path, f))
-    }
-
-    async fn scrub(&self, sandbox: &SandboxHandle) -> Result<(), BackendError> {
-        let data = self.handle_data(sandbox)?;
-        // The session's shell is one of the processes a scrub stops.
-        self.sessions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&data.claim);
-        let target = self.target(&data).await?;
-        crate::scrub::scrub(&target, &self.config.entrypoint)
-            .await
-            .map_err(|why| {
-                self.error(
-                    ErrorKind::SandboxLost,
-                    format!("sandbox {}: {why}", sandbox.id),
-                )
-            })
+            .map_err(|_| crate::files::timed_out(&self.name, sandbox, path))?
+            .map_err(|f| f.into_error(&self.name, sandbox, path))
     }
 
     async fn release(&self, sandbox: &SandboxHandle) -> Result<(), BackendError> {
@@ -1021,10 +638,23 @@ impl Backend for K8sBackend {
     }
 }
 
-fn pool_status(pool: &SandboxWarmPool) -> PoolStatus {
-    let ready = pool.status.as_ref().map_or(0, |s| s.ready_replicas);
-    PoolStatus {
-        desired: u32::try_from(pool.spec.replicas).unwrap_or(0),
-        ready: u32::try_from(ready).unwrap_or(0),
+#[async_trait]
+impl Recycling for K8sBackend {
+    async fn scrub(&self, sandbox: &SandboxHandle) -> Result<(), BackendError> {
+        let data = self.handle_data(sandbox)?;
+        // The session's shell is one of the processes a scrub stops.
+        self.sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&data.claim);
+        let target = self.target(&data).await?;
+        crate::scrub::scrub(&target, &self.config.entrypoint)
+            .await
+            .map_err(|why| {
+                self.error(
+                    ErrorKind::SandboxLost,
+                    format!("sandbox {}: {why}", sandbox.id),
+                )
+            })
     }
 }

@@ -11,9 +11,13 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
 use kube::api::{Api, AttachParams, AttachedProcess};
-use sandfleet_core::{CappedOutput, ExecRequest, ExecResult, OutputSink, OutputStream};
+use sandfleet_core::{
+    BackendError, CappedOutput, ErrorKind, ExecRequest, ExecResult, OutputSink, OutputStream,
+    SandboxHandle,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, SimplexStream, WriteHalf};
 
+use crate::errors::api_error;
 use crate::frames::{Stream, kill_argv, script};
 use crate::objects::CONTAINER;
 
@@ -41,6 +45,50 @@ pub(crate) enum Failure {
     /// ended before the first byte of it was taken, or the shell ended, of
     /// itself, before it read it. It never ran.
     Unread,
+}
+
+impl Failure {
+    /// The failure as the engine sees it: whether the command may have
+    /// run decides whether it may be sent again.
+    pub(crate) fn into_error(
+        self,
+        cluster: &str,
+        sandbox: &SandboxHandle,
+        program: &str,
+    ) -> BackendError {
+        match self {
+            Failure::NotStarted(error) => {
+                let error = api_error(
+                    cluster,
+                    &format!("exec `{program}` in sandbox {}", sandbox.id),
+                    error,
+                );
+                if error.kind() == ErrorKind::NotFound {
+                    BackendError::new(
+                        ErrorKind::SandboxLost,
+                        cluster,
+                        format!("sandbox {}: its pod is gone", sandbox.id),
+                    )
+                } else {
+                    // The upgrade was refused or never made: nothing ran.
+                    error
+                }
+            }
+            Failure::Unread => BackendError::new(
+                ErrorKind::Transport { sent: false },
+                cluster,
+                format!(
+                    "command `{program}` in sandbox {}: the exec session ended before reading it",
+                    sandbox.id
+                ),
+            ),
+            Failure::Lost(why) => BackendError::new(
+                ErrorKind::Transport { sent: true },
+                cluster,
+                format!("command `{program}` in sandbox {}: {why}", sandbox.id),
+            ),
+        }
+    }
 }
 
 /// How a pods/exec stream ended before a command's end frame.

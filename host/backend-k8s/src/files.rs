@@ -4,9 +4,16 @@
 //! when every byte arrived. The writer reads exactly the announced length,
 //! so neither side needs the stdin close signal v4 lacks.
 
+use std::time::Duration;
+
+use sandfleet_core::{BackendError, ErrorKind, SandboxHandle};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use crate::errors::api_error;
 use crate::exec::{Target, exit_code};
+
+/// How long moving one file in or out of a sandbox may take.
+pub(crate) const FILE_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Bytes handed to the websocket per write: large files go as many frames.
 const CHUNK: usize = 256 * 1024;
@@ -23,6 +30,45 @@ pub(crate) enum FileError {
     Missing,
     /// The pod's shell failed or the connection broke; the text says which.
     Failed(String),
+}
+
+impl FileError {
+    /// The failure as the engine sees it, naming the sandbox and the path.
+    pub(crate) fn into_error(
+        self,
+        cluster: &str,
+        sandbox: &SandboxHandle,
+        path: &str,
+    ) -> BackendError {
+        match self {
+            FileError::NotStarted(error) => {
+                api_error(cluster, &format!("{path} in sandbox {}", sandbox.id), error)
+            }
+            FileError::Missing => BackendError::new(
+                ErrorKind::NotFound,
+                cluster,
+                format!("sandbox {}: no file {path}", sandbox.id),
+            ),
+            FileError::Failed(why) => BackendError::new(
+                ErrorKind::Failed,
+                cluster,
+                format!("sandbox {}: {why}", sandbox.id),
+            ),
+        }
+    }
+}
+
+/// The error of a move that took over [`FILE_TIMEOUT`].
+pub(crate) fn timed_out(cluster: &str, sandbox: &SandboxHandle, path: &str) -> BackendError {
+    BackendError::new(
+        ErrorKind::Timeout,
+        cluster,
+        format!(
+            "sandbox {}: moving {path} took over {}",
+            sandbox.id,
+            humantime::format_duration(FILE_TIMEOUT)
+        ),
+    )
 }
 
 /// Writes `contents` to `path` in the pod, with `mode`, making parents.

@@ -1,7 +1,7 @@
 //! Pre-pulling a run's images on every node the cluster's node selector
-//! matches: one DaemonSet whose pods name each image (all but one as init
-//! containers that only run `true`), waited on until every node's pod is
-//! ready — every image is then in every node's cache — and deleted.
+//! matches: per image, one DaemonSet whose pods run it, waited on until
+//! every node's pod is ready — the image is then in every node's cache —
+//! and deleted.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -19,27 +19,20 @@ use crate::config::K8sConfig;
 /// Label naming a pre-pull DaemonSet's pods.
 pub(crate) const LABEL_PREPULL: &str = "sandfleet.io/prepull";
 
-/// The DaemonSet that pulls `images` for `run`.
-pub(crate) fn daemon_set(run: &RunId, images: &[String], config: &K8sConfig) -> DaemonSet {
-    let name = format!("sf-prepull-{:08x}", fnv(run.as_str()));
+/// The DaemonSet that pulls `image` for `run`: its one container runs the
+/// image's entrypoint, which a pod must for its node to count as holding it.
+pub(crate) fn daemon_set(run: &RunId, image: &str, config: &K8sConfig) -> DaemonSet {
+    let name = format!("sf-prepull-{:08x}", fnv(&format!("{run}/{image}")));
     let mut labels = run.labels();
     labels.insert(LABEL_PREPULL.into(), name.clone());
-    let container = |index: usize, image: &String, command: Vec<String>| Container {
-        name: format!("image-{index}"),
-        image: Some(image.clone()),
-        command: Some(command),
-        image_pull_policy: config.image_pull_policy.clone(),
-        ..Container::default()
-    };
-    let (first, rest) = images.split_first().expect("at least one image");
     let pod = PodSpec {
-        init_containers: (!rest.is_empty()).then(|| {
-            rest.iter()
-                .enumerate()
-                .map(|(i, image)| container(i + 1, image, vec!["true".into()]))
-                .collect()
-        }),
-        containers: vec![container(0, first, config.entrypoint.clone())],
+        containers: vec![Container {
+            name: "image".into(),
+            image: Some(image.to_string()),
+            command: Some(config.entrypoint.clone()),
+            image_pull_policy: config.image_pull_policy.clone(),
+            ..Container::default()
+        }],
         automount_service_account_token: Some(false),
         node_selector: (!config.node_selector.is_empty()).then(|| config.node_selector.clone()),
         image_pull_secrets: config.pull_secret.as_ref().map(|name| {
@@ -160,19 +153,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_image_is_a_container_of_one_pod_per_node() {
+    fn each_image_is_the_container_of_one_pod_per_node_named_by_run_and_image() {
         let run = RunId::new("r1").unwrap();
-        let images = vec!["a:1".to_string(), "b:2".to_string(), "c:3".to_string()];
         let config = K8sConfig {
             node_selector: BTreeMap::from([("pool".into(), "sb".into())]),
             ..K8sConfig::default()
         };
-        let value = serde_json::to_value(daemon_set(&run, &images, &config)).unwrap();
+        let value = serde_json::to_value(daemon_set(&run, "a:1", &config)).unwrap();
         let pod = &value["spec"]["template"]["spec"];
         assert_eq!(pod["containers"][0]["image"], "a:1");
-        assert_eq!(pod["initContainers"][0]["image"], "b:2");
-        assert_eq!(pod["initContainers"][1]["command"][0], "true");
+        assert_eq!(pod["containers"].as_array().unwrap().len(), 1);
         assert_eq!(pod["nodeSelector"]["pool"], "sb");
+        let other = serde_json::to_value(daemon_set(&run, "b:2", &config)).unwrap();
+        assert_ne!(value["metadata"]["name"], other["metadata"]["name"]);
         let name = value["metadata"]["name"].as_str().unwrap();
         assert_eq!(
             value["spec"]["selector"]["matchLabels"][LABEL_PREPULL],

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use sandfleet_backend_k8s::{ExecMode, K8sBackend, K8sClients, K8sConfig};
 use sandfleet_core::{
-    Backend, BackendError, ErrorKind, ExecRequest, ExecResult, LABEL_TASK, RunId, SandboxHandle,
-    TemplateRef, TemplateSpec, template_name,
+    Backend, BackendError, ErrorKind, ExecRequest, ExecResult, LABEL_TASK, Recycling, RunId,
+    SandboxHandle, TemplateRef, TemplateSpec, WarmPools, template_name,
 };
 use sandfleet_emulator_k8s::{CONTEXT, Config, DenyRule, Emulator, ImageMap, MARKER_ENV, Tuning};
 
@@ -416,13 +416,20 @@ async fn bad_input_is_one_preflight_line_before_anything_is_created() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_prepull_puts_the_images_on_every_matching_node_and_leaves_no_daemon_set() {
     let cluster = Cluster::agent_sandbox().await;
-    let backend = cluster.backend(cluster.config());
+    // Without being asked to, a cluster pulls nothing ahead.
+    assert!(cluster.backend(cluster.config()).pulls().is_none());
+    let backend = cluster
+        .backend(cluster.config())
+        .pre_pulling(Duration::from_secs(60));
     let run = RunId::new("run-pull").unwrap();
-    let nodes = backend
-        .prepull(&run, &[IMAGE.to_string()], soon())
+    let pulls = backend.pulls().expect("asked to pre-pull");
+    let listed = pulls.images_to_pull(&[IMAGE.to_string()]).await;
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].bytes.as_ref().ok(), Some(&None));
+    pulls
+        .pull_image(IMAGE, &run.labels(), &|_| {})
         .await
         .unwrap();
-    assert_eq!(nodes, 3);
     let client = cluster.client().await;
     let listed = kube::Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
         .list(&Default::default())

@@ -20,7 +20,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use sandfleet_backend_local::{
     ImageSource, IsolationMode, LimitOverrides, LocalBackend, LocalConfig,
 };
-use sandfleet_core::{Backend, ExecRequest, RunId, TemplateRef, TemplateSpec};
+use sandfleet_core::{Backend, ExecRequest, RunId, TemplateRef, TemplateSpec, WarmPools};
 use tokio::runtime::Runtime;
 
 #[allow(

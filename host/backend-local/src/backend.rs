@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use sandfleet_core::{
     Backend, BackendError, Capabilities, Capacity, ExecGuarantees, ExecRequest, ExecResult,
-    ImageToPull, Images, Labels, OutputSink, Owned, PoolSizing, PoolStatus, Preflight,
-    PullProgress, Reaped, RunId, SandboxHandle, TemplateRef, TemplateSpec,
+    ImagePulls, ImageToPull, Images, Labels, OutputSink, Owned, PoolStatus, Preflight,
+    PullProgress, Reaped, Recycling, RunId, SandboxHandle, TemplateRef, TemplateSpec, WarmPools,
 };
 use tokio::sync::{Notify, Semaphore};
 
@@ -281,7 +281,6 @@ impl Inner {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            pool_sizing: PoolSizing::Client,
             lease_ttl: None,
             exec: ExecGuarantees {
                 argv: true,
@@ -303,9 +302,6 @@ impl Inner {
                     Images::Named(self.config.images.keys().cloned().collect::<BTreeSet<_>>())
                 }
             },
-            // Isolated sandboxes restart on a fresh writable layer; plain
-            // ones have their processes stopped.
-            scrub: true,
         }
     }
 }
@@ -320,6 +316,20 @@ impl Backend for LocalBackend {
         self.inner.capabilities()
     }
 
+    fn pools(&self) -> Option<&dyn WarmPools> {
+        Some(self)
+    }
+
+    /// Isolated sandboxes restart on a fresh writable layer; plain ones
+    /// have their processes stopped.
+    fn recycling(&self) -> Option<&dyn Recycling> {
+        Some(self)
+    }
+
+    fn pulls(&self) -> Option<&dyn ImagePulls> {
+        Some(self)
+    }
+
     async fn preflight(&self) -> Preflight {
         self.inner.preflight().await
     }
@@ -328,56 +338,9 @@ impl Backend for LocalBackend {
         self.inner.capacity().map_err(|e| self.error(e))
     }
 
-    async fn images_to_pull(&self, images: &[String]) -> Vec<ImageToPull> {
-        self.inner.images_to_pull(images).await
-    }
-
-    async fn pull_image(
-        &self,
-        image: &str,
-        progress: PullProgress<'_>,
-    ) -> Result<(), BackendError> {
-        self.inner
-            .pull_image(image, progress)
-            .await
-            .map_err(|e| self.error(e))
-    }
-
     async fn ensure_template(&self, spec: &TemplateSpec) -> Result<TemplateRef, BackendError> {
         self.inner
             .ensure_template(spec)
-            .await
-            .map_err(|e| self.error(e))
-    }
-
-    async fn warm(
-        &self,
-        template: &TemplateRef,
-        replicas: u32,
-        labels: &Labels,
-    ) -> Result<(), BackendError> {
-        self.inner
-            .warm(template, replicas, labels)
-            .await
-            .map_err(|e| self.error(e))
-    }
-
-    async fn unwarm(&self, template: &TemplateRef) -> Result<(), BackendError> {
-        self.inner.unwarm(template).await.map_err(|e| self.error(e))
-    }
-
-    async fn pool_status(&self, template: &TemplateRef) -> Result<PoolStatus, BackendError> {
-        self.inner.pool_status(template).map_err(|e| self.error(e))
-    }
-
-    async fn wait_pool_ready(
-        &self,
-        template: &TemplateRef,
-        at_least: u32,
-        deadline: Instant,
-    ) -> Result<PoolStatus, BackendError> {
-        self.inner
-            .wait_pool_ready(template, at_least, deadline)
             .await
             .map_err(|e| self.error(e))
     }
@@ -426,10 +389,6 @@ impl Backend for LocalBackend {
             .map_err(|e| self.error(e))
     }
 
-    async fn scrub(&self, sandbox: &SandboxHandle) -> Result<(), BackendError> {
-        self.inner.scrub(sandbox).await.map_err(|e| self.error(e))
-    }
-
     async fn release(&self, sandbox: &SandboxHandle) -> Result<(), BackendError> {
         self.inner.release(sandbox).await.map_err(|e| self.error(e))
     }
@@ -452,5 +411,68 @@ impl Backend for LocalBackend {
 
     async fn reap(&self, run_id: &RunId) -> Result<Reaped, BackendError> {
         self.inner.reap(run_id).await.map_err(|e| self.error(e))
+    }
+}
+
+#[async_trait]
+impl WarmPools for LocalBackend {
+    async fn warm(
+        &self,
+        template: &TemplateRef,
+        replicas: u32,
+        labels: &Labels,
+    ) -> Result<(), BackendError> {
+        self.inner
+            .warm(template, replicas, labels)
+            .await
+            .map_err(|e| self.error(e))
+    }
+
+    async fn unwarm(&self, template: &TemplateRef) -> Result<(), BackendError> {
+        self.inner.unwarm(template).await.map_err(|e| self.error(e))
+    }
+
+    async fn pool_status(&self, template: &TemplateRef) -> Result<PoolStatus, BackendError> {
+        self.inner.pool_status(template).map_err(|e| self.error(e))
+    }
+
+    async fn wait_pool_ready(
+        &self,
+        template: &TemplateRef,
+        at_least: u32,
+        deadline: Instant,
+    ) -> Result<PoolStatus, BackendError> {
+        self.inner
+            .wait_pool_ready(template, at_least, deadline)
+            .await
+            .map_err(|e| self.error(e))
+    }
+}
+
+#[async_trait]
+impl Recycling for LocalBackend {
+    async fn scrub(&self, sandbox: &SandboxHandle) -> Result<(), BackendError> {
+        self.inner.scrub(sandbox).await.map_err(|e| self.error(e))
+    }
+}
+
+#[async_trait]
+impl ImagePulls for LocalBackend {
+    async fn images_to_pull(&self, images: &[String]) -> Vec<ImageToPull> {
+        self.inner.images_to_pull(images).await
+    }
+
+    /// Layers go to the host's shared store, which no run owns: `labels`
+    /// have nothing to mark.
+    async fn pull_image(
+        &self,
+        image: &str,
+        _labels: &Labels,
+        progress: PullProgress<'_>,
+    ) -> Result<(), BackendError> {
+        self.inner
+            .pull_image(image, progress)
+            .await
+            .map_err(|e| self.error(e))
     }
 }

@@ -76,7 +76,7 @@ impl Inner {
             .filter_map(|(missing, (name, _))| {
                 Some(ImageToPull {
                     image: name.to_string(),
-                    bytes: missing?.map_err(|e| e.into_backend(&self.name)),
+                    bytes: missing?.map(Some).map_err(|e| e.into_backend(&self.name)),
                 })
             })
             .collect()

@@ -7,19 +7,17 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use reqwest::Method;
 use sandfleet_core::{
-    Backend, BackendError, Capabilities, Capacity, CappedOutput, ErrorKind, ExecGuarantees,
-    ExecRequest, ExecResult, Images, LABEL_RUN_ID, Labels, OutputSink, OutputStream, Owned,
-    PoolSizing, PoolStatus, Preflight, Reaped, RunId, SandboxHandle, TemplateRef, TemplateSpec,
-    validate_labels,
+    Backend, BackendError, Capabilities, Capacity, ErrorKind, ExecGuarantees, ExecRequest,
+    ExecResult, Images, LABEL_RUN_ID, Labels, OutputSink, Owned, Preflight, Reaped, RunId,
+    SandboxHandle, TemplateRef, TemplateSpec, validate_labels,
 };
 use sandfleet_transport::{Call, CallKind, Clients, HttpFailure, Transport};
 
-use crate::background::Poller;
 use crate::config::{EndpointMode, OpenSandboxConfig, Resolved};
-use crate::exec::{Cut, read_to_terminal};
+mod command;
+
 use crate::wire::{
-    Command, CreateSandbox, Endpoint, Extensions, HandleData, Image, Resources, Sandbox,
-    SandboxPage,
+    CreateSandbox, Endpoint, Extensions, HandleData, Image, Resources, Sandbox, SandboxPage,
 };
 
 /// The lifecycle API's key header.
@@ -28,16 +26,6 @@ const API_KEY: &str = "OPEN-SANDBOX-API-KEY";
 /// Label naming the claim a sandbox was created for, so a create whose
 /// answer was lost can be found and deleted.
 const LABEL_CLAIM: &str = "sandfleet.io/claim";
-
-/// The environment variable naming each command sent.
-const COMMAND_MARKER: &str = "SANDFLEET_COMMAND_ID";
-
-/// Where a background command's stderr waits to be read back: every
-/// image has a /tmp.
-const BACKGROUND_STDERR_DIR: &str = "/tmp";
-
-/// How long reading a background command's stderr back may take.
-const TAKE_FILE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Pause between readiness probes.
 const PROBE_PAUSE: Duration = Duration::from_millis(100);
@@ -312,55 +300,6 @@ impl OpenSandboxBackend {
         Ok(call)
     }
 
-    /// Prints and removes `file` in the sandbox with one short foreground
-    /// command (removing a file that is gone is no change, so this is safe
-    /// to have run twice), and returns what it held.
-    async fn take_file_output(
-        &self,
-        execd: &HandleData,
-        sandbox: &SandboxHandle,
-        file: &str,
-    ) -> Result<Vec<u8>, BackendError> {
-        let body = Command {
-            command: format!(
-                "cat -- {file} && rm -f -- {file}",
-                file = shell_words::quote(file)
-            ),
-            cwd: None,
-            timeout: Some(TAKE_FILE_TIMEOUT.as_millis() as u64),
-            envs: BTreeMap::new(),
-            background: false,
-        };
-        let call = self
-            .execd(
-                execd,
-                Method::POST,
-                "/command",
-                CallKind::Command {
-                    timeout: Some(TAKE_FILE_TIMEOUT),
-                },
-                format!("read back {file} in sandbox {}", sandbox.id),
-            )?
-            .json(serde_json::to_value(&body).expect("the body serializes"));
-        let started = Instant::now();
-        let response = self.transport.send(&self.name, &call).await?;
-        match read_to_terminal(response, started, TAKE_FILE_TIMEOUT, None, false, None).await {
-            Ok(ended) if ended.result.exit_code == 0 => Ok(ended.result.stdout),
-            Ok(ended) => Err(self.error(
-                ErrorKind::Failed,
-                format!(
-                    "reading {file} exited {}: {}",
-                    ended.result.exit_code,
-                    String::from_utf8_lossy(&ended.result.stderr).trim()
-                ),
-            )),
-            Err(Cut::Lost(why, _) | Cut::Garbled(why)) => Err(self.error(
-                ErrorKind::Transport { sent: true },
-                format!("reading {file}: {why}"),
-            )),
-        }
-    }
-
     fn handle_data_of(&self, sandbox: &SandboxHandle) -> Result<HandleData, BackendError> {
         serde_json::from_str(&sandbox.driver).map_err(|e| {
             self.error(
@@ -453,21 +392,14 @@ impl Backend for OpenSandboxBackend {
         &self.name
     }
 
-    /// Pools are sized by the server only when every image has one (the
-    /// default `pool` is set). With `pools` alone, some images' sandboxes
-    /// come from server pools and every other image's are created
-    /// directly; capabilities are the cluster's, not an image's, so it
-    /// reports `None`: the engine then paces every claim as a create (a
-    /// pool take is a `POST /v1/sandboxes` too, so it is slower, never over
-    /// the limit) and counts no warm replicas it never asked for, instead
-    /// of taking the direct creates for warm ones and leaving them unpaced.
+    /// Without [`Backend::pools`], [`Backend::recycling`] or
+    /// [`Backend::pulls`]: the server's own pools (`pool`, `pools`) fill
+    /// claims unasked, so the engine counts no warm replicas it never asked
+    /// for and paces every claim as a create (a pool take is a
+    /// `POST /v1/sandboxes` too); no API stops a sandbox's processes or
+    /// resets its files; the server pulls images itself.
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            pool_sizing: if self.config.pool.is_some() {
-                PoolSizing::Server
-            } else {
-                PoolSizing::None
-            },
             lease_ttl: Some(self.config.timeout),
             exec: ExecGuarantees {
                 // execd runs `bash -c` on a string.
@@ -477,8 +409,6 @@ impl Backend for OpenSandboxBackend {
                 kills_process_group: true,
             },
             images: Images::AnyReference,
-            // No API stops a sandbox's processes or resets its files.
-            scrub: false,
         }
     }
 
@@ -542,28 +472,6 @@ impl Backend for OpenSandboxBackend {
             image: spec.image.clone(),
             run_id: run,
         })
-    }
-
-    async fn warm(&self, _: &TemplateRef, _: u32, _: &Labels) -> Result<(), BackendError> {
-        // Pools, where there are any, are the server's to size.
-        Ok(())
-    }
-
-    async fn unwarm(&self, _: &TemplateRef) -> Result<(), BackendError> {
-        Ok(())
-    }
-
-    async fn pool_status(&self, _: &TemplateRef) -> Result<PoolStatus, BackendError> {
-        Ok(PoolStatus::default())
-    }
-
-    async fn wait_pool_ready(
-        &self,
-        _: &TemplateRef,
-        _: u32,
-        _: Instant,
-    ) -> Result<PoolStatus, BackendError> {
-        Ok(PoolStatus::default())
     }
 
     async fn claim(
@@ -656,109 +564,7 @@ impl Backend for OpenSandboxBackend {
         request: &ExecRequest,
         output: Option<&OutputSink>,
     ) -> Result<ExecResult, BackendError> {
-        let execd = self.handle_data_of(sandbox)?;
-        if request.argv.is_empty() {
-            return Err(self.error(ErrorKind::Invalid, "a command needs a program"));
-        }
-        // Names this logical command, so a server (or the emulator's
-        // counters) can tell a command run twice from two commands.
-        let marker = format!("{:016x}", crate::random());
-        // Long commands (evaluations) are polled instead of streamed.
-        let background =
-            !request.timeout.is_zero() && request.timeout >= self.config.background_after;
-        // A background command's logs come with both streams in one; its
-        // stderr goes to a file of its own instead, read back at the end.
-        let stderr_file = (background && !request.merge_stderr)
-            .then(|| format!("{BACKGROUND_STDERR_DIR}/.sandfleet-stderr-{marker}"));
-        let command = match &stderr_file {
-            Some(file) => format!(
-                "exec 2>{}; {}",
-                shell_words::quote(file),
-                shell_words::join(&request.argv)
-            ),
-            None => shell_words::join(&request.argv),
-        };
-        let mut envs: BTreeMap<&str, &str> = request
-            .env
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .collect();
-        envs.insert(COMMAND_MARKER, &marker);
-        let body = Command {
-            command,
-            cwd: request.workdir.as_deref(),
-            timeout: (!request.timeout.is_zero()).then_some(request.timeout.as_millis() as u64),
-            envs,
-            background,
-        };
-        let program = request.argv[0].clone();
-        let call = self
-            .execd(
-                &execd,
-                Method::POST,
-                "/command",
-                CallKind::Command {
-                    timeout: (!request.timeout.is_zero()).then_some(request.timeout),
-                },
-                format!("command `{program}` in sandbox {}", sandbox.id),
-            )?
-            .json(serde_json::to_value(&body).expect("the body serializes"));
-        let started = Instant::now();
-        let response = self.transport.send(&self.name, &call).await?;
-        let ended = read_to_terminal(
-            response,
-            started,
-            request.timeout,
-            request.max_output,
-            request.merge_stderr,
-            output,
-        )
-        .await;
-        let lost = |why: String| {
-            // The command may have run (execd keeps running it after a
-            // disconnect): never sent again.
-            self.error(
-                ErrorKind::Transport { sent: true },
-                format!("command `{program}` in sandbox {}: {why}", sandbox.id),
-            )
-        };
-        let command_id = match ended {
-            Ok(ended) if !background => return Ok(ended.result),
-            Ok(ended) => ended.command_id,
-            // A background command whose id we have is polled even if the
-            // stream that announced it was cut.
-            Err(Cut::Lost(_, Some(id))) if background => Some(id),
-            Err(Cut::Lost(why, _)) => return Err(lost(why)),
-            Err(Cut::Garbled(why)) => {
-                return Err(self.error(
-                    ErrorKind::Failed,
-                    format!("command `{program}` in sandbox {}: {why}", sandbox.id),
-                ));
-            }
-        };
-        let id = command_id.ok_or_else(|| lost("execd gave a background command no id".into()))?;
-        let poller = Poller {
-            transport: &self.transport,
-            cluster: &self.name,
-            call: |method, path: String, what| {
-                self.execd(&execd, method, &path, CallKind::Lifecycle, what)
-            },
-        };
-        let mut result = poller
-            .follow(&id, started, request.timeout, request.max_output, output)
-            .await?;
-        if let Some(file) = stderr_file {
-            let read = self.take_file_output(&execd, sandbox, &file).await;
-            let mut kept = CappedOutput::new(OutputStream::Stderr, request.max_output);
-            let bytes = read.unwrap_or_else(|error| {
-                tracing::warn!(sandbox = %sandbox.id, %error, "cannot read back a background command's stderr");
-                format!("(sandfleet: this command's stderr could not be read back: {error})\n")
-                    .into_bytes()
-            });
-            kept.keep_and_send(&bytes, output).await;
-            (result.stderr, result.stderr_dropped) = kept.finish_and_send(output).await;
-        }
-        Ok(result)
+        self.run_command(sandbox, request, output).await
     }
 
     async fn put_file(
@@ -804,16 +610,6 @@ impl Backend for OpenSandboxBackend {
         }
         let response = self.transport.send(&self.name, &call).await?;
         self.transport.body(&self.name, &call, response).await
-    }
-
-    async fn scrub(&self, sandbox: &SandboxHandle) -> Result<(), BackendError> {
-        Err(self.error(
-            ErrorKind::Unsupported,
-            format!(
-                "sandbox {}: OpenSandbox sandboxes are not recycled",
-                sandbox.id
-            ),
-        ))
     }
 
     async fn release(&self, sandbox: &SandboxHandle) -> Result<(), BackendError> {
@@ -899,31 +695,6 @@ mod tests {
 
     fn mapped(image: &str, pool: &str) -> BTreeMap<String, String> {
         [(image.to_string(), pool.to_string())].into()
-    }
-
-    #[test]
-    fn the_server_sizes_pools_only_when_every_image_has_one() {
-        let sizing = |config| backend_of(config).unwrap().capabilities().pool_sizing;
-        assert_eq!(sizing(OpenSandboxConfig::default()), PoolSizing::None);
-        let every_image = OpenSandboxConfig {
-            pool: Some("swe-pool".into()),
-            ..OpenSandboxConfig::default()
-        };
-        assert_eq!(sizing(every_image.clone()), PoolSizing::Server);
-        assert_eq!(
-            sizing(OpenSandboxConfig {
-                pools: mapped("calc", "calc-pool"),
-                ..every_image
-            }),
-            PoolSizing::Server
-        );
-        assert_eq!(
-            sizing(OpenSandboxConfig {
-                pools: mapped("calc", "calc-pool"),
-                ..OpenSandboxConfig::default()
-            }),
-            PoolSizing::None
-        );
     }
 
     #[test]

@@ -48,7 +48,7 @@ pub(crate) fn plan(config_path: &Path) -> anyhow::Result<ExitCode> {
                 RecycleEstimate::render(
                     &cluster.name,
                     &cluster.kind,
-                    cluster.backend.capabilities().scrub,
+                    cluster.backend.recycling().is_some(),
                     config.fleet.recycle
                 )
             );

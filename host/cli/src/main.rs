@@ -51,8 +51,10 @@ enum Command {
         /// The fleet file.
         config: PathBuf,
     },
-    /// Pull the run's images on every node of its Kubernetes clusters (a
-    /// DaemonSet per cluster, deleted once every node has them).
+    /// Fetch the run's images ahead on every cluster that can: into the
+    /// local backend's store, and onto every matching node of its
+    /// Kubernetes clusters (a DaemonSet per image, deleted once every node
+    /// has it), as `[fleet] prepull = true` does before a run.
     Prepull {
         /// The fleet file.
         config: PathBuf,

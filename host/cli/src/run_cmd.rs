@@ -22,12 +22,9 @@ pub(crate) fn run(
     let config = FleetConfig::load(config_path)?;
     let plugins = setup::plugins(&config)?;
     let tasks = setup::tasks(&config, &plugins.adapter)?;
-    // One client per kubeconfig and context, for the pre-pull and the run.
-    let connections = setup::Connections::new(config.fleet.create_rate)?;
-    let clusters = setup::clusters_with(&config, &connections)?;
+    let clusters = setup::clusters(&config)?;
     setup::check_images(&config, &clusters, &tasks)?;
     let solutions = setup::solutions(config.run.solutions.as_deref())?;
-    let images = crate::prepull_cmd::images(&config, tasks.iter().map(|t| t.image.as_str()));
     let items = setup::work_items(&config, tasks, &solutions);
     let out_dir = out
         .or_else(|| config.run.out.clone())
@@ -45,14 +42,6 @@ pub(crate) fn run(
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    if config.fleet.prepull {
-        runtime.block_on(crate::prepull_cmd::pull(
-            &config,
-            &images,
-            &run_id,
-            &connections,
-        ))?;
-    }
     let cancel = CancellationToken::new();
     let spec = spec(
         config,

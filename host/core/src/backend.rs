@@ -3,12 +3,15 @@
 //! A backend is built once per configured cluster and serves any number of
 //! runs at once: everything it creates carries the labels it is given (the
 //! run id among them), and `list_owned` / `reap` are scoped to one run id.
-//! What differs between backends — who sizes warm pools, whether claimed
-//! sandboxes expire, what exec guarantees, which images it can make — is
-//! declared in [`Capabilities`], which the engine reads instead of asking
-//! which kind of backend it has. Every wait is bounded. A backend never
-//! retries a mutating call itself; its errors ([`BackendError`]) say what
-//! kind of failure happened, so the engine can retry what is safe.
+//! What differs between backends — whether claimed sandboxes expire, what
+//! exec guarantees, which images it can make, and whether it has warm
+//! pools, recycling or image pulls at all — is declared in
+//! [`Capabilities`] and in the optional parts a backend has or has not
+//! ([`WarmPools`], [`Recycling`], [`ImagePulls`]), which the engine reads
+//! instead of asking which kind of backend it has. Every wait is bounded.
+//! A backend never retries a mutating call itself; its errors
+//! ([`BackendError`]) say what kind of failure happened, so the engine can
+//! retry what is safe.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -45,17 +48,6 @@ pub struct Capacity {
     pub disk_mib_per_node: Option<u64>,
     /// Sandboxes that can exist at once.
     pub sandbox_slots: Option<u32>,
-}
-
-/// Who decides how many warm sandboxes a pool holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PoolSizing {
-    /// The client: `warm` sets the size, the backend keeps it filled.
-    Client,
-    /// The server sizes its own pools; `warm` is a hint.
-    Server,
-    /// There are no warm pools: every claim makes a sandbox.
-    None,
 }
 
 /// What a backend's exec promises.
@@ -104,8 +96,6 @@ impl Images {
 /// What a backend does, declared so the engine never branches on its kind.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Capabilities {
-    /// Who sizes warm pools.
-    pub pool_sizing: PoolSizing,
     /// When set, a claimed sandbox expires this long after its last renewal
     /// (or its claim): the engine renews a lease on every claimed sandbox at
     /// a third of it.
@@ -114,10 +104,6 @@ pub struct Capabilities {
     pub exec: ExecGuarantees,
     /// Which images it can make.
     pub images: Images,
-    /// Whether [`Backend::scrub`] can put a used sandbox back to its image
-    /// outside the reset check's reach. Without it a used sandbox is never
-    /// reused, so the engine takes no reset baseline of it either.
-    pub scrub: bool,
 }
 
 /// A warm pool's state.
@@ -168,9 +154,11 @@ pub struct ImageToPull {
     /// The image, as the engine named it.
     pub image: String,
     /// The bytes its pull would download (compressed layers the backend
-    /// lacks; layers it has cost nothing), or why it cannot be pulled (the
-    /// error names the reference, the registry and what it said).
-    pub bytes: Result<u64, BackendError>,
+    /// lacks; layers it has cost nothing) where the backend can tell
+    /// (`None` where a cluster's nodes fetch it), or why it cannot be
+    /// pulled (the error names the reference, the registry and what it
+    /// said).
+    pub bytes: Result<Option<u64>, BackendError>,
 }
 
 /// What a backend reports while it pulls an image, for a display like
@@ -224,8 +212,14 @@ pub type PullProgress<'a> = &'a (dyn Fn(PullEvent) + Send + Sync);
 ///
 /// Everything a backend creates carries the labels it is given (which hold
 /// the run id, [`crate::LABEL_RUN_ID`]). Every wait is bounded by its
-/// deadline. Mutating calls are never retried by the backend; `release`,
-/// `unwarm` and `reap` are idempotent.
+/// deadline. Mutating calls are never retried by the backend; `release`
+/// and `reap` are idempotent.
+///
+/// The parts only some backends have — warm pools the client sizes,
+/// recycling of used sandboxes, images fetched ahead — are traits of their
+/// own that a backend hands out from [`Backend::pools`],
+/// [`Backend::recycling`] and [`Backend::pulls`], or does not: a backend
+/// without one answers `None` rather than a success that did nothing.
 #[async_trait]
 pub trait Backend: Send + Sync {
     /// The cluster's configured name.
@@ -234,73 +228,34 @@ pub trait Backend: Send + Sync {
     /// What the backend does (cheap; no I/O).
     fn capabilities(&self) -> Capabilities;
 
+    /// Its warm pools, where the client sizes them. Without them every
+    /// claim makes a sandbox (a server that keeps pools of its own fills
+    /// claims from them unasked).
+    fn pools(&self) -> Option<&dyn WarmPools> {
+        None
+    }
+
+    /// Its recycling of used sandboxes. Without it a used sandbox is never
+    /// reused, so the engine takes no reset baseline of it either.
+    fn recycling(&self) -> Option<&dyn Recycling> {
+        None
+    }
+
+    /// Its fetching of images ahead of their first sandbox. Without it the
+    /// cluster pulls images by itself (kubelet, the OpenSandbox server) and
+    /// nothing is pulled ahead through sandfleet.
+    fn pulls(&self) -> Option<&dyn ImagePulls> {
+        None
+    }
+
     /// Checks that the backend can be used, before anything is created.
     async fn preflight(&self) -> Preflight;
 
     /// What the backend can hold now.
     async fn capacity(&self) -> Result<Capacity, BackendError>;
 
-    /// Of `images` (ones [`Capabilities::images`] says it can make), those
-    /// it would have to fetch before making sandboxes of them, with the
-    /// bytes each would download. Asks registries for manifests only.
-    ///
-    /// The default, for a backend whose cluster pulls images by itself
-    /// (kubelet, the OpenSandbox server), lists none: nothing is pulled
-    /// ahead through sandfleet there.
-    async fn images_to_pull(&self, images: &[String]) -> Vec<ImageToPull> {
-        let _ = images;
-        Vec::new()
-    }
-
-    /// Fetches `image`, one [`Backend::images_to_pull`] listed, so that
-    /// templates and sandboxes of it need no pull; `progress` hears each
-    /// layer's progress. Idempotent: an image already there is not fetched
-    /// again.
-    ///
-    /// # Errors
-    ///
-    /// A [`BackendError`] naming the image's reference, its registry and
-    /// what failed (the HTTP status, for a registry's answer). The default
-    /// does nothing and succeeds, as [`Backend::images_to_pull`] lists
-    /// nothing.
-    async fn pull_image(
-        &self,
-        image: &str,
-        progress: PullProgress<'_>,
-    ) -> Result<(), BackendError> {
-        let _ = (image, progress);
-        Ok(())
-    }
-
     /// Creates the template if it does not exist; idempotent.
     async fn ensure_template(&self, spec: &TemplateSpec) -> Result<TemplateRef, BackendError>;
-
-    /// Sets the warm pool of `template` to `replicas` sandboxes, each
-    /// carrying `labels`. Returns once the request is accepted;
-    /// [`Backend::wait_pool_ready`] tells when they are ready.
-    async fn warm(
-        &self,
-        template: &TemplateRef,
-        replicas: u32,
-        labels: &Labels,
-    ) -> Result<(), BackendError>;
-
-    /// Removes the warm pool of `template` and its unclaimed sandboxes;
-    /// idempotent.
-    async fn unwarm(&self, template: &TemplateRef) -> Result<(), BackendError>;
-
-    /// The warm pool's state.
-    async fn pool_status(&self, template: &TemplateRef) -> Result<PoolStatus, BackendError>;
-
-    /// Waits until the pool of `template` has at least `at_least` ready
-    /// sandboxes (a watch where the backend has one), and returns its state;
-    /// a [`crate::ErrorKind::Timeout`] at `deadline`.
-    async fn wait_pool_ready(
-        &self,
-        template: &TemplateRef,
-        at_least: u32,
-        deadline: Instant,
-    ) -> Result<PoolStatus, BackendError>;
 
     /// Claims a sandbox of `template` carrying `labels`: a warm one if there
     /// is one, else a new one. Returns only when the sandbox can run
@@ -333,13 +288,6 @@ pub trait Backend: Send + Sync {
     /// Reads a file from the sandbox.
     async fn get_file(&self, sandbox: &SandboxHandle, path: &str) -> Result<Vec<u8>, BackendError>;
 
-    /// Makes a claimed sandbox fit to serve another task, before its reset
-    /// check runs: stops every process in it but its init, found from
-    /// outside the sandbox (nothing a task did can hide one), and checks
-    /// that nothing a reset check cannot see has changed (its mounts). An
-    /// error means the sandbox must not be reused.
-    async fn scrub(&self, sandbox: &SandboxHandle) -> Result<(), BackendError>;
-
     /// Destroys the sandbox and everything running in it; idempotent.
     async fn release(&self, sandbox: &SandboxHandle) -> Result<(), BackendError>;
 
@@ -352,6 +300,78 @@ pub trait Backend: Send + Sync {
 
     /// Removes everything `run_id` owns; idempotent.
     async fn reap(&self, run_id: &RunId) -> Result<Reaped, BackendError>;
+}
+
+/// Warm pools whose size the client sets and the backend keeps filled.
+#[async_trait]
+pub trait WarmPools: Send + Sync {
+    /// Sets the warm pool of `template` to `replicas` sandboxes, each
+    /// carrying `labels`. Returns once the request is accepted;
+    /// [`WarmPools::wait_pool_ready`] tells when they are ready.
+    async fn warm(
+        &self,
+        template: &TemplateRef,
+        replicas: u32,
+        labels: &Labels,
+    ) -> Result<(), BackendError>;
+
+    /// Removes the warm pool of `template` and its unclaimed sandboxes;
+    /// idempotent.
+    async fn unwarm(&self, template: &TemplateRef) -> Result<(), BackendError>;
+
+    /// The warm pool's state.
+    async fn pool_status(&self, template: &TemplateRef) -> Result<PoolStatus, BackendError>;
+
+    /// Waits until the pool of `template` has at least `at_least` ready
+    /// sandboxes (a watch where the backend has one), and returns its state;
+    /// a [`crate::ErrorKind::Timeout`] at `deadline`.
+    async fn wait_pool_ready(
+        &self,
+        template: &TemplateRef,
+        at_least: u32,
+        deadline: Instant,
+    ) -> Result<PoolStatus, BackendError>;
+}
+
+/// Putting a used sandbox back into service for another task.
+#[async_trait]
+pub trait Recycling: Send + Sync {
+    /// Makes a claimed sandbox fit to serve another task, before its reset
+    /// check runs: stops every process in it but its init, found from
+    /// outside the sandbox (nothing a task did can hide one), and checks
+    /// that nothing a reset check cannot see has changed (its mounts). An
+    /// error means the sandbox must not be reused.
+    async fn scrub(&self, sandbox: &SandboxHandle) -> Result<(), BackendError>;
+}
+
+/// Images fetched ahead, so that a run's first sandboxes wait for no pull:
+/// into the backend's own store (the local backend), or onto every node a
+/// cluster would run them on (a Kubernetes cluster asked to pre-pull).
+#[async_trait]
+pub trait ImagePulls: Send + Sync {
+    /// Of `images` (ones [`Capabilities::images`] says it can make), those
+    /// the backend would fetch before making sandboxes of them, with the
+    /// bytes each would download where it can tell. Asks registries for
+    /// manifests only.
+    async fn images_to_pull(&self, images: &[String]) -> Vec<ImageToPull>;
+
+    /// Fetches `image`, one [`ImagePulls::images_to_pull`] listed, so that
+    /// templates and sandboxes of it need no pull; what the fetch creates
+    /// carries `labels` (the run's, so that its reap removes a pull it was
+    /// killed in the middle of), and `progress` hears each layer's
+    /// progress where the backend sees them. Idempotent: an image already
+    /// there is not fetched again.
+    ///
+    /// # Errors
+    ///
+    /// A [`BackendError`] naming the image's reference, its registry and
+    /// what failed (the HTTP status, for a registry's answer).
+    async fn pull_image(
+        &self,
+        image: &str,
+        labels: &Labels,
+        progress: PullProgress<'_>,
+    ) -> Result<(), BackendError>;
 }
 
 #[cfg(test)]

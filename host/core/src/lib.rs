@@ -16,8 +16,9 @@ mod run;
 mod sandbox;
 
 pub use backend::{
-    Backend, Capabilities, Capacity, ExecGuarantees, ImageToPull, Images, Owned, PoolSizing,
-    PoolStatus, Preflight, PullEvent, PullProgress, Reaped, names_a_reference,
+    Backend, Capabilities, Capacity, ExecGuarantees, ImagePulls, ImageToPull, Images, Owned,
+    PoolStatus, Preflight, PullEvent, PullProgress, Reaped, Recycling, WarmPools,
+    names_a_reference,
 };
 pub use error::{BackendError, ErrorKind};
 pub use exec::{

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sandfleet_backend_local::LocalBackend;
-use sandfleet_core::{Backend, RunId, TemplateSpec};
+use sandfleet_core::{Backend, RunId, TemplateSpec, WarmPools};
 use sandfleet_engine::{
     CancellationToken, Cluster, FleetSettings, LogProgress, Plugins, RunSpec, Strategy, WorkItem,
 };

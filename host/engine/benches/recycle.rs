@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sandfleet_backend_local::LocalBackend;
-use sandfleet_core::{Backend, ExecRequest, RunId, SandboxHandle, TemplateSpec};
+use sandfleet_core::{Backend, ExecRequest, Recycling, RunId, SandboxHandle, TemplateSpec};
 use sandfleet_engine::reset::{ExecContext, Joined};
 use sandfleet_engine::{
     CancellationToken, Cluster, FleetSettings, LogProgress, Plugins, RunSpec, WorkItem,

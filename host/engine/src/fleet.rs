@@ -9,8 +9,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use sandfleet_core::{
-    Backend, BackendError, Capabilities, Capacity, ErrorKind, LABEL_TASK, PoolSizing, RunId,
-    SandboxHandle, TemplateRef, TemplateSpec, label_value, template_name,
+    Backend, BackendError, Capabilities, Capacity, ErrorKind, LABEL_TASK, RunId, SandboxHandle,
+    TemplateRef, TemplateSpec, label_value, template_name,
 };
 use sandfleet_plugin::placement::{ClusterState, Clusters, Demand, DemandKind, PlacementPolicy};
 use tokio::sync::Mutex;
@@ -221,20 +221,20 @@ impl Fleet {
             }
             let started = Instant::now();
             let cluster = self.place(DemandKind::Pool, image, replicas).await?;
-            if self.capabilities[cluster].pool_sizing == PoolSizing::None {
+            let Some(pools) = self.clusters[cluster].backend.pools() else {
                 continue;
-            }
+            };
             let template = self.template(cluster, image).await?;
             self.phases.record(Phase::CreateWarmpool, started.elapsed());
-            placed.push((cluster, image, template, replicas));
+            placed.push((cluster, pools, image, template, replicas));
         }
         let budget = self.settings.warm_create_budget.max(1);
         let mut asked: Vec<u32> = vec![0; placed.len()];
         let labels = self.run_id.labels();
-        while asked.iter().zip(&placed).any(|(a, p)| *a < p.3) {
+        while asked.iter().zip(&placed).any(|(a, p)| *a < p.4) {
             let mut left = budget;
             let started = Instant::now();
-            for (slot, (cluster, image, template, replicas)) in placed.iter().enumerate() {
+            for (slot, (cluster, pools, image, template, replicas)) in placed.iter().enumerate() {
                 let more = (replicas - asked[slot]).min(left);
                 if more == 0 {
                     continue;
@@ -245,10 +245,9 @@ impl Fleet {
                 asked[slot] += more;
                 left -= more;
                 let size = asked[slot];
-                let backend = &self.clusters[*cluster].backend;
                 let warmed = self
                     .retries
-                    .idempotent("warm", || backend.warm(template, size, &labels))
+                    .idempotent("warm", || pools.warm(template, size, &labels))
                     .await;
                 self.health(*cluster, &warmed);
                 warmed.map_err(|e| StepError::backend("warm", e))?;
@@ -256,13 +255,12 @@ impl Fleet {
             }
             self.phases.record(Phase::CreateWarmpool, started.elapsed());
             let started = Instant::now();
-            for (slot, (cluster, _, template, _)) in placed.iter().enumerate() {
-                let backend = &self.clusters[*cluster].backend;
+            for (slot, (_, pools, _, template, _)) in placed.iter().enumerate() {
                 let deadline = Instant::now() + self.settings.pool_ready_timeout;
                 let at_least = asked[slot];
                 self.retries
                     .idempotent("a pool's readiness", || {
-                        backend.wait_pool_ready(template, at_least, deadline)
+                        pools.wait_pool_ready(template, at_least, deadline)
                     })
                     .await?;
             }
@@ -282,10 +280,13 @@ impl Fleet {
             let Some((cluster, replicas)) = pool else {
                 continue;
             };
+            // Only pools a backend has are in the books.
+            let Some(pools) = self.clusters[cluster].backend.pools() else {
+                continue;
+            };
             let template = self.template(cluster, image).await?;
-            let backend = &self.clusters[cluster].backend;
             self.retries
-                .idempotent("unwarm", || backend.unwarm(&template))
+                .idempotent("unwarm", || pools.unwarm(&template))
                 .await?;
             self.note_fewer_warm(replicas);
         }
@@ -490,7 +491,7 @@ impl Fleet {
 
     /// Whether `cluster`'s backend can scrub a used sandbox for reuse.
     pub(crate) fn can_scrub(&self, cluster: usize) -> bool {
-        self.capabilities[cluster].scrub
+        self.clusters[cluster].backend.recycling().is_some()
     }
 
     /// Counts `more` warm sandboxes kept now (in a backend's pool or a

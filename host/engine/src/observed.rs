@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use sandfleet_core::{
-    Backend, BackendError, Capabilities, Capacity, ExecRequest, ExecResult, ImageToPull, Labels,
-    OutputSink, Owned, PoolStatus, Preflight, PullProgress, Reaped, RunId, SandboxHandle,
-    TemplateRef, TemplateSpec,
+    Backend, BackendError, Capabilities, Capacity, ErrorKind, ExecRequest, ExecResult, ImagePulls,
+    ImageToPull, Labels, OutputSink, Owned, PoolStatus, Preflight, PullProgress, Reaped, Recycling,
+    RunId, SandboxHandle, TemplateRef, TemplateSpec, WarmPools,
 };
 use tracing::field::Empty;
 use tracing::{Instrument, Span, info_span};
@@ -22,19 +22,19 @@ pub enum Operation {
     Preflight,
     /// [`Backend::capacity`].
     Capacity,
-    /// [`Backend::images_to_pull`].
+    /// [`ImagePulls::images_to_pull`].
     ImagesToPull,
-    /// [`Backend::pull_image`].
+    /// [`ImagePulls::pull_image`].
     PullImage,
     /// [`Backend::ensure_template`].
     EnsureTemplate,
-    /// [`Backend::warm`].
+    /// [`WarmPools::warm`].
     Warm,
-    /// [`Backend::unwarm`].
+    /// [`WarmPools::unwarm`].
     Unwarm,
-    /// [`Backend::pool_status`].
+    /// [`WarmPools::pool_status`].
     PoolStatus,
-    /// [`Backend::wait_pool_ready`].
+    /// [`WarmPools::wait_pool_ready`].
     WaitPoolReady,
     /// [`Backend::claim`].
     Claim,
@@ -44,7 +44,7 @@ pub enum Operation {
     PutFile,
     /// [`Backend::get_file`].
     GetFile,
-    /// [`Backend::scrub`].
+    /// [`Recycling::scrub`].
     Scrub,
     /// [`Backend::release`].
     Release,
@@ -174,6 +174,19 @@ impl Observed {
         }
         result
     }
+
+    /// The inner backend's optional `part`: reached only through
+    /// [`Backend::pools`] and its kin, which answer `None` where the inner
+    /// backend has no such part, so the error is for a direct caller.
+    fn part<'a, P: ?Sized>(&self, part: Option<&'a P>, what: &str) -> Result<&'a P, BackendError> {
+        part.ok_or_else(|| {
+            BackendError::new(
+                ErrorKind::Unsupported,
+                self.inner.name(),
+                format!("the cluster has no {what}"),
+            )
+        })
+    }
 }
 
 /// What a call is about, for its span.
@@ -206,6 +219,18 @@ impl Backend for Observed {
         self.inner.capabilities()
     }
 
+    fn pools(&self) -> Option<&dyn WarmPools> {
+        self.inner.pools().map(|_| self as &dyn WarmPools)
+    }
+
+    fn recycling(&self) -> Option<&dyn Recycling> {
+        self.inner.recycling().map(|_| self as &dyn Recycling)
+    }
+
+    fn pulls(&self) -> Option<&dyn ImagePulls> {
+        self.inner.pulls().map(|_| self as &dyn ImagePulls)
+    }
+
     async fn preflight(&self) -> Preflight {
         self.observed(
             Operation::Preflight,
@@ -226,85 +251,11 @@ impl Backend for Observed {
         .await
     }
 
-    async fn images_to_pull(&self, images: &[String]) -> Vec<ImageToPull> {
-        self.observed(
-            Operation::ImagesToPull,
-            Subject::Cluster,
-            self.inner.images_to_pull(images),
-            always_ok,
-        )
-        .await
-    }
-
-    async fn pull_image(
-        &self,
-        image: &str,
-        progress: PullProgress<'_>,
-    ) -> Result<(), BackendError> {
-        self.observed(
-            Operation::PullImage,
-            Subject::Image(image),
-            self.inner.pull_image(image, progress),
-            outcome_of,
-        )
-        .await
-    }
-
     async fn ensure_template(&self, spec: &TemplateSpec) -> Result<TemplateRef, BackendError> {
         self.observed(
             Operation::EnsureTemplate,
             Subject::Image(&spec.image),
             self.inner.ensure_template(spec),
-            outcome_of,
-        )
-        .await
-    }
-
-    async fn warm(
-        &self,
-        template: &TemplateRef,
-        replicas: u32,
-        labels: &Labels,
-    ) -> Result<(), BackendError> {
-        self.observed(
-            Operation::Warm,
-            Subject::Template(template),
-            self.inner.warm(template, replicas, labels),
-            outcome_of,
-        )
-        .await
-    }
-
-    async fn unwarm(&self, template: &TemplateRef) -> Result<(), BackendError> {
-        self.observed(
-            Operation::Unwarm,
-            Subject::Template(template),
-            self.inner.unwarm(template),
-            outcome_of,
-        )
-        .await
-    }
-
-    async fn pool_status(&self, template: &TemplateRef) -> Result<PoolStatus, BackendError> {
-        self.observed(
-            Operation::PoolStatus,
-            Subject::Template(template),
-            self.inner.pool_status(template),
-            outcome_of,
-        )
-        .await
-    }
-
-    async fn wait_pool_ready(
-        &self,
-        template: &TemplateRef,
-        at_least: u32,
-        deadline: Instant,
-    ) -> Result<PoolStatus, BackendError> {
-        self.observed(
-            Operation::WaitPoolReady,
-            Subject::Template(template),
-            self.inner.wait_pool_ready(template, at_least, deadline),
             outcome_of,
         )
         .await
@@ -372,16 +323,6 @@ impl Backend for Observed {
         .await
     }
 
-    async fn scrub(&self, sandbox: &SandboxHandle) -> Result<(), BackendError> {
-        self.observed(
-            Operation::Scrub,
-            Subject::Sandbox(sandbox),
-            self.inner.scrub(sandbox),
-            outcome_of,
-        )
-        .await
-    }
-
     async fn release(&self, sandbox: &SandboxHandle) -> Result<(), BackendError> {
         self.observed(
             Operation::Release,
@@ -417,6 +358,109 @@ impl Backend for Observed {
             Operation::Reap,
             Subject::Run(run_id),
             self.inner.reap(run_id),
+            outcome_of,
+        )
+        .await
+    }
+}
+
+#[async_trait]
+impl WarmPools for Observed {
+    async fn warm(
+        &self,
+        template: &TemplateRef,
+        replicas: u32,
+        labels: &Labels,
+    ) -> Result<(), BackendError> {
+        let pools = self.part(self.inner.pools(), "warm pools")?;
+        self.observed(
+            Operation::Warm,
+            Subject::Template(template),
+            pools.warm(template, replicas, labels),
+            outcome_of,
+        )
+        .await
+    }
+
+    async fn unwarm(&self, template: &TemplateRef) -> Result<(), BackendError> {
+        let pools = self.part(self.inner.pools(), "warm pools")?;
+        self.observed(
+            Operation::Unwarm,
+            Subject::Template(template),
+            pools.unwarm(template),
+            outcome_of,
+        )
+        .await
+    }
+
+    async fn pool_status(&self, template: &TemplateRef) -> Result<PoolStatus, BackendError> {
+        let pools = self.part(self.inner.pools(), "warm pools")?;
+        self.observed(
+            Operation::PoolStatus,
+            Subject::Template(template),
+            pools.pool_status(template),
+            outcome_of,
+        )
+        .await
+    }
+
+    async fn wait_pool_ready(
+        &self,
+        template: &TemplateRef,
+        at_least: u32,
+        deadline: Instant,
+    ) -> Result<PoolStatus, BackendError> {
+        let pools = self.part(self.inner.pools(), "warm pools")?;
+        self.observed(
+            Operation::WaitPoolReady,
+            Subject::Template(template),
+            pools.wait_pool_ready(template, at_least, deadline),
+            outcome_of,
+        )
+        .await
+    }
+}
+
+#[async_trait]
+impl Recycling for Observed {
+    async fn scrub(&self, sandbox: &SandboxHandle) -> Result<(), BackendError> {
+        let recycling = self.part(self.inner.recycling(), "recycling")?;
+        self.observed(
+            Operation::Scrub,
+            Subject::Sandbox(sandbox),
+            recycling.scrub(sandbox),
+            outcome_of,
+        )
+        .await
+    }
+}
+
+#[async_trait]
+impl ImagePulls for Observed {
+    async fn images_to_pull(&self, images: &[String]) -> Vec<ImageToPull> {
+        let Some(pulls) = self.inner.pulls() else {
+            return Vec::new();
+        };
+        self.observed(
+            Operation::ImagesToPull,
+            Subject::Cluster,
+            pulls.images_to_pull(images),
+            always_ok,
+        )
+        .await
+    }
+
+    async fn pull_image(
+        &self,
+        image: &str,
+        labels: &Labels,
+        progress: PullProgress<'_>,
+    ) -> Result<(), BackendError> {
+        let pulls = self.part(self.inner.pulls(), "image pulls")?;
+        self.observed(
+            Operation::PullImage,
+            Subject::Image(image),
+            pulls.pull_image(image, labels, progress),
             outcome_of,
         )
         .await

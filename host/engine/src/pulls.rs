@@ -3,16 +3,19 @@
 //! pull would download, and pulled before the run warms anything.
 //!
 //! Which images a backend fetches ahead is its own business
-//! ([`sandfleet_core::Backend::images_to_pull`]): the local backend lists
+//! ([`sandfleet_core::ImagePulls::images_to_pull`]): the local backend lists
 //! the OCI images its layer store lacks; a cluster that pulls images by
 //! itself lists none. The engine asks every cluster that can make an image,
 //! and never branches on the kind of backend.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::time::{Duration, Instant};
 
-use sandfleet_core::ImageToPull;
+use sandfleet_core::{BackendError, ImageToPull, Labels};
 
 use crate::fleet::Cluster;
+use crate::progress::Progress;
 
 /// What one cluster must fetch.
 #[derive(Debug)]
@@ -28,6 +31,9 @@ pub struct ClusterPulls {
 pub async fn images_to_pull(clusters: &[Cluster], images: &[String]) -> Vec<ClusterPulls> {
     let mut out = Vec::new();
     for (index, cluster) in clusters.iter().enumerate() {
+        let Some(pulls) = cluster.backend.pulls() else {
+            continue;
+        };
         let made = cluster.backend.capabilities().images;
         let wanted: Vec<String> = images
             .iter()
@@ -37,7 +43,7 @@ pub async fn images_to_pull(clusters: &[Cluster], images: &[String]) -> Vec<Clus
         if wanted.is_empty() {
             continue;
         }
-        let missing = cluster.backend.images_to_pull(&wanted).await;
+        let missing = pulls.images_to_pull(&wanted).await;
         if !missing.is_empty() {
             out.push(ClusterPulls {
                 cluster: index,
@@ -46,6 +52,70 @@ pub async fn images_to_pull(clusters: &[Cluster], images: &[String]) -> Vec<Clus
         }
     }
     out
+}
+
+/// What [`pull`] did.
+#[derive(Debug, Default)]
+pub struct Pulled {
+    /// The images that could not be pulled, each with what was being done
+    /// (naming the image and the cluster) and the error.
+    pub failed: HashMap<String, (String, BackendError)>,
+    /// How long each pull that succeeded took.
+    pub took: Vec<Duration>,
+}
+
+/// Lists the images of `images` the clusters would fetch, tells `progress`
+/// the table, and pulls them one by one, carrying `labels` (the run's).
+/// An image that failed on one cluster is not tried on the next.
+pub async fn pull(
+    clusters: &[Cluster],
+    images: &[String],
+    labels: &Labels,
+    progress: &dyn Progress,
+) -> Pulled {
+    let wanted = images_to_pull(clusters, images).await;
+    for line in render(clusters, &wanted).lines() {
+        progress.step(line);
+    }
+    let mut pulled = Pulled::default();
+    for cluster_pulls in wanted {
+        let cluster = &clusters[cluster_pulls.cluster];
+        // Only clusters that pull images ahead listed any.
+        let Some(pulls) = cluster.backend.pulls() else {
+            continue;
+        };
+        for image in cluster_pulls.images {
+            let image = image.image;
+            if pulled.failed.contains_key(&image) {
+                continue;
+            }
+            progress.step(&format!("pull: {}: pulling {image}", cluster.name));
+            let started = Instant::now();
+            let sink = progress.pull(&cluster.name, &image);
+            let outcome = pulls.pull_image(&image, labels, &*sink).await;
+            drop(sink);
+            match outcome {
+                Ok(()) => {
+                    pulled.took.push(started.elapsed());
+                    progress.step(&format!(
+                        "pull: {}: pulled {image} in {:.1}s",
+                        cluster.name,
+                        started.elapsed().as_secs_f64()
+                    ));
+                }
+                Err(error) => {
+                    tracing::warn!(cluster = %cluster.name, %image, "{error}");
+                    progress.step(&format!(
+                        "pull: {}: {image}: {error}; its tasks are infra errors",
+                        cluster.name
+                    ));
+                    let what = format!("pulling image `{image}` on cluster `{}`", cluster.name);
+                    pulled.failed.insert(image, (what, error));
+                }
+            }
+        }
+    }
+    pulled
 }
 
 /// A table of `pulls`: a line per image (its cluster, the image, the bytes
@@ -62,12 +132,17 @@ pub fn render(clusters: &[Cluster], pulls: &[ClusterPulls]) -> String {
             .max()
             .unwrap_or(0);
         let mut total = 0;
+        let mut unsized_images = 0;
         let mut failing = 0;
         for image in &pulled.images {
             let what = match &image.bytes {
-                Ok(bytes) => {
+                Ok(Some(bytes)) => {
                     total += bytes;
                     format!("{:>10} to fetch", human_bytes(*bytes))
+                }
+                Ok(None) => {
+                    unsized_images += 1;
+                    format!("{:>10} to fetch on its nodes", "?")
                 }
                 Err(error) => {
                     failing += 1;
@@ -82,6 +157,9 @@ pub fn render(clusters: &[Cluster], pulls: &[ClusterPulls]) -> String {
             pulled.images.len(),
             human_bytes(total)
         );
+        if unsized_images > 0 {
+            let _ = write!(out, " and {unsized_images} of unknown size");
+        }
         if failing > 0 {
             let _ = write!(out, " ({failing} cannot be pulled)");
         }

@@ -206,7 +206,10 @@ impl Recycler {
             Unfit::ForeignBaseline(format!("`{}` ({})", plugin.name, plugin.version))
         };
         let backend = &self.fleet.clusters[held.claimed.cluster].backend;
-        backend
+        let Some(recycling) = backend.recycling() else {
+            return Err(Unfit::Dirty("its backend cannot recycle sandboxes".into()));
+        };
+        recycling
             .scrub(&held.claimed.handle)
             .await
             .map_err(|e| StepError::backend("scrub", e))?;
@@ -220,7 +223,7 @@ impl Recycler {
         let outputs = self
             .run_reset_phase(&held.claimed, &commands, &task.workdir)
             .await?;
-        backend
+        recycling
             .scrub(&held.claimed.handle)
             .await
             .map_err(|e| StepError::backend("scrub after the reset", e))?;

@@ -226,47 +226,17 @@ impl Engine {
             .map(|item| self.spec.settings.image_rewrite.apply(&item.task.image))
             .collect();
         let images: Vec<String> = images.into_iter().collect();
-        let clusters = &self.spec.clusters;
-        let wanted = pulls::images_to_pull(clusters, &images).await;
-        let progress = self.spec.progress.as_ref();
-        for line in pulls::render(clusters, &wanted).lines() {
-            progress.step(line);
+        let pulled = pulls::pull(
+            &self.spec.clusters,
+            &images,
+            &self.spec.run_id.labels(),
+            self.spec.progress.as_ref(),
+        )
+        .await;
+        for took in pulled.took {
+            self.phases.record(Phase::Pull, took);
         }
-        let mut failed: HashMap<String, (String, BackendError)> = HashMap::new();
-        for cluster_pulls in wanted {
-            let cluster = &clusters[cluster_pulls.cluster];
-            for image in cluster_pulls.images {
-                let image = image.image;
-                if failed.contains_key(&image) {
-                    continue;
-                }
-                progress.step(&format!("pull: {}: pulling {image}", cluster.name));
-                let started = Instant::now();
-                let sink = progress.pull(&cluster.name, &image);
-                let pulled = cluster.backend.pull_image(&image, &*sink).await;
-                drop(sink);
-                match pulled {
-                    Ok(()) => {
-                        self.phases.record(Phase::Pull, started.elapsed());
-                        progress.step(&format!(
-                            "pull: {}: pulled {image} in {:.1}s",
-                            cluster.name,
-                            started.elapsed().as_secs_f64()
-                        ));
-                    }
-                    Err(error) => {
-                        tracing::warn!(cluster = %cluster.name, %image, "{error}");
-                        progress.step(&format!(
-                            "pull: {}: {image}: {error}; its tasks are infra errors",
-                            cluster.name
-                        ));
-                        let what = format!("pulling image `{image}` on cluster `{}`", cluster.name);
-                        failed.insert(image, (what, error));
-                    }
-                }
-            }
-        }
-        failed
+        pulled.failed
     }
 
     /// Records every item of `pending` whose image could not be pulled as

@@ -362,11 +362,17 @@ pub fn clusters_with(
                             format!("{}: cluster `{}`", config.path.display(), cluster.name)
                         })?,
                 ),
-                BackendConfig::K8s { k8s } => Arc::new(
-                    K8sBackend::new(&cluster.name, k8s.clone(), connections.kube()).with_context(
-                        || format!("{}: cluster `{}`", config.path.display(), cluster.name),
-                    )?,
-                ),
+                BackendConfig::K8s { k8s } => {
+                    let backend = K8sBackend::new(&cluster.name, k8s.clone(), connections.kube())
+                        .with_context(|| {
+                        format!("{}: cluster `{}`", config.path.display(), cluster.name)
+                    })?;
+                    Arc::new(if config.fleet.prepull {
+                        backend.pre_pulling(config.fleet.pool_ready_timeout)
+                    } else {
+                        backend
+                    })
+                }
             };
             Ok(Cluster {
                 name: cluster.name.clone(),

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use sandfleet_core::{
     Backend, BackendError, Capabilities, Capacity, ErrorKind, ExecGuarantees, ExecRequest,
-    ExecResult, Images, Labels, OutputSink, Owned, PoolSizing, PoolStatus, Preflight, Reaped,
-    RunId, SandboxHandle, TemplateRef, TemplateSpec,
+    ExecResult, Images, Labels, OutputSink, Owned, PoolStatus, Preflight, Reaped, Recycling, RunId,
+    SandboxHandle, TemplateRef, TemplateSpec, WarmPools,
 };
 
 /// The calls a test can fail and count.
@@ -211,7 +211,6 @@ impl Backend for Scripted {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            pool_sizing: PoolSizing::Client,
             lease_ttl: self.lease_ttl,
             exec: ExecGuarantees {
                 argv: true,
@@ -219,8 +218,15 @@ impl Backend for Scripted {
                 kills_process_group: true,
             },
             images: Images::AnyReference,
-            scrub: true,
         }
+    }
+
+    fn pools(&self) -> Option<&dyn WarmPools> {
+        Some(self)
+    }
+
+    fn recycling(&self) -> Option<&dyn Recycling> {
+        Some(self)
     }
 
     async fn preflight(&self) -> Preflight {
@@ -249,6 +255,120 @@ impl Backend for Scripted {
         Ok(template)
     }
 
+    async fn claim(
+        &self,
+        template: &TemplateRef,
+        _labels: &Labels,
+        _deadline: Instant,
+    ) -> Result<SandboxHandle, BackendError> {
+        self.call(Op::Claim)?;
+        let mut state = self.state();
+        state.next_id += 1;
+        let id = format!("{}-{}", template.name, state.next_id);
+        let expires = self.lease_ttl.map(|ttl| Instant::now() + ttl);
+        state.sandboxes.insert(
+            id.clone(),
+            Sandbox {
+                run_id: template.run_id.clone(),
+                expires,
+            },
+        );
+        Ok(SandboxHandle {
+            id: id.clone(),
+            cluster: self.name.clone(),
+            template: template.name.clone(),
+            run_id: template.run_id.clone(),
+            hostname: id,
+            endpoint: None,
+            driver: String::new(),
+        })
+    }
+
+    async fn exec(
+        &self,
+        sandbox: &SandboxHandle,
+        request: &ExecRequest,
+        _output: Option<&OutputSink>,
+    ) -> Result<ExecResult, BackendError> {
+        self.call(Op::Exec)?;
+        self.check_alive(&sandbox.id)?;
+        let reply = (self.responder)(request);
+        tokio::time::sleep(reply.delay).await;
+        // A sandbox that expired while the command ran took its result with it.
+        self.check_alive(&sandbox.id)?;
+        Ok(reply.result)
+    }
+
+    async fn put_file(
+        &self,
+        sandbox: &SandboxHandle,
+        _: &str,
+        _: &[u8],
+        _: u32,
+    ) -> Result<(), BackendError> {
+        self.check_alive(&sandbox.id)
+    }
+
+    async fn get_file(&self, sandbox: &SandboxHandle, path: &str) -> Result<Vec<u8>, BackendError> {
+        self.check_alive(&sandbox.id)?;
+        Err(self.sandbox_error(ErrorKind::NotFound, &sandbox.id, &format!("no file {path}")))
+    }
+
+    async fn release(&self, sandbox: &SandboxHandle) -> Result<(), BackendError> {
+        let delay = self.state().release_delay;
+        tokio::time::sleep(delay).await;
+        self.call(Op::Release)?;
+        self.state().sandboxes.remove(&sandbox.id);
+        Ok(())
+    }
+
+    async fn renew(&self, sandbox: &SandboxHandle, ttl: Duration) -> Result<(), BackendError> {
+        self.call(Op::Renew)?;
+        self.check_alive(&sandbox.id)?;
+        if let Some(held) = self.state().sandboxes.get_mut(&sandbox.id) {
+            held.expires = Some(Instant::now() + ttl);
+        }
+        Ok(())
+    }
+
+    async fn list_owned(&self, run_id: &RunId) -> Result<Owned, BackendError> {
+        let state = self.state();
+        Ok(Owned {
+            templates: names_of(&state.templates, run_id),
+            pools: names_of(&state.pools, run_id),
+            sandboxes: state
+                .sandboxes
+                .iter()
+                .filter(|(_, sandbox)| sandbox.run_id == *run_id)
+                .map(|(id, _)| id.clone())
+                .collect(),
+        })
+    }
+
+    async fn reap(&self, run_id: &RunId) -> Result<Reaped, BackendError> {
+        self.call(Op::Reap)?;
+        let mut state = self.state();
+        let before = (
+            state.templates.len(),
+            state.pools.len(),
+            state.sandboxes.len(),
+        );
+        state.templates.retain(|(run, _), _| run != run_id);
+        state.pools.retain(|(run, _), _| run != run_id);
+        state
+            .sandboxes
+            .retain(|_, sandbox| sandbox.run_id != *run_id);
+        Ok(Reaped {
+            templates: before.0 - state.templates.len(),
+            pools: before.1 - state.pools.len(),
+            sandboxes: before.2 - state.sandboxes.len(),
+            processes: 0,
+        })
+    }
+}
+
+#[async_trait]
+impl WarmPools for Scripted {
     async fn warm(
         &self,
         template: &TemplateRef,
@@ -323,120 +443,12 @@ impl Backend for Scripted {
             ))
         }
     }
+}
 
-    async fn claim(
-        &self,
-        template: &TemplateRef,
-        _labels: &Labels,
-        _deadline: Instant,
-    ) -> Result<SandboxHandle, BackendError> {
-        self.call(Op::Claim)?;
-        let mut state = self.state();
-        state.next_id += 1;
-        let id = format!("{}-{}", template.name, state.next_id);
-        let expires = self.lease_ttl.map(|ttl| Instant::now() + ttl);
-        state.sandboxes.insert(
-            id.clone(),
-            Sandbox {
-                run_id: template.run_id.clone(),
-                expires,
-            },
-        );
-        Ok(SandboxHandle {
-            id: id.clone(),
-            cluster: self.name.clone(),
-            template: template.name.clone(),
-            run_id: template.run_id.clone(),
-            hostname: id,
-            endpoint: None,
-            driver: String::new(),
-        })
-    }
-
-    async fn exec(
-        &self,
-        sandbox: &SandboxHandle,
-        request: &ExecRequest,
-        _output: Option<&OutputSink>,
-    ) -> Result<ExecResult, BackendError> {
-        self.call(Op::Exec)?;
-        self.check_alive(&sandbox.id)?;
-        let reply = (self.responder)(request);
-        tokio::time::sleep(reply.delay).await;
-        // A sandbox that expired while the command ran took its result with it.
-        self.check_alive(&sandbox.id)?;
-        Ok(reply.result)
-    }
-
-    async fn put_file(
-        &self,
-        sandbox: &SandboxHandle,
-        _: &str,
-        _: &[u8],
-        _: u32,
-    ) -> Result<(), BackendError> {
-        self.check_alive(&sandbox.id)
-    }
-
-    async fn get_file(&self, sandbox: &SandboxHandle, path: &str) -> Result<Vec<u8>, BackendError> {
-        self.check_alive(&sandbox.id)?;
-        Err(self.sandbox_error(ErrorKind::NotFound, &sandbox.id, &format!("no file {path}")))
-    }
-
+#[async_trait]
+impl Recycling for Scripted {
     async fn scrub(&self, sandbox: &SandboxHandle) -> Result<(), BackendError> {
         self.check_alive(&sandbox.id)
-    }
-
-    async fn release(&self, sandbox: &SandboxHandle) -> Result<(), BackendError> {
-        let delay = self.state().release_delay;
-        tokio::time::sleep(delay).await;
-        self.call(Op::Release)?;
-        self.state().sandboxes.remove(&sandbox.id);
-        Ok(())
-    }
-
-    async fn renew(&self, sandbox: &SandboxHandle, ttl: Duration) -> Result<(), BackendError> {
-        self.call(Op::Renew)?;
-        self.check_alive(&sandbox.id)?;
-        if let Some(held) = self.state().sandboxes.get_mut(&sandbox.id) {
-            held.expires = Some(Instant::now() + ttl);
-        }
-        Ok(())
-    }
-
-    async fn list_owned(&self, run_id: &RunId) -> Result<Owned, BackendError> {
-        let state = self.state();
-        Ok(Owned {
-            templates: names_of(&state.templates, run_id),
-            pools: names_of(&state.pools, run_id),
-            sandboxes: state
-                .sandboxes
-                .iter()
-                .filter(|(_, sandbox)| sandbox.run_id == *run_id)
-                .map(|(id, _)| id.clone())
-                .collect(),
-        })
-    }
-
-    async fn reap(&self, run_id: &RunId) -> Result<Reaped, BackendError> {
-        self.call(Op::Reap)?;
-        let mut state = self.state();
-        let before = (
-            state.templates.len(),
-            state.pools.len(),
-            state.sandboxes.len(),
-        );
-        state.templates.retain(|(run, _), _| run != run_id);
-        state.pools.retain(|(run, _), _| run != run_id);
-        state
-            .sandboxes
-            .retain(|_, sandbox| sandbox.run_id != *run_id);
-        Ok(Reaped {
-            templates: before.0 - state.templates.len(),
-            pools: before.1 - state.pools.len(),
-            sandboxes: before.2 - state.sandboxes.len(),
-            processes: 0,
-        })
     }
 }
 

@@ -11,7 +11,7 @@ use sandfleet_backend_local::{
 };
 use sandfleet_core::{
     Backend, BackendError, ExecRequest, ExecResult, Labels, RunId, SandboxHandle, TemplateRef,
-    TemplateSpec,
+    TemplateSpec, WarmPools,
 };
 
 /// The image every test uses: a small source tree.

@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use sandfleet_core::{Backend, BackendError, ErrorKind, PoolStatus, TemplateSpec};
+use sandfleet_core::{Backend, BackendError, ErrorKind, PoolStatus, TemplateSpec, WarmPools};
 
 use crate::common::{self, claim, sandbox_dirs, sh_ok, template, wait_ready};
 

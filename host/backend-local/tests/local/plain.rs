@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use sandfleet_backend_local::IsolationMode;
-use sandfleet_core::{Backend, ErrorKind, ExecRequest};
+use sandfleet_core::{Backend, ErrorKind, ExecRequest, WarmPools};
 
 use crate::common::{
     Fixture, claim, is_running, request, sandbox_dirs, sh, sh_ok, snapshot, template,

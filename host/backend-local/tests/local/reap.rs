@@ -1,7 +1,7 @@
 //! Finding and removing what a run left, from the state directory alone.
 
 use sandfleet_backend_local::{IsolationMode, list_run, reap_run};
-use sandfleet_core::{Backend, Reaped, RunId};
+use sandfleet_core::{Backend, Reaped, RunId, WarmPools};
 
 use crate::common::{
     self, Fixture, claim, is_running, marked_by_env, marked_inits, sandbox_dirs, sh_ok, template,

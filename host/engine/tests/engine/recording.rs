@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use sandfleet_core::{
     Backend, BackendError, Capabilities, Capacity, ExecRequest, ExecResult, Labels, OutputSink,
-    Owned, PoolStatus, Preflight, Reaped, RunId, SandboxHandle, TemplateRef, TemplateSpec,
+    Owned, PoolStatus, Preflight, Reaped, Recycling, RunId, SandboxHandle, TemplateRef,
+    TemplateSpec, WarmPools,
 };
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,6 +45,12 @@ impl Recording {
         self.events.lock().unwrap().clone()
     }
 
+    fn inner_pools(&self) -> &dyn WarmPools {
+        self.inner
+            .pools()
+            .expect("the local backend has warm pools")
+    }
+
     fn record(&self, event: Event) {
         self.events.lock().unwrap().push(event);
     }
@@ -55,9 +62,16 @@ impl Backend for Recording {
         self.inner.name()
     }
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            scrub: self.inner.capabilities().scrub && !self.without_scrub,
-            ..self.inner.capabilities()
+        self.inner.capabilities()
+    }
+    fn pools(&self) -> Option<&dyn WarmPools> {
+        Some(self)
+    }
+    fn recycling(&self) -> Option<&dyn Recycling> {
+        if self.without_scrub {
+            None
+        } else {
+            self.inner.recycling()
         }
     }
     async fn preflight(&self) -> Preflight {
@@ -69,32 +83,6 @@ impl Backend for Recording {
     async fn ensure_template(&self, spec: &TemplateSpec) -> Result<TemplateRef, BackendError> {
         self.inner.ensure_template(spec).await
     }
-    async fn warm(
-        &self,
-        template: &TemplateRef,
-        replicas: u32,
-        labels: &Labels,
-    ) -> Result<(), BackendError> {
-        self.record(Event::Warm(template.image.clone(), replicas));
-        self.inner.warm(template, replicas, labels).await
-    }
-    async fn unwarm(&self, template: &TemplateRef) -> Result<(), BackendError> {
-        self.record(Event::Unwarm(template.image.clone()));
-        self.inner.unwarm(template).await
-    }
-    async fn pool_status(&self, template: &TemplateRef) -> Result<PoolStatus, BackendError> {
-        self.inner.pool_status(template).await
-    }
-    async fn wait_pool_ready(
-        &self,
-        template: &TemplateRef,
-        at_least: u32,
-        deadline: Instant,
-    ) -> Result<PoolStatus, BackendError> {
-        self.inner
-            .wait_pool_ready(template, at_least, deadline)
-            .await
-    }
     async fn claim(
         &self,
         template: &TemplateRef,
@@ -104,8 +92,8 @@ impl Backend for Recording {
         self.record(Event::Claim(template.image.clone()));
         let handle = self.inner.claim(template, labels, deadline).await?;
         if self.leak_per_claim > 0 {
-            let asked = self.inner.pool_status(template).await?.desired;
-            self.inner
+            let asked = self.inner_pools().pool_status(template).await?.desired;
+            self.inner_pools()
                 .warm(template, asked + self.leak_per_claim, labels)
                 .await?;
         }
@@ -132,9 +120,6 @@ impl Backend for Recording {
     async fn get_file(&self, sandbox: &SandboxHandle, path: &str) -> Result<Vec<u8>, BackendError> {
         self.inner.get_file(sandbox, path).await
     }
-    async fn scrub(&self, sandbox: &SandboxHandle) -> Result<(), BackendError> {
-        self.inner.scrub(sandbox).await
-    }
     async fn release(&self, sandbox: &SandboxHandle) -> Result<(), BackendError> {
         self.inner.release(sandbox).await
     }
@@ -146,5 +131,35 @@ impl Backend for Recording {
     }
     async fn reap(&self, run_id: &RunId) -> Result<Reaped, BackendError> {
         self.inner.reap(run_id).await
+    }
+}
+
+#[async_trait]
+impl WarmPools for Recording {
+    async fn warm(
+        &self,
+        template: &TemplateRef,
+        replicas: u32,
+        labels: &Labels,
+    ) -> Result<(), BackendError> {
+        self.record(Event::Warm(template.image.clone(), replicas));
+        self.inner_pools().warm(template, replicas, labels).await
+    }
+    async fn unwarm(&self, template: &TemplateRef) -> Result<(), BackendError> {
+        self.record(Event::Unwarm(template.image.clone()));
+        self.inner_pools().unwarm(template).await
+    }
+    async fn pool_status(&self, template: &TemplateRef) -> Result<PoolStatus, BackendError> {
+        self.inner_pools().pool_status(template).await
+    }
+    async fn wait_pool_ready(
+        &self,
+        template: &TemplateRef,
+        at_least: u32,
+        deadline: Instant,
+    ) -> Result<PoolStatus, BackendError> {
+        self.inner_pools()
+            .wait_pool_ready(template, at_least, deadline)
+            .await
     }
 }

@@ -29,7 +29,9 @@ use std::time::Instant;
 use std::sync::Arc;
 
 use sandfleet_backend_local::{LimitOverrides, LocalBackend, LocalConfig, OciSource};
-use sandfleet_core::{Backend, ExecResult, RunId, SandboxHandle, TemplateRef, TemplateSpec};
+use sandfleet_core::{
+    Backend, ExecResult, Recycling, RunId, SandboxHandle, TemplateRef, TemplateSpec,
+};
 use serde::Deserialize;
 
 use crate::common::{self, init_of, pid_namespace_members};

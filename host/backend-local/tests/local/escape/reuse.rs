@@ -8,7 +8,7 @@
 
 use super::setups;
 use crate::common::{init_of, pid_namespace_members};
-use sandfleet_core::Backend;
+use sandfleet_core::{Backend, Recycling};
 
 /// What a task plants outside the workdir, and a change inside it.
 const PLANT: &str = r#"

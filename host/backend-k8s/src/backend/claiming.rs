@@ -1,0 +1,214 @@
+//! Claiming a sandbox: a `SandboxClaim` of a unique name, created once and
+//! waited on through the run's shared watch until its sandbox is ready,
+//! deleted again whenever it did not become one the engine can use.
+
+use std::time::{Duration, Instant};
+
+use kube::ResourceExt;
+use kube::api::PostParams;
+use sandfleet_core::{
+    BackendError, ErrorKind, Labels, SandboxHandle, TemplateRef, validate_labels,
+};
+
+use super::{HandleData, K8sBackend};
+use crate::claims::{NotReady, wait_ready};
+use crate::errors::is_not_found;
+use crate::objects;
+use crate::preflight::MANAGER;
+use crate::resources::{POD_NAME_ANNOTATION, Sandbox, SandboxClaim};
+
+/// Below this much time left, a claim that did not bind is not made again.
+const MIN_RETRY: Duration = Duration::from_secs(2);
+
+impl K8sBackend {
+    /// A claim of `template` that binds by `deadline`, or an error saying
+    /// whether the engine may claim again.
+    pub(super) async fn claim_within(
+        &self,
+        template: &TemplateRef,
+        labels: &Labels,
+        deadline: Instant,
+    ) -> Result<SandboxHandle, BackendError> {
+        validate_labels(labels).map_err(|e| {
+            self.error(
+                ErrorKind::Invalid,
+                format!("claim of {}: {e}", template.name),
+            )
+        })?;
+        let now = Instant::now();
+        let bind_by = match self.config.bind_timeout {
+            Some(bind) => deadline.min(now + bind),
+            None => now + deadline.saturating_duration_since(now) / 2,
+        };
+        match self.claim_once(template, labels, bind_by).await {
+            // Did not bind (upstream #1367: cold creates lost under load):
+            // it was deleted; the engine makes it again, once there is time
+            // for it, under the run's retry budget.
+            Err(error)
+                if error.kind() == ErrorKind::Timeout
+                    && deadline.saturating_duration_since(Instant::now()) > MIN_RETRY =>
+            {
+                Err(self.error(
+                    ErrorKind::Unavailable,
+                    format!("{}; claiming again", error.message()),
+                ))
+            }
+            other => other,
+        }
+    }
+
+    /// One attempt at a claim: create it, wait on the run's watch until it
+    /// is ready or `bind_by`, then read its sandbox.
+    async fn claim_once(
+        &self,
+        template: &TemplateRef,
+        labels: &Labels,
+        bind_by: Instant,
+    ) -> Result<SandboxHandle, BackendError> {
+        let watch = self.watch(&template.run_id).await?;
+        let name = format!("sfc-{:016x}", crate::random());
+        let mut seen = watch.follow(&name);
+        let outcome = self
+            .create_and_wait(template, labels, &name, &mut seen, bind_by)
+            .await;
+        watch.forget(&name);
+        outcome
+    }
+
+    async fn create_and_wait(
+        &self,
+        template: &TemplateRef,
+        labels: &Labels,
+        name: &str,
+        seen: &mut tokio::sync::watch::Receiver<crate::claims::Seen>,
+        bind_by: Instant,
+    ) -> Result<SandboxHandle, BackendError> {
+        // Once: the engine retries a claim as a whole, under a new name.
+        let claims = self.api_once::<SandboxClaim>().await?;
+        let claim = objects::claim(
+            name,
+            &template.name,
+            &self.config.namespace,
+            labels,
+            objects::time_after(self.config.lease),
+        );
+        let params = PostParams {
+            field_manager: Some(MANAGER.into()),
+            ..PostParams::default()
+        };
+        if let Err(error) = claims.create(&params, &claim).await {
+            // Unless the server refused it (4xx) or it never left, the
+            // claim may exist with its answer lost (a cut connection, a 5xx
+            // after the write): delete it by its unique name, or it holds a
+            // sandbox until its shutdown time while the engine claims again.
+            let refused =
+                matches!(&error, kube::Error::Api(status) if (400..500).contains(&status.code));
+            let error = self.api_error(&format!("create claim {name} of {}", template.name), error);
+            if !refused && error.kind() != (ErrorKind::Transport { sent: false }) {
+                self.discard_claim(name).await;
+            }
+            return Err(error);
+        }
+        let ready = match wait_ready(seen, bind_by.into()).await {
+            Ok(ready) => ready,
+            Err(not_ready) => {
+                if not_ready != NotReady::Deleted {
+                    self.discard_claim(name).await;
+                }
+                return Err(self.not_ready(name, &template.name, not_ready));
+            }
+        };
+        let sandbox_name = ready
+            .status
+            .as_ref()
+            .and_then(|s| s.sandbox.as_ref())
+            .map(|s| s.name.clone())
+            .expect("a ready claim names its sandbox");
+        // Retrying: the claim is bound, and failing here would discard it.
+        let sandboxes = self.api::<Sandbox>().await?;
+        let sandbox = match sandboxes.get(&sandbox_name).await {
+            Ok(sandbox) => sandbox,
+            Err(error) => {
+                self.discard_claim(name).await;
+                let kind = if is_not_found(&error) {
+                    ErrorKind::SandboxLost
+                } else {
+                    crate::errors::kind_of(&error)
+                };
+                return Err(self.error(
+                    kind,
+                    format!(
+                        "claim {name}: its sandbox {sandbox_name}: {}",
+                        crate::client::one_line(&error)
+                    ),
+                ));
+            }
+        };
+        let pod = sandbox
+            .annotations()
+            .get(POD_NAME_ANNOTATION)
+            .cloned()
+            .unwrap_or_else(|| sandbox_name.clone());
+        let status = sandbox.status.unwrap_or_default();
+        let pod_ips = if status.pod_ips.is_empty() {
+            ready
+                .status
+                .as_ref()
+                .and_then(|s| s.sandbox.as_ref())
+                .map(|s| s.pod_ips.clone())
+                .unwrap_or_default()
+        } else {
+            status.pod_ips
+        };
+        let data = HandleData {
+            claim: name.to_string(),
+            sandbox: sandbox_name,
+            pod: pod.clone(),
+            namespace: self.config.namespace.clone(),
+            pod_ips: pod_ips.clone(),
+            service_fqdn: status.service_fqdn.clone(),
+        };
+        Ok(SandboxHandle {
+            id: name.to_string(),
+            cluster: self.name.clone(),
+            template: template.name.clone(),
+            run_id: template.run_id.clone(),
+            hostname: pod,
+            endpoint: status.service_fqdn.or_else(|| pod_ips.first().cloned()),
+            driver: serde_json::to_string(&data).expect("handle data serializes"),
+        })
+    }
+
+    fn not_ready(&self, claim: &str, template: &str, not_ready: NotReady) -> BackendError {
+        match not_ready {
+            NotReady::Terminal(reason, message) => {
+                let kind = match reason.as_str() {
+                    "TemplateNotFound" | "WarmPoolNotFound" => ErrorKind::NotFound,
+                    _ => ErrorKind::SandboxLost,
+                };
+                self.error(
+                    kind,
+                    format!("claim {claim} of {template}: {reason}: {message}"),
+                )
+            }
+            NotReady::Deleted => self.error(
+                ErrorKind::SandboxLost,
+                format!("claim {claim} of {template} was deleted before it was ready"),
+            ),
+            NotReady::Timeout(reason) => self.error(
+                ErrorKind::Timeout,
+                format!(
+                    "claim {claim} of {template} did not bind in time ({}); deleted",
+                    reason.unwrap_or_else(|| "no status yet".into())
+                ),
+            ),
+        }
+    }
+
+    async fn discard_claim(&self, name: &str) {
+        // Retried here: nothing else will remove it before its shutdown time.
+        if let Err(error) = self.delete_claim(name, false).await {
+            tracing::warn!(cluster = %self.name, claim = name, %error, "cannot delete a claim that was not used");
+        }
+    }
+}
