@@ -13,7 +13,7 @@ use kube::{Resource, ResourceExt};
 use sandfleet_core::{
     Backend, BackendError, Capabilities, Capacity, ErrorKind, ExecGuarantees, ExecRequest,
     ExecResult, ImagePulls, Images, LABEL_RUN_ID, Labels, OutputSink, Owned, Preflight, Reaped,
-    Recycling, RunId, SandboxHandle, TemplateRef, TemplateSpec, WarmPools, validate_labels,
+    Recycling, RunId, SandboxHandle, TemplateRef, TemplateSpec, WarmPools,
 };
 use serde::{Deserialize, Serialize};
 
@@ -397,18 +397,9 @@ impl Backend for K8sBackend {
     }
 
     async fn ensure_template(&self, spec: &TemplateSpec) -> Result<TemplateRef, BackendError> {
-        validate_labels(&spec.labels)
-            .map_err(|e| self.error(ErrorKind::Invalid, format!("template {}: {e}", spec.name)))?;
         let run = spec
-            .labels
-            .get(LABEL_RUN_ID)
-            .and_then(|run| RunId::new(run.as_str()).ok())
-            .ok_or_else(|| {
-                self.error(
-                    ErrorKind::Invalid,
-                    format!("template {} has no run id label", spec.name),
-                )
-            })?;
+            .run_id()
+            .map_err(|e| self.error(ErrorKind::Invalid, e))?;
         let template = objects::template(spec, &self.config, &self.config.namespace)
             .map_err(|e| self.error(ErrorKind::Invalid, format!("template {}: {e}", spec.name)))?;
         // Once: the engine retries ensure_template as a whole.

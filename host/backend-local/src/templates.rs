@@ -6,9 +6,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use sandfleet_core::{
-    ImageToPull, PullProgress, TemplateRef, TemplateSpec, names_a_reference, validate_labels,
-};
+use sandfleet_core::{ImageToPull, PullProgress, TemplateRef, TemplateSpec, names_a_reference};
 
 use crate::backend::Inner;
 use crate::config::ImageSource;
@@ -141,20 +139,7 @@ impl Inner {
         &self,
         spec: &TemplateSpec,
     ) -> Result<TemplateRef, LocalError> {
-        validate_labels(&spec.labels).map_err(|e| LocalError::Rejected(e.to_string()))?;
-        let run_id = spec
-            .labels
-            .get(sandfleet_core::LABEL_RUN_ID)
-            .ok_or_else(|| {
-                LocalError::Rejected(format!(
-                    "template `{}`: its labels carry no {}",
-                    spec.name,
-                    sandfleet_core::LABEL_RUN_ID
-                ))
-            })
-            .and_then(|run| {
-                sandfleet_core::RunId::new(run.as_str()).map_err(LocalError::Rejected)
-            })?;
+        let run_id = spec.run_id().map_err(LocalError::Rejected)?;
         if spec.network && !self.config.network {
             return Err(LocalError::Rejected(format!(
                 "template `{}` asks for network access, which this cluster does not allow \

@@ -451,18 +451,9 @@ impl Backend for OpenSandboxBackend {
 
     async fn ensure_template(&self, spec: &TemplateSpec) -> Result<TemplateRef, BackendError> {
         // The server has no templates: the spec is kept for the creates.
-        validate_labels(&spec.labels)
-            .map_err(|e| self.error(ErrorKind::Invalid, format!("template {}: {e}", spec.name)))?;
         let run = spec
-            .labels
-            .get(LABEL_RUN_ID)
-            .and_then(|run| RunId::new(run.as_str()).ok())
-            .ok_or_else(|| {
-                self.error(
-                    ErrorKind::Invalid,
-                    format!("template {} has no run id label", spec.name),
-                )
-            })?;
+            .run_id()
+            .map_err(|e| self.error(ErrorKind::Invalid, e))?;
         self.templates
             .lock()
             .unwrap_or_else(|e| e.into_inner())

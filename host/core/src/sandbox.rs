@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::run::{Labels, RunId};
+use crate::run::{LABEL_RUN_ID, Labels, RunId};
 
 /// What a template makes: sandboxes of one image with these resources.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -26,6 +26,24 @@ pub struct TemplateSpec {
     /// Labels for the template and everything made from it; the run id
     /// ([`crate::LABEL_RUN_ID`]) is among them.
     pub labels: Labels,
+}
+
+impl TemplateSpec {
+    /// The run the template belongs to, named by its labels once they are
+    /// checked ([`crate::validate_labels`]).
+    ///
+    /// # Errors
+    ///
+    /// A sentence naming the template: a label that is not valid, or no
+    /// valid run id ([`crate::LABEL_RUN_ID`]) among them.
+    pub fn run_id(&self) -> Result<RunId, String> {
+        crate::validate_labels(&self.labels).map_err(|e| format!("template {}: {e}", self.name))?;
+        let run = self
+            .labels
+            .get(LABEL_RUN_ID)
+            .ok_or_else(|| format!("template {}: its labels carry no {LABEL_RUN_ID}", self.name))?;
+        RunId::new(run.as_str()).map_err(|e| format!("template {}: {e}", self.name))
+    }
 }
 
 /// A template the backend has made ready.

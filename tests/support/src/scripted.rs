@@ -240,10 +240,8 @@ impl Backend for Scripted {
     async fn ensure_template(&self, spec: &TemplateSpec) -> Result<TemplateRef, BackendError> {
         self.call(Op::EnsureTemplate)?;
         let run = spec
-            .labels
-            .get(sandfleet_core::LABEL_RUN_ID)
-            .and_then(|run| RunId::new(run.as_str()).ok())
-            .ok_or_else(|| BackendError::new(ErrorKind::Invalid, &self.name, "no run id label"))?;
+            .run_id()
+            .map_err(|e| BackendError::new(ErrorKind::Invalid, &self.name, e))?;
         let template = TemplateRef {
             name: spec.name.clone(),
             image: spec.image.clone(),
