@@ -647,8 +647,24 @@ impl Backend for OpenSandboxBackend {
 
     async fn reap(&self, run_id: &RunId) -> Result<Reaped, BackendError> {
         let ids = self.list(&[(LABEL_RUN_ID, run_id.as_str())]).await?;
+        // Every sandbox is tried, so one the server refuses leaves no other
+        // behind; the first refusal says what went wrong.
+        let mut refused = Vec::new();
         for id in &ids {
-            self.delete(id).await?;
+            if let Err(error) = self.delete(id).await {
+                refused.push(error);
+            }
+        }
+        if let Some(first) = refused.first() {
+            return Err(self.error(
+                first.kind(),
+                format!(
+                    "{} of {} sandboxes of run {run_id} could not be deleted; the first: {}",
+                    refused.len(),
+                    ids.len(),
+                    first.message()
+                ),
+            ));
         }
         self.templates
             .lock()
