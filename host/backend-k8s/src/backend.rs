@@ -555,6 +555,7 @@ impl Backend for K8sBackend {
             templates: owned.templates,
             pools: owned.pools,
             sandboxes: owned.sandboxes,
+            ..Owned::default()
         })
     }
 
@@ -624,7 +625,7 @@ impl Backend for K8sBackend {
             templates: owned.templates.len(),
             pools: owned.pools.len(),
             sandboxes: owned.sandboxes.len(),
-            processes: 0,
+            ..Reaped::default()
         })
     }
 }

@@ -308,6 +308,7 @@ pub async fn list_run(state_dir: &Path, run_id: &RunId) -> Result<Owned, LocalEr
             templates: record_names(&run.templates(), |r: TemplateRecord| r.name)?,
             pools: record_names(&run.pools(), |r: PoolRecord| r.template)?,
             sandboxes: sandbox_ids(&run.sandboxes())?,
+            ..Owned::default()
         })
     })
     .await
@@ -354,6 +355,7 @@ pub async fn reap_run(state_dir: &Path, run_id: &RunId) -> Result<Reaped, LocalE
             pools,
             sandboxes: sandboxes.len(),
             processes,
+            ..Reaped::default()
         })
     })
     .await

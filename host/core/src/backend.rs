@@ -5,9 +5,9 @@
 //! run id among them), and `list_owned` / `reap` are scoped to one run id.
 //! What differs between backends — whether claimed sandboxes expire, what
 //! exec guarantees, which images it can make, and whether it has warm
-//! pools, recycling or image pulls at all — is declared in
+//! pools, recycling, image pulls or snapshots at all — is declared in
 //! [`Capabilities`] and in the optional parts a backend has or has not
-//! ([`WarmPools`], [`Recycling`], [`ImagePulls`]), which the engine reads
+//! ([`WarmPools`], [`Recycling`], [`ImagePulls`], [`Snapshots`]), which the engine reads
 //! instead of asking which kind of backend it has. Every wait is bounded.
 //! A backend never retries a mutating call itself; its errors
 //! ([`BackendError`]) say what kind of failure happened, so the engine can
@@ -22,6 +22,7 @@ use crate::error::BackendError;
 use crate::exec::{ExecRequest, ExecResult, OutputSink};
 use crate::run::{Labels, RunId};
 use crate::sandbox::{SandboxHandle, TemplateRef, TemplateSpec};
+use crate::snapshot::Snapshots;
 
 /// What preflight found: hard failures stop a run before anything is created.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -124,6 +125,8 @@ pub struct Owned {
     pub pools: Vec<String>,
     /// Sandboxes, warm or claimed.
     pub sandboxes: Vec<String>,
+    /// Snapshots ([`Snapshots`]).
+    pub snapshots: Vec<String>,
 }
 
 /// What a reap removed.
@@ -137,6 +140,8 @@ pub struct Reaped {
     pub sandboxes: usize,
     /// Processes killed (backends that run processes).
     pub processes: usize,
+    /// Snapshots removed.
+    pub snapshots: usize,
 }
 
 impl std::ops::AddAssign for Reaped {
@@ -145,6 +150,7 @@ impl std::ops::AddAssign for Reaped {
         self.pools += other.pools;
         self.sandboxes += other.sandboxes;
         self.processes += other.processes;
+        self.snapshots += other.snapshots;
     }
 }
 
@@ -216,9 +222,10 @@ pub type PullProgress<'a> = &'a (dyn Fn(PullEvent) + Send + Sync);
 /// and `reap` are idempotent.
 ///
 /// The parts only some backends have — warm pools the client sizes,
-/// recycling of used sandboxes, images fetched ahead — are traits of their
-/// own that a backend hands out from [`Backend::pools`],
-/// [`Backend::recycling`] and [`Backend::pulls`], or does not: a backend
+/// recycling of used sandboxes, images fetched ahead, snapshots — are
+/// traits of their own that a backend hands out from [`Backend::pools`],
+/// [`Backend::recycling`], [`Backend::pulls`] and [`Backend::snapshots`],
+/// or does not: a backend
 /// without one answers `None` rather than a success that did nothing.
 #[async_trait]
 pub trait Backend: Send + Sync {
@@ -245,6 +252,13 @@ pub trait Backend: Send + Sync {
     /// cluster pulls images by itself (kubelet, the OpenSandbox server) and
     /// nothing is pulled ahead through sandfleet.
     fn pulls(&self) -> Option<&dyn ImagePulls> {
+        None
+    }
+
+    /// Its snapshots of sandboxes, forks from them and restores to them.
+    /// Without them every sandbox starts from its image, and a used one is
+    /// reset (where it is recycled) by its reset check.
+    fn snapshots(&self) -> Option<&dyn Snapshots> {
         None
     }
 
@@ -298,7 +312,8 @@ pub trait Backend: Send + Sync {
     /// What `run_id` owns on this backend, including what a crashed run left.
     async fn list_owned(&self, run_id: &RunId) -> Result<Owned, BackendError>;
 
-    /// Removes everything `run_id` owns; idempotent.
+    /// Removes everything `run_id` owns, its snapshots among it;
+    /// idempotent.
     async fn reap(&self, run_id: &RunId) -> Result<Reaped, BackendError>;
 }
 

@@ -14,6 +14,7 @@ mod labels;
 mod names;
 mod run;
 mod sandbox;
+mod snapshot;
 
 pub use backend::{
     Backend, Capabilities, Capacity, ExecGuarantees, ImagePulls, ImageToPull, Images, Owned,
@@ -29,3 +30,4 @@ pub use labels::{LabelError, label_value, validate_label, validate_labels};
 pub use names::{file_stem, template_name};
 pub use run::{LABEL_RUN_ID, LABEL_TASK, Labels, RunId};
 pub use sandbox::{DEFAULT_TTL, SandboxHandle, TemplateRef, TemplateSpec};
+pub use snapshot::{SnapshotRef, Snapshots, snapshots_of};

@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use sandfleet_core::{
     Backend, BackendError, Capabilities, Capacity, ErrorKind, ExecRequest, ExecResult, ImagePulls,
     ImageToPull, Labels, OutputSink, Owned, PoolStatus, Preflight, PullProgress, Reaped, Recycling,
-    RunId, SandboxHandle, TemplateRef, TemplateSpec, WarmPools,
+    RunId, SandboxHandle, SnapshotRef, Snapshots, TemplateRef, TemplateSpec, WarmPools,
 };
 use tracing::field::Empty;
 use tracing::{Instrument, Span, info_span};
@@ -54,6 +54,16 @@ pub enum Operation {
     ListOwned,
     /// [`Backend::reap`].
     Reap,
+    /// [`Snapshots::snapshot`].
+    Snapshot,
+    /// [`Snapshots::fork`].
+    Fork,
+    /// [`Snapshots::restore`].
+    Restore,
+    /// [`Snapshots::delete_snapshot`].
+    DeleteSnapshot,
+    /// [`Snapshots::list_snapshots`].
+    ListSnapshots,
 }
 
 impl Operation {
@@ -78,6 +88,11 @@ impl Operation {
             Operation::Renew => "renew",
             Operation::ListOwned => "list_owned",
             Operation::Reap => "reap",
+            Operation::Snapshot => "snapshot",
+            Operation::Fork => "fork",
+            Operation::Restore => "restore",
+            Operation::DeleteSnapshot => "delete_snapshot",
+            Operation::ListSnapshots => "list_snapshots",
         }
     }
 }
@@ -125,6 +140,7 @@ impl Observed {
             template = Empty,
             image = Empty,
             run = Empty,
+            snapshot = Empty,
         );
         match subject {
             Subject::Cluster => {}
@@ -139,6 +155,10 @@ impl Observed {
             }
             Subject::Run(run) => {
                 span.record("run", run.as_str());
+            }
+            Subject::Snapshot(snapshot) => {
+                span.record("snapshot", snapshot.id.as_str());
+                span.record("template", snapshot.template.name.as_str());
             }
         }
         span
@@ -197,6 +217,7 @@ enum Subject<'a> {
     Template(&'a TemplateRef),
     Image(&'a str),
     Run(&'a RunId),
+    Snapshot(&'a SnapshotRef),
 }
 
 /// `ok`, or the error's kind.
@@ -229,6 +250,10 @@ impl Backend for Observed {
 
     fn pulls(&self) -> Option<&dyn ImagePulls> {
         self.inner.pulls().map(|_| self as &dyn ImagePulls)
+    }
+
+    fn snapshots(&self) -> Option<&dyn Snapshots> {
+        self.inner.snapshots().map(|_| self as &dyn Snapshots)
     }
 
     async fn preflight(&self) -> Preflight {
@@ -461,6 +486,86 @@ impl ImagePulls for Observed {
             Operation::PullImage,
             Subject::Image(image),
             pulls.pull_image(image, labels, progress),
+            outcome_of,
+        )
+        .await
+    }
+}
+
+#[async_trait]
+impl Snapshots for Observed {
+    fn restores_in_place(&self) -> bool {
+        self.inner
+            .snapshots()
+            .is_some_and(|snapshots| snapshots.restores_in_place())
+    }
+
+    async fn snapshot(
+        &self,
+        sandbox: &SandboxHandle,
+        labels: &Labels,
+        deadline: Instant,
+    ) -> Result<SnapshotRef, BackendError> {
+        let snapshots = self.part(self.inner.snapshots(), "snapshots")?;
+        self.observed(
+            Operation::Snapshot,
+            Subject::Sandbox(sandbox),
+            snapshots.snapshot(sandbox, labels, deadline),
+            outcome_of,
+        )
+        .await
+    }
+
+    async fn fork(
+        &self,
+        snapshot: &SnapshotRef,
+        count: u32,
+        labels: &Labels,
+        deadline: Instant,
+    ) -> Result<Vec<SandboxHandle>, BackendError> {
+        let snapshots = self.part(self.inner.snapshots(), "snapshots")?;
+        self.observed(
+            Operation::Fork,
+            Subject::Snapshot(snapshot),
+            snapshots.fork(snapshot, count, labels, deadline),
+            outcome_of,
+        )
+        .await
+    }
+
+    async fn restore(
+        &self,
+        sandbox: &SandboxHandle,
+        snapshot: &SnapshotRef,
+        deadline: Instant,
+    ) -> Result<(), BackendError> {
+        let snapshots = self.part(self.inner.snapshots(), "snapshots")?;
+        self.observed(
+            Operation::Restore,
+            Subject::Sandbox(sandbox),
+            snapshots.restore(sandbox, snapshot, deadline),
+            outcome_of,
+        )
+        .await
+    }
+
+    async fn delete_snapshot(&self, snapshot: &SnapshotRef) -> Result<(), BackendError> {
+        let snapshots = self.part(self.inner.snapshots(), "snapshots")?;
+        self.observed(
+            Operation::DeleteSnapshot,
+            Subject::Snapshot(snapshot),
+            snapshots.delete_snapshot(snapshot),
+            outcome_of,
+        )
+        .await
+    }
+
+    async fn list_snapshots(&self, run_id: &RunId) -> Result<Vec<SnapshotRef>, BackendError> {
+        let snapshots = self.part(self.inner.snapshots(), "snapshots")?;
+        self.observed(
+            Operation::ListSnapshots,
+            Subject::Run(run_id),
+            snapshots.list_snapshots(run_id),
             outcome_of,
         )
         .await

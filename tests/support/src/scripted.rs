@@ -340,6 +340,7 @@ impl Backend for Scripted {
                 .filter(|(_, sandbox)| sandbox.run_id == *run_id)
                 .map(|(id, _)| id.clone())
                 .collect(),
+            ..Owned::default()
         })
     }
 
@@ -360,7 +361,7 @@ impl Backend for Scripted {
             templates: before.0 - state.templates.len(),
             pools: before.1 - state.pools.len(),
             sandboxes: before.2 - state.sandboxes.len(),
-            processes: 0,
+            ..Reaped::default()
         })
     }
 }

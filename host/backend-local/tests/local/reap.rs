@@ -52,7 +52,8 @@ async fn a_crashed_run_is_reaped_completely_and_idempotently() {
             templates: 1,
             pools: 1,
             sandboxes: 3,
-            processes: 3
+            processes: 3,
+            snapshots: 0,
         }
     );
     assert!(marked_inits(&fixture.run_id).is_empty());
@@ -102,7 +103,8 @@ async fn two_runs_on_one_backend_each_reap_only_their_own() {
             templates: 1,
             pools: 1,
             sandboxes: 2,
-            processes: 2
+            processes: 2,
+            snapshots: 0,
         }
     );
     assert!(marked_inits(&fixture.run_id).is_empty());
@@ -151,7 +153,8 @@ async fn a_crashed_plain_run_is_reaped_by_its_environment_marker() {
             templates: 1,
             pools: 0,
             sandboxes: 1,
-            processes: 1
+            processes: 1,
+            snapshots: 0,
         }
     );
     assert!(!is_running(leftovers[0]));
