@@ -6,7 +6,8 @@
 //! directory left, then listen, and fill the shared pools in the background.
 //! Stop: stop accepting, let running requests finish for the grace period,
 //! release every lease and pool, cancel batch runs, release the shared
-//! pools' sandboxes, and reap whatever the run id still owns.
+//! pools' sandboxes, delete the snapshots, and reap whatever the run id
+//! still owns.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -16,7 +17,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use sandfleet_core::RunId;
-use sandfleet_engine::{Session, SessionSpec};
+use sandfleet_engine::{Cluster, Session, SessionSpec};
 use sandfleet_fleet::{FleetConfig, setup};
 use tokio_util::sync::CancellationToken;
 
@@ -24,6 +25,7 @@ use crate::domain::holder::Holder as _;
 use crate::domain::leases::{self, LeaseTable, persisted};
 use crate::domain::pools::SharedPools;
 use crate::domain::runs::{Runs, runs_dir};
+use crate::domain::snapshots::{self, SnapshotTable};
 use crate::metrics::{BackendCalls, Metrics};
 use crate::state::{AppState, Inner};
 
@@ -119,6 +121,17 @@ impl Opened {
     /// state directory, loads plugins and clusters, starts the session and
     /// releases what a previous daemon left.
     pub(crate) async fn open(options: &Options) -> anyhow::Result<Opened> {
+        Self::open_with(options, setup::clusters_with).await
+    }
+
+    /// [`Opened::open`] with the clusters `clusters` builds from the fleet
+    /// file and the connections (tests give backends of their own).
+    pub(crate) async fn open_with(
+        options: &Options,
+        clusters: impl FnOnce(&FleetConfig, &setup::Connections) -> anyhow::Result<Vec<Cluster>>
+        + Send
+        + 'static,
+    ) -> anyhow::Result<Opened> {
         let config = FleetConfig::load(&options.config)?;
         let addr = options.listen.unwrap_or(config.api.listen);
         let token = match &config.api.token_env {
@@ -153,7 +166,7 @@ impl Opened {
             let plugins = setup::plugins(&loading)?;
             let connections =
                 setup::Connections::new(loading.fleet.create_rate)?.observed_by(observer);
-            let clusters = setup::clusters_with(&loading, &connections)?;
+            let clusters = clusters(&loading, &connections)?;
             anyhow::Ok((plugins, clusters, connections))
         })
         .await??;
@@ -192,6 +205,7 @@ impl Opened {
         let state = AppState::new(Inner {
             session,
             leases,
+            snapshots: SnapshotTable::new(config.api.idle_timeout),
             adapter_settings,
             metrics: Metrics::new(&backend_calls),
             runs: Runs::default(),
@@ -281,7 +295,8 @@ async fn lock_state_dir(state_dir: &Path) -> anyhow::Result<std::fs::File> {
     }
 }
 
-/// Releases every lease and batch run, then everything the run id owns.
+/// Releases every lease and batch run, deletes every snapshot, then reaps
+/// everything the run id still owns.
 async fn release_everything(state: &AppState) -> anyhow::Result<()> {
     let slots = state.leases.all();
     for slot in &slots {
@@ -293,6 +308,7 @@ async fn release_everything(state: &AppState) -> anyhow::Result<()> {
     }
     state.runs.cancel_all().await;
     crate::pool_keeper::release_all(state).await;
+    snapshots::delete_all(state).await;
     let reaped = state.session.close().await;
     for slot in &slots {
         let _ = std::fs::remove_file(

@@ -5,8 +5,8 @@
 //!
 //! The engine's errors keep their causes typed (the backend's
 //! [`sandfleet_core::ErrorKind`], the plugin call's error), and so do the
-//! domain's (a [`Refusal`], an [`ExecFailure`]); this module maps them to
-//! statuses, once.
+//! domain's (a [`Refusal`], an [`ExecFailure`], a [`SnapshotFailure`]);
+//! this module maps them to statuses, once.
 
 use std::time::Duration;
 
@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::domain::Refusal;
 use crate::domain::executions::ExecFailure;
+use crate::domain::snapshots::SnapshotFailure;
 
 /// What kind of failure an error is: stable, for clients to branch on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -230,7 +231,14 @@ impl From<Refusal> for AppError {
             | Refusal::Released { .. }
             | Refusal::NoSuchRun { .. }
             | Refusal::NoSuchPool { .. }
-            | Refusal::SessionNotOpen { .. } => AppError::not_found(message),
+            | Refusal::SessionNotOpen { .. }
+            | Refusal::SnapshotNotLive { .. } => AppError::not_found(message),
+            Refusal::NoForks { .. }
+            | Refusal::TooManyForks { .. }
+            | Refusal::OtherTemplate { .. } => AppError::invalid(message),
+            Refusal::NoRestoreInPlace { .. } => {
+                AppError::new(StatusCode::NOT_IMPLEMENTED, ErrorKind::Backend, message)
+            }
             Refusal::TooManyLeases { .. } | Refusal::NoHealthySandbox { .. } => {
                 AppError::unavailable(message)
             }
@@ -311,6 +319,18 @@ impl From<&ExecFailure> for AppError {
             ExecFailure::Refused(refusal) => AppError::from(refusal.clone()),
             ExecFailure::Session(error) => AppError::from(error),
             ExecFailure::Abandoned => AppError::internal(failure.to_string()),
+        }
+    }
+}
+
+impl From<SnapshotFailure> for AppError {
+    fn from(failure: SnapshotFailure) -> Self {
+        match failure {
+            SnapshotFailure::Refused(refusal) => AppError::from(refusal),
+            SnapshotFailure::Step(step) => AppError::from(step),
+            SnapshotFailure::Broken(ref step) => {
+                AppError::from(step).with_message(failure.to_string())
+            }
         }
     }
 }

@@ -4,7 +4,8 @@
 //! on demand: leases acquired for an image or a task row, commands run
 //! buffered or streamed (never twice: `Idempotency-Key`), files, grading
 //! through the task adapter, recycling through the reset check, idle
-//! expiry; warm pools sized by the sizing plugin; shared pools of K
+//! expiry; snapshots of a lease's sandbox, leases forked from them and
+//! restores to them in place; warm pools sized by the sizing plugin; shared pools of K
 //! sandboxes that many sticky sessions ride; whole batch runs; the
 //! plugins serving; `/metrics`, `/healthz`, `/readyz` and an OpenAPI
 //! document at `/v1/openapi.json`.
@@ -27,9 +28,10 @@ pub use daemon::{Daemon, Options};
 pub use error::{AppError, ErrorKind};
 pub use model::{
     AcquireRequest, BatchRequest, EvaluateRequest, EvaluateResponse, ExecRequestBody, ExecResponse,
-    GradeView, HealView, LeaseList, LeaseState, LeaseView, PluginList, PluginView, PoolRequest,
-    PoolView, PoolsResponse, Ready, RecycleResponse, RenewRequest, RunList, RunRequest, RunView,
-    SharedPoolList, SharedPoolView, SharedSessionView, SharedSlotView, TestView,
+    ForkRequest, GradeView, HealView, LeaseList, LeaseState, LeaseView, PluginList, PluginView,
+    PoolRequest, PoolView, PoolsResponse, Ready, RecycleResponse, RenewRequest, RestoreRequest,
+    RunList, RunRequest, RunView, SharedPoolList, SharedPoolView, SharedSessionView,
+    SharedSlotView, SnapshotRequest, SnapshotView, TestView,
 };
 
 /// The OpenAPI document, as `GET /v1/openapi.json` serves it.

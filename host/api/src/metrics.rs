@@ -2,8 +2,8 @@
 //! outcome and route labels are fixed lists, plugin labels name the
 //! configured plugins (one version each: the one serving), pool labels the
 //! images the daemon warmed, shared-pool labels the configured shared
-//! pools, retry labels the error kinds. Lease and session ids never become
-//! labels.
+//! pools, retry labels the error kinds. Lease, session and snapshot ids
+//! never become labels.
 
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
@@ -103,6 +103,13 @@ pub(crate) struct Metrics {
     execs: Family<OutcomeLabels, Counter>,
     pub(crate) evaluate_seconds: Histogram,
     pub(crate) idempotent_replays: Counter,
+    pub(crate) snapshots_live: Gauge,
+    pub(crate) snapshots_taken: Counter,
+    pub(crate) snapshots_expired: Counter,
+    pub(crate) snapshot_seconds: Histogram,
+    pub(crate) leases_forked: Counter,
+    pub(crate) fork_seconds: Histogram,
+    pub(crate) restore_seconds: Histogram,
     requests: Histograms<RouteLabels>,
     /// Values read at scrape time (pools, plugins, retries, releases).
     pub(crate) snapshot: Arc<Mutex<Snapshot>>,
@@ -177,6 +184,13 @@ impl Metrics {
             execs: Family::default(),
             evaluate_seconds: seconds(),
             idempotent_replays: Counter::default(),
+            snapshots_live: Gauge::default(),
+            snapshots_taken: Counter::default(),
+            snapshots_expired: Counter::default(),
+            snapshot_seconds: seconds(),
+            leases_forked: Counter::default(),
+            fork_seconds: seconds(),
+            restore_seconds: seconds(),
             requests: Family::new_with_constructor(seconds),
             snapshot: Arc::new(Mutex::new(Snapshot::default())),
             registry: Registry::default(),
@@ -216,6 +230,41 @@ impl Metrics {
             "idempotent_replays",
             "Exec requests answered from an earlier execution with the same Idempotency-Key",
             metrics.idempotent_replays.clone(),
+        );
+        registry.register(
+            "snapshots_live",
+            "Snapshots of leases' sandboxes live now",
+            metrics.snapshots_live.clone(),
+        );
+        registry.register(
+            "snapshots_taken",
+            "Snapshots taken of leases' sandboxes",
+            metrics.snapshots_taken.clone(),
+        );
+        registry.register(
+            "snapshots_expired",
+            "Snapshots deleted because no call used them for their idle time",
+            metrics.snapshots_expired.clone(),
+        );
+        registry.register(
+            "snapshot_seconds",
+            "Time to snapshot a lease's sandbox",
+            metrics.snapshot_seconds.clone(),
+        );
+        registry.register(
+            "leases_forked",
+            "Leases made from snapshots (also counted in leases_acquired, as image leases)",
+            metrics.leases_forked.clone(),
+        );
+        registry.register(
+            "fork_seconds",
+            "Time to make every lease of one fork request from a snapshot",
+            metrics.fork_seconds.clone(),
+        );
+        registry.register(
+            "restore_seconds",
+            "Time to put a lease's sandbox back to a snapshot in place",
+            metrics.restore_seconds.clone(),
         );
         registry.register(
             "http_request_seconds",

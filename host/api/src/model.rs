@@ -424,3 +424,65 @@ pub struct Ready {
     /// Leases live.
     pub leases: usize,
 }
+
+/// `POST /v1/leases/{id}/snapshots`: the body may be left out.
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SnapshotRequest {
+    /// Idle time after which the snapshot is deleted (default `[api]
+    /// idle_timeout`).
+    pub ttl_s: Option<u64>,
+}
+
+/// A snapshot of a lease's sandbox: its files when it was taken.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SnapshotView {
+    /// The snapshot id, for forks, restores and `DELETE`.
+    pub id: String,
+    /// The lease it was taken of.
+    pub lease: String,
+    /// The cluster holding it; its forks and restores are there.
+    pub cluster: String,
+    /// The image of the lease it was taken of; only sandboxes of this
+    /// image can be restored to it.
+    pub image: String,
+    /// The client run id of the lease it was taken of.
+    pub run_id: Option<String>,
+    /// Whether a lease can be put back to it in place
+    /// (`POST /v1/leases/{id}/restore`) on its cluster.
+    pub restores_in_place: bool,
+    /// When it was taken (RFC 3339).
+    pub created_at: String,
+    /// When it is deleted unless a call uses it first (RFC 3339).
+    pub expires_at: String,
+}
+
+/// `POST /v1/snapshots/{id}/leases`: `count` new leases whose sandboxes
+/// start with the snapshot's files, all of them or none, as
+/// `POST /v1/leases:batch`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ForkRequest {
+    /// How many leases: at least 1, at most `[api] max_leases`.
+    pub count: u32,
+    /// Labels kept with each lease (Kubernetes label rules).
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// The client's run id for the new leases (default: the snapshotted
+    /// lease's).
+    pub run_id: Option<String>,
+    /// Idle time after which each lease is released (default `[api]
+    /// idle_timeout`).
+    pub ttl_s: Option<u64>,
+    /// Where their reset check looks (default `/workspace`).
+    pub workdir: Option<String>,
+}
+
+/// `POST /v1/leases/{id}/restore`.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RestoreRequest {
+    /// The snapshot to put the lease's sandbox back to: one of a sandbox
+    /// of the same image on the same cluster.
+    pub snapshot: String,
+}

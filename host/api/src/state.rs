@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use crate::domain::leases::LeaseTable;
 use crate::domain::pools::SharedPools;
 use crate::domain::runs::Runs;
+use crate::domain::snapshots::SnapshotTable;
 use crate::error::AppError;
 use crate::metrics::Metrics;
 
@@ -23,6 +24,7 @@ pub(crate) struct AppState(Arc<Inner>);
 pub(crate) struct Inner {
     pub(crate) session: Session,
     pub(crate) leases: LeaseTable,
+    pub(crate) snapshots: SnapshotTable,
     pub(crate) adapter_settings: Vec<Setting>,
     pub(crate) metrics: Metrics,
     pub(crate) runs: Runs,

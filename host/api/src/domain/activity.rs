@@ -2,6 +2,7 @@
 //! used, and whether a call holds it now (a running call never counts as
 //! idle, however long it runs).
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -55,4 +56,18 @@ impl Activity {
     pub(crate) fn last_used(&self) -> SystemTime {
         self.last_used.lock().unwrap_or_else(|e| e.into_inner()).1
     }
+}
+
+/// Takes the entries `idle` says are idle out of `table`, under one lock,
+/// so no call finds one of them afterwards.
+pub(crate) fn take_idle<T>(
+    table: &mut HashMap<String, Arc<T>>,
+    idle: impl Fn(&T) -> bool,
+) -> Vec<Arc<T>> {
+    let ids: Vec<String> = table
+        .iter()
+        .filter(|(_, entry)| idle(entry))
+        .map(|(id, _)| id.clone())
+        .collect();
+    ids.iter().filter_map(|id| table.remove(id)).collect()
 }

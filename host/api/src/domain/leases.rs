@@ -16,7 +16,7 @@ use sandfleet_engine::{Lease, Session};
 use tokio::sync::{RwLockMappedWriteGuard, RwLockReadGuard};
 
 use super::Refusal;
-use super::activity::{Activity, InUse};
+use super::activity::{Activity, InUse, take_idle};
 use super::executions::Executions;
 use super::holder::{Holder, LeaseCell};
 use crate::model::{LeaseState, LeaseView};
@@ -159,6 +159,11 @@ impl LeaseTable {
         self.slots.read().unwrap_or_else(|e| e.into_inner()).len()
     }
 
+    /// The most leases the daemon holds at once (`[api] max_leases`).
+    pub(crate) fn max(&self) -> usize {
+        self.max
+    }
+
     /// Whether another lease may be acquired.
     pub(crate) fn check_room(&self, more: usize) -> Result<(), Refusal> {
         let live = self.len();
@@ -235,12 +240,7 @@ impl LeaseTable {
     pub(crate) fn take_idle(&self) -> Vec<Arc<LeaseSlot>> {
         let now = Instant::now();
         let mut slots = self.slots.write().unwrap_or_else(|e| e.into_inner());
-        let idle: Vec<String> = slots
-            .iter()
-            .filter(|(_, slot)| slot.idle_past_ttl(now))
-            .map(|(id, _)| id.clone())
-            .collect();
-        idle.iter().filter_map(|id| slots.remove(id)).collect()
+        take_idle(&mut slots, |slot| slot.idle_past_ttl(now))
     }
 
     /// Releases the slot's sandbox once nothing holds it, and forgets its
@@ -253,9 +253,10 @@ impl LeaseTable {
     }
 }
 
-/// Releases every lease idle past its time, sweeping every `every`, until
-/// the daemon stops. Each release waits in the background for what still
-/// holds its lease.
+/// Releases every lease and deletes every snapshot idle past its time,
+/// sweeping every `every`, until the daemon stops. Each release or
+/// deletion waits in the background for what still holds its lease or
+/// snapshot.
 pub(crate) async fn expire_idle(state: AppState, every: Duration) {
     loop {
         tokio::select! {
@@ -269,6 +270,7 @@ pub(crate) async fn expire_idle(state: AppState, every: Duration) {
             let state = state.clone();
             tokio::spawn(async move { state.leases.release(&state.session, &slot).await });
         }
+        super::snapshots::expire_idle(&state);
     }
 }
 
@@ -298,7 +300,7 @@ pub(crate) fn persisted(dir: &std::path::Path) -> Vec<(PathBuf, sandfleet_core::
 }
 
 /// A fresh id: `prefix`, `-` and 16 hex digits (`l-` a lease, `s-` a
-/// shared-pool session).
+/// shared-pool session, `snap-` a snapshot).
 pub(crate) fn new_id(prefix: &str) -> String {
     use std::hash::{BuildHasher, Hasher};
     use std::sync::atomic::AtomicU64;

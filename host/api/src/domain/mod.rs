@@ -1,10 +1,13 @@
 //! What the daemon keeps, apart from how it is asked over HTTP: the tables
-//! of leases, batch runs and shared pools, what commands run against and
-//! the record of their commands by idempotency key, the idle clock they
-//! share, and the sweep that releases leases idle past their time.
+//! of leases, snapshots, batch runs and shared pools, what commands run
+//! against and the record of their commands by idempotency key, the idle
+//! clock they share, and the sweep that releases leases and deletes
+//! snapshots idle past their time.
 //! Nothing here knows of the web framework or of statuses: a refusal is a
-//! [`Refusal`] and a command without a result an
-//! [`executions::ExecFailure`], which `crate::error` gives their statuses.
+//! [`Refusal`], a command without a result an [`executions::ExecFailure`]
+//! and a snapshot or restore that failed a
+//! [`snapshots::SnapshotFailure`], which `crate::error` gives their
+//! statuses.
 
 pub(crate) mod activity;
 pub(crate) mod executions;
@@ -13,5 +16,6 @@ pub(crate) mod leases;
 pub(crate) mod pools;
 mod refusal;
 pub(crate) mod runs;
+pub(crate) mod snapshots;
 
 pub(crate) use refusal::Refusal;

@@ -40,4 +40,25 @@ pub(crate) enum Refusal {
         pool: String,
         why: String,
     },
+    #[error("snapshot `{id}` is not live (deleted, expired, or never taken)")]
+    SnapshotNotLive { id: String },
+    #[error("snapshot `{snapshot}`: count must be at least 1")]
+    NoForks { snapshot: String },
+    #[error(
+        "snapshot `{snapshot}`: {count} forks are more leases than [api] max_leases = {max} lets the daemon ever hold at once"
+    )]
+    TooManyForks {
+        snapshot: String,
+        count: u32,
+        max: usize,
+    },
+    /// Each side names its id, image, template and cluster.
+    #[error(
+        "lease {lease} and snapshot {snapshot} are of different templates: a sandbox is restored only to a snapshot of its own template (its image, on its cluster)"
+    )]
+    OtherTemplate { lease: String, snapshot: String },
+    #[error(
+        "cluster `{cluster}` cannot put a sandbox back to a snapshot in place (its backend restores none), which restores and forks on this daemon need"
+    )]
+    NoRestoreInPlace { cluster: String },
 }

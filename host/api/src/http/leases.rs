@@ -1,5 +1,7 @@
 //! The lease and pool endpoints.
 
+use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
@@ -10,8 +12,8 @@ use axum::response::{IntoResponse, Response};
 use sandfleet_core::validate_labels;
 use sandfleet_engine::{DEFAULT_WORKDIR, Evaluation, Purpose, Recycled};
 
-use super::Answer;
 use super::exec::{self, EncodingQuery};
+use super::{Answer, detached};
 use crate::domain::leases::{LeaseSlot, NewLease, new_id};
 use crate::error::{AppError, ErrorBody, Json, OptionalJson, too_large_or};
 use crate::model::{
@@ -28,7 +30,15 @@ async fn view(slot: &LeaseSlot) -> Answer<LeaseView> {
     Ok(slot.view(&*slot.read().await?))
 }
 
-async fn acquire_one(state: &AppState, body: AcquireRequest) -> Answer<LeaseView> {
+/// An idle time as a client gives it (`ttl_s`): at least a second.
+pub(crate) fn ttl(ttl_s: Option<u64>) -> Answer<Option<Duration>> {
+    match ttl_s {
+        Some(0) => Err(AppError::invalid("ttl_s: must be at least 1")),
+        ttl_s => Ok(ttl_s.map(Duration::from_secs)),
+    }
+}
+
+async fn acquire_one(state: &AppState, body: AcquireRequest) -> Answer<Arc<LeaseSlot>> {
     state.check_accepting()?;
     validate_labels(&body.labels).map_err(|e| AppError::invalid(format!("labels: {e}")))?;
     if body.run_id.as_ref().is_some_and(|id| id.len() > MAX_RUN_ID) {
@@ -36,9 +46,7 @@ async fn acquire_one(state: &AppState, body: AcquireRequest) -> Answer<LeaseView
             "run_id: at most {MAX_RUN_ID} characters"
         )));
     }
-    if body.ttl_s == Some(0) {
-        return Err(AppError::invalid("ttl_s: must be at least 1"));
-    }
+    let ttl = ttl(body.ttl_s)?;
     let (purpose, task_id) = match (body.image, &body.task) {
         (Some(image), None) => (
             Purpose::Image {
@@ -75,13 +83,63 @@ async fn acquire_one(state: &AppState, body: AcquireRequest) -> Answer<LeaseView
             task_id,
             run_id: body.run_id,
             labels: body.labels,
-            ttl: body.ttl_s.map(Duration::from_secs),
+            ttl,
         },
         lease,
     );
     state.metrics.leases_live.set(state.leases.len() as i64);
     tracing::info!(lease = %slot.id, "acquired");
-    view(&slot).await
+    Ok(slot)
+}
+
+/// Acquires a lease for each of `requests`, each then made ready by
+/// `ready`: all of them, or none. When one fails, the leases acquired are
+/// released and the first error answers, its message led by `name` of its
+/// index.
+pub(crate) async fn acquire_all<F, Fut>(
+    state: &AppState,
+    requests: Vec<AcquireRequest>,
+    ready: F,
+    name: impl Fn(usize) -> String,
+) -> Answer<Vec<LeaseView>>
+where
+    F: Fn(Arc<LeaseSlot>) -> Fut,
+    Fut: Future<Output = Answer<()>>,
+{
+    state.leases.check_room(requests.len())?;
+    let results = futures_util::future::join_all(requests.into_iter().map(|request| async {
+        let slot = acquire_one(state, request).await?;
+        let made = match ready(slot.clone()).await {
+            Ok(()) => view(&slot).await,
+            Err(error) => Err(error),
+        };
+        if made.is_err() {
+            release(state, &slot.id);
+        }
+        made
+    }))
+    .await;
+    let Some(index) = results.iter().position(Result::is_err) else {
+        return Ok(results.into_iter().flatten().collect());
+    };
+    let mut error = None;
+    for result in results {
+        match result {
+            Ok(lease) => {
+                release(state, &lease.id);
+            }
+            Err(e) => {
+                error.get_or_insert(e);
+            }
+        }
+    }
+    let error = error.expect("one failed");
+    let message = format!(
+        "{}: {}; the others acquired were released",
+        name(index),
+        error.message()
+    );
+    Err(error.with_message(message))
 }
 
 /// Releases the lease `id` in the background; false when it is not live.
@@ -104,8 +162,8 @@ pub(crate) async fn acquire(
     State(state): State<AppState>,
     Json(body): Json<AcquireRequest>,
 ) -> Answer<(StatusCode, axum::Json<LeaseView>)> {
-    let lease = acquire_one(&state, body).await?;
-    Ok((StatusCode::CREATED, axum::Json(lease)))
+    let slot = acquire_one(&state, body).await?;
+    Ok((StatusCode::CREATED, axum::Json(view(&slot).await?)))
 }
 
 #[utoipa::path(post, tag = "crate::routes", path = "/v1/leases:batch", request_body = BatchRequest,
@@ -119,43 +177,15 @@ pub(crate) async fn acquire_batch(
             "leases: give at least one acquire request",
         ));
     }
-    state.leases.check_room(body.leases.len())?;
     let count = body.leases.len();
-    let results = futures_util::future::join_all(
-        body.leases
-            .into_iter()
-            .map(|request| acquire_one(&state, request)),
+    let leases = acquire_all(
+        &state,
+        body.leases,
+        |_| async { Ok(()) },
+        |index| format!("leases[{index}] of {count}"),
     )
-    .await;
-    let first_failure = results.iter().position(Result::is_err);
-    match first_failure {
-        None => Ok((
-            StatusCode::CREATED,
-            axum::Json(LeaseList {
-                leases: results.into_iter().flatten().collect(),
-            }),
-        )),
-        Some(index) => {
-            // All or nothing: what was acquired goes back.
-            let mut error = None;
-            for result in results {
-                match result {
-                    Ok(lease) => {
-                        release(&state, &lease.id);
-                    }
-                    Err(e) => {
-                        error.get_or_insert(e);
-                    }
-                }
-            }
-            let error = error.expect("one failed");
-            let message = format!(
-                "leases[{index}] of {count}: {}; the others acquired were released",
-                error.message()
-            );
-            Err(error.with_message(message))
-        }
-    }
+    .await?;
+    Ok((StatusCode::CREATED, axum::Json(LeaseList { leases })))
 }
 
 /// `GET /v1/leases` filters.
@@ -216,11 +246,8 @@ pub(crate) async fn renew(
 ) -> Answer<axum::Json<LeaseView>> {
     let slot = state.leases.get(&id)?;
     let _in_use = slot.in_use();
-    if let Some(ttl) = body.ttl_s {
-        if ttl == 0 {
-            return Err(AppError::invalid("ttl_s: must be at least 1"));
-        }
-        slot.set_ttl(Duration::from_secs(ttl));
+    if let Some(ttl) = ttl(body.ttl_s)? {
+        slot.set_ttl(ttl);
     }
     {
         let lease = slot.read().await?;
@@ -378,7 +405,7 @@ pub(crate) async fn recycle(
     // The lease is out of its slot while it recycles, so the work runs to
     // the end even when the client hangs up: dropping it half-way would
     // leak its sandbox.
-    let recycling = tokio::spawn(async move {
+    let recycled = detached(async move {
         let _in_use = slot.in_use();
         match slot.recycle(|lease| state.session.recycle(lease)).await? {
             Ok((lease, recycled)) => {
@@ -400,11 +427,7 @@ pub(crate) async fn recycle(
             }
         }
     });
-    match recycling.await {
-        Ok(answer) => answer.map(axum::Json),
-        Err(failed) if failed.is_panic() => std::panic::resume_unwind(failed.into_panic()),
-        Err(_) => Err(AppError::unavailable("the daemon is shutting down")),
-    }
+    recycled.await.map(axum::Json)
 }
 
 async fn pool_views(state: &AppState) -> Vec<PoolView> {

@@ -5,6 +5,7 @@
 //! `Result<_, AppError>`; a domain refusal becomes its status in
 //! `crate::error`.
 
+use std::future::Future;
 use std::time::Instant;
 
 use axum::Router;
@@ -27,6 +28,7 @@ mod leases;
 pub(crate) mod ops;
 mod runs;
 mod shared;
+mod snapshots;
 
 #[cfg(test)]
 mod tests;
@@ -47,6 +49,13 @@ pub(crate) fn app(state: AppState) -> Router {
         .route("/v1/leases/{id}/evaluate", post(leases::evaluate))
         .route("/v1/leases/{id}/recycle", post(leases::recycle))
         .route("/v1/leases/{id}/renew", post(leases::renew))
+        .route("/v1/leases/{id}/snapshots", post(snapshots::take))
+        .route("/v1/leases/{id}/restore", post(snapshots::restore))
+        .route(
+            "/v1/snapshots/{id}",
+            get(snapshots::get).delete(snapshots::delete),
+        )
+        .route("/v1/snapshots/{id}/leases", post(snapshots::fork))
         .route(
             "/v1/pools",
             post(leases::warm).get(leases::pools).delete(leases::unwarm),
@@ -75,6 +84,19 @@ pub(crate) fn app(state: AppState) -> Router {
             )
         })
         .with_state(state)
+}
+
+/// Runs `work` to its end in a task of its own, even when the client hangs
+/// up: work that changes a sandbox or makes something must not stop
+/// half-way, leaving it unknown or unowned.
+pub(crate) async fn detached<T: Send + 'static>(
+    work: impl Future<Output = Answer<T>> + Send + 'static,
+) -> Answer<T> {
+    match tokio::spawn(work).await {
+        Ok(answer) => answer,
+        Err(failed) if failed.is_panic() => std::panic::resume_unwind(failed.into_panic()),
+        Err(_) => Err(AppError::unavailable("the daemon is shutting down")),
+    }
 }
 
 /// Token, span, metrics.

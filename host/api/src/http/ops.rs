@@ -149,13 +149,15 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Answer<Response> {
 /// holds the handler.
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "sandfleet", description = "Sandboxes on demand for RL frameworks: leases, exec, grading, warm pools, shared pools with sticky sessions and batch runs."),
+    info(title = "sandfleet", description = "Sandboxes on demand for RL frameworks: leases, exec, grading, snapshots with forks and restores, warm pools, shared pools with sticky sessions and batch runs."),
     paths(
         crate::http::leases::acquire, crate::http::leases::acquire_batch, crate::http::leases::list, crate::http::leases::get,
         crate::http::leases::delete, crate::http::leases::renew, crate::http::leases::exec, crate::http::leases::put_file,
         crate::http::leases::get_file, crate::http::leases::evaluate, crate::http::leases::recycle,
         crate::http::leases::warm, crate::http::leases::pools, crate::http::leases::unwarm,
         crate::http::runs::start, crate::http::runs::list, crate::http::runs::get, crate::http::runs::results, crate::http::runs::cancel,
+        crate::http::snapshots::take, crate::http::snapshots::get, crate::http::snapshots::delete,
+        crate::http::snapshots::fork, crate::http::snapshots::restore,
         crate::http::shared::list, crate::http::shared::view, crate::http::shared::open, crate::http::shared::exec, crate::http::shared::close,
         plugins, healthz, readyz, metrics, openapi,
     ),

@@ -1,12 +1,19 @@
 //! The router called as a service, without a socket, for what needs no
 //! sandbox: requests the daemon refuses before touching a backend, and
-//! the bearer token; and the OpenAPI document's grouping. (What needs
-//! sandboxes is in tests/api, over loopback.)
+//! the bearer token; and the OpenAPI document's grouping. Snapshot
+//! requests refused run on an in-memory backend without snapshots and on
+//! snapshots the tests put in the table. (What needs sandboxes is in
+//! tests/api, over loopback.)
+
+use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Body;
 use axum::handler::Handler as _;
 use axum::http::{Method, Request, StatusCode, header};
+use sandfleet_engine::Cluster;
+use sandfleet_fleet::{FleetConfig, setup};
+use sandfleet_test_support::Scripted;
 use serde_json::{Value, json};
 
 use crate::daemon::{Opened, Options};
@@ -20,13 +27,42 @@ const TOKEN: &str = env!("CARGO_PKG_NAME");
 /// image, its token read from `CARGO_PKG_NAME`.
 struct Routed {
     router: Router,
-    /// Holds the state directory's lock for the router's life.
-    _opened: Opened,
+    /// The daemon's state; holds the state directory's lock for the
+    /// router's life.
+    opened: Opened,
     _dir: tempfile::TempDir,
 }
 
 impl Routed {
     async fn new() -> Routed {
+        Self::with_clusters(setup::clusters_with).await
+    }
+
+    /// A router whose one cluster is `name`: a [`Scripted`] backend, which
+    /// keeps sandboxes in memory and has no snapshots.
+    async fn scripted(name: &'static str) -> Routed {
+        Self::with_clusters(move |_, _| {
+            let backend = Scripted::new(name);
+            assert!(
+                sandfleet_core::Backend::snapshots(&backend).is_none(),
+                "these tests need a backend without snapshots"
+            );
+            Ok(vec![Cluster {
+                name: name.to_string(),
+                kind: "scripted".to_string(),
+                weight: 1,
+                backend: Arc::new(backend),
+                pace: None,
+            }])
+        })
+        .await
+    }
+
+    async fn with_clusters(
+        clusters: impl FnOnce(&FleetConfig, &setup::Connections) -> anyhow::Result<Vec<Cluster>>
+        + Send
+        + 'static,
+    ) -> Routed {
         let dir = tempfile::tempdir().unwrap();
         let repo = sandfleet_test_support::quickstart::repo();
         let fleet = format!(
@@ -40,6 +76,7 @@ name = "generic"
 [api]
 state_dir = "serve"
 token_env = "CARGO_PKG_NAME"
+max_leases = 4
 
 [[clusters]]
 name = "local"
@@ -56,15 +93,14 @@ calc = {{ path = "{images}/calc", git = true }}
         );
         let config = dir.path().join("fleet.toml");
         std::fs::write(&config, fleet).unwrap();
-        let opened = Opened::open(&Options {
+        let options = Options {
             config,
             listen: None,
-        })
-        .await
-        .unwrap();
+        };
+        let opened = Opened::open_with(&options, clusters).await.unwrap();
         Routed {
             router: super::app(opened.state.clone()),
-            _opened: opened,
+            opened,
             _dir: dir,
         }
     }
@@ -235,7 +271,7 @@ fn the_document_groups_operations_under_the_tags_it_always_had() {
         paths.dedup();
         paths
     };
-    assert_eq!(tags.len(), 3, "{tags:?}");
+    assert_eq!(tags.len(), 4, "{tags:?}");
     assert_eq!(
         paths("crate::routes"),
         [
@@ -255,6 +291,15 @@ fn the_document_groups_operations_under_the_tags_it_always_had() {
         ["/v1/runs", "/v1/runs/{id}", "/v1/runs/{id}/results"]
     );
     assert_eq!(
+        paths("crate::snapshots"),
+        [
+            "/v1/leases/{id}/restore",
+            "/v1/leases/{id}/snapshots",
+            "/v1/snapshots/{id}",
+            "/v1/snapshots/{id}/leases",
+        ]
+    );
+    assert_eq!(
         paths("crate::shared::routes"),
         [
             "/v1/sessions/{id}",
@@ -264,4 +309,217 @@ fn the_document_groups_operations_under_the_tags_it_always_had() {
             "/v1/shared/{pool}/sessions",
         ]
     );
+}
+
+/// Puts a snapshot in the daemon's table as if `lease` (on `cluster`, of
+/// template `template`) had been snapshotted; the backend never saw it.
+fn planted(
+    routed: &Routed,
+    lease: &str,
+    cluster: &str,
+    template: &str,
+    restores_in_place: bool,
+) -> String {
+    let state = &routed.opened.state;
+    let snapshot = sandfleet_core::SnapshotRef {
+        id: "backend-snapshot".into(),
+        cluster: cluster.into(),
+        template: sandfleet_core::TemplateRef {
+            name: template.into(),
+            image: "calc".into(),
+            run_id: state.session.run_id().clone(),
+        },
+        driver: String::new(),
+    };
+    let new = crate::domain::snapshots::NewSnapshot {
+        id: crate::domain::leases::new_id("snap"),
+        lease: lease.into(),
+        image: "calc".into(),
+        run_id: None,
+        restores_in_place,
+        ttl: None,
+    };
+    state.snapshots.insert(new, snapshot).id.clone()
+}
+
+#[tokio::test]
+async fn an_unknown_lease_or_snapshot_is_not_found_on_every_snapshot_endpoint() {
+    let routed = Routed::new().await;
+    let restore = json!({"snapshot": "snap-nope"}).to_string();
+    let fork = json!({"count": 1}).to_string();
+    for (method, path, body, named) in [
+        (
+            Method::POST,
+            "/v1/leases/l-nope/snapshots",
+            "",
+            "lease `l-nope`",
+        ),
+        (
+            Method::POST,
+            "/v1/leases/l-nope/restore",
+            restore.as_str(),
+            "lease `l-nope`",
+        ),
+        (
+            Method::GET,
+            "/v1/snapshots/snap-nope",
+            "",
+            "snapshot `snap-nope`",
+        ),
+        (
+            Method::DELETE,
+            "/v1/snapshots/snap-nope",
+            "",
+            "snapshot `snap-nope`",
+        ),
+        (
+            Method::POST,
+            "/v1/snapshots/snap-nope/leases",
+            fork.as_str(),
+            "snapshot `snap-nope`",
+        ),
+    ] {
+        let (status, answer) = routed.call(method.clone(), path, body).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{method} {path}: {answer}");
+        let (kind, message) = error(&answer);
+        assert_eq!(kind, ErrorKind::NotFound, "{method} {path}");
+        assert!(
+            message.contains(&format!("{named} is not live")),
+            "{method} {path}: {message}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn fork_counts_of_zero_or_above_max_leases_are_refused_naming_the_snapshot() {
+    let routed = Routed::new().await;
+    let snapshot = planted(&routed, "l-source", "local", "calc", true);
+    let path = format!("/v1/snapshots/{snapshot}/leases");
+    for (count, says) in [(0, "at least 1"), (5, "max_leases = 4")] {
+        let body = json!({"count": count}).to_string();
+        let (status, answer) = routed.call(Method::POST, &path, &body).await;
+        assert_eq!(
+            status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{count}: {answer}"
+        );
+        let (kind, message) = error(&answer);
+        assert_eq!(kind, ErrorKind::InvalidRequest);
+        assert!(
+            message.contains(&format!("snapshot `{snapshot}`")),
+            "{message}"
+        );
+        assert!(message.contains(says), "{message}");
+    }
+    let (status, answer) = routed.call(Method::POST, &path, "{}").await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+    assert!(error(&answer).1.contains("`count`"), "{answer}");
+    let (_, leases) = routed.call(Method::GET, "/v1/leases", "").await;
+    assert_eq!(leases["leases"], json!([]));
+}
+
+#[tokio::test]
+async fn a_fork_where_the_cluster_cannot_restore_in_place_is_refused_naming_it() {
+    let routed = Routed::new().await;
+    let snapshot = planted(&routed, "l-source", "local", "calc", false);
+    let body = json!({"count": 2}).to_string();
+    let path = format!("/v1/snapshots/{snapshot}/leases");
+    let (status, answer) = routed.call(Method::POST, &path, &body).await;
+    assert_eq!(status, StatusCode::NOT_IMPLEMENTED, "{answer}");
+    let (kind, message) = error(&answer);
+    assert_eq!(kind, ErrorKind::Backend);
+    assert!(message.contains("cluster `local`"), "{message}");
+    let (_, leases) = routed.call(Method::GET, "/v1/leases", "").await;
+    assert_eq!(leases["leases"], json!([]));
+}
+
+#[tokio::test]
+async fn a_snapshot_of_a_lease_on_a_cluster_without_snapshots_names_the_cluster() {
+    let routed = Routed::scripted("memory").await;
+    let (status, lease) = routed
+        .call(Method::POST, "/v1/leases", r#"{"image": "calc"}"#)
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{lease}");
+    let id = lease["id"].as_str().unwrap();
+    let (status, answer) = routed
+        .call(Method::POST, &format!("/v1/leases/{id}/snapshots"), "")
+        .await;
+    assert_eq!(status, StatusCode::NOT_IMPLEMENTED, "{answer}");
+    let (kind, message) = error(&answer);
+    assert_eq!(kind, ErrorKind::Backend);
+    assert!(message.contains("memory"), "{message}");
+    assert!(message.contains("cannot snapshot"), "{message}");
+    assert_eq!(routed.opened.state.snapshots.len(), 0);
+    let (status, _) = routed
+        .call(Method::GET, &format!("/v1/leases/{id}"), "")
+        .await;
+    assert_eq!(status, StatusCode::OK, "the lease serves on");
+    let metrics = routed.opened.state.metrics.render();
+    for family in [
+        "sandfleet_snapshots_live 0",
+        "sandfleet_snapshots_taken_total 0",
+        "sandfleet_snapshot_seconds_count 0",
+    ] {
+        assert!(metrics.contains(family), "{family} in {metrics}");
+    }
+}
+
+#[tokio::test]
+async fn a_restore_to_a_snapshot_of_another_template_names_both_and_keeps_the_lease() {
+    let routed = Routed::scripted("memory").await;
+    let (_, lease) = routed
+        .call(Method::POST, "/v1/leases", r#"{"image": "calc"}"#)
+        .await;
+    let id = lease["id"].as_str().unwrap();
+    let template = {
+        let slot = routed.opened.state.leases.get(id).unwrap();
+        slot.read().await.unwrap().handle().template.clone()
+    };
+    let path = format!("/v1/leases/{id}/restore");
+
+    let other = planted(&routed, "l-other", "memory", "another-template", true);
+    let body = json!({"snapshot": other}).to_string();
+    let (status, answer) = routed.call(Method::POST, &path, &body).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+    let (kind, message) = error(&answer);
+    assert_eq!(kind, ErrorKind::InvalidRequest);
+    for named in [
+        format!("`{id}`"),
+        format!("`{other}`"),
+        format!("`{template}`"),
+        "`another-template`".to_string(),
+    ] {
+        assert!(message.contains(&named), "{named} in {message}");
+    }
+
+    let same = planted(&routed, "l-other", "memory", &template, true);
+    let body = json!({"snapshot": same}).to_string();
+    let (status, answer) = routed.call(Method::POST, &path, &body).await;
+    assert_eq!(status, StatusCode::NOT_IMPLEMENTED, "{answer}");
+    let (kind, message) = error(&answer);
+    assert_eq!(kind, ErrorKind::Backend);
+    assert!(message.contains("memory"), "{message}");
+
+    let (status, _) = routed
+        .call(Method::GET, &format!("/v1/leases/{id}"), "")
+        .await;
+    assert_eq!(status, StatusCode::OK, "the lease serves on");
+}
+
+#[tokio::test]
+async fn a_deleted_snapshot_is_gone_and_counted() {
+    let routed = Routed::scripted("memory").await;
+    let snapshot = planted(&routed, "l-source", "memory", "calc", true);
+    let path = format!("/v1/snapshots/{snapshot}");
+    let (status, view) = routed.call(Method::GET, &path, "").await;
+    assert_eq!(status, StatusCode::OK, "{view}");
+    assert_eq!(view["lease"], "l-source");
+    assert_eq!(view["cluster"], "memory");
+    assert_eq!(view["restores_in_place"], true);
+    let (status, _) = routed.call(Method::DELETE, &path, "").await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, _) = routed.call(Method::GET, &path, "").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = routed.call(Method::DELETE, &path, "").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
 }
