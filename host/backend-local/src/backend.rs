@@ -17,7 +17,8 @@ use async_trait::async_trait;
 use sandfleet_core::{
     Backend, BackendError, Capabilities, Capacity, ExecGuarantees, ExecRequest, ExecResult,
     ImagePulls, ImageToPull, Images, Labels, OutputSink, Owned, PoolStatus, Preflight,
-    PullProgress, Reaped, Recycling, RunId, SandboxHandle, TemplateRef, TemplateSpec, WarmPools,
+    PullProgress, Reaped, Recycling, RunId, SandboxHandle, SnapshotRef, Snapshots, TemplateRef,
+    TemplateSpec, WarmPools,
 };
 use tokio::sync::{Notify, Semaphore};
 
@@ -330,6 +331,12 @@ impl Backend for LocalBackend {
         Some(self)
     }
 
+    /// Isolated sandboxes only: a plain one's writes are not in a layer of
+    /// their own.
+    fn snapshots(&self) -> Option<&dyn Snapshots> {
+        (self.inner.site.isolation == Isolation::Namespaces).then_some(self as &dyn Snapshots)
+    }
+
     async fn preflight(&self) -> Preflight {
         self.inner.preflight().await
     }
@@ -472,6 +479,64 @@ impl ImagePulls for LocalBackend {
     ) -> Result<(), BackendError> {
         self.inner
             .pull_image(image, progress)
+            .await
+            .map_err(|e| self.error(e))
+    }
+}
+
+#[async_trait]
+impl Snapshots for LocalBackend {
+    fn restores_in_place(&self) -> bool {
+        true
+    }
+
+    async fn snapshot(
+        &self,
+        sandbox: &SandboxHandle,
+        labels: &Labels,
+        deadline: Instant,
+    ) -> Result<SnapshotRef, BackendError> {
+        self.inner
+            .snapshot(sandbox, labels, deadline)
+            .await
+            .map_err(|e| self.error(e))
+    }
+
+    async fn fork(
+        &self,
+        snapshot: &SnapshotRef,
+        count: u32,
+        labels: &Labels,
+        deadline: Instant,
+    ) -> Result<Vec<SandboxHandle>, BackendError> {
+        self.inner
+            .fork(snapshot, count, labels, deadline)
+            .await
+            .map_err(|e| self.error(e))
+    }
+
+    async fn restore(
+        &self,
+        sandbox: &SandboxHandle,
+        snapshot: &SnapshotRef,
+        deadline: Instant,
+    ) -> Result<(), BackendError> {
+        self.inner
+            .restore(sandbox, snapshot, deadline)
+            .await
+            .map_err(|e| self.error(e))
+    }
+
+    async fn delete_snapshot(&self, snapshot: &SnapshotRef) -> Result<(), BackendError> {
+        self.inner
+            .delete_snapshot(snapshot)
+            .await
+            .map_err(|e| self.error(e))
+    }
+
+    async fn list_snapshots(&self, run_id: &RunId) -> Result<Vec<SnapshotRef>, BackendError> {
+        self.inner
+            .list_snapshots(run_id)
             .await
             .map_err(|e| self.error(e))
     }

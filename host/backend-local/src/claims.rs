@@ -8,6 +8,7 @@ use std::time::Instant;
 use sandfleet_core::{
     ExecRequest, ExecResult, Labels, OutputSink, Reaped, RunId, SandboxHandle, TemplateRef,
 };
+use tokio::sync::OwnedSemaphorePermit;
 
 use crate::backend::{Inner, WARM_CREATE_TIMEOUT};
 use crate::error::{IoContext, LocalError};
@@ -42,19 +43,23 @@ impl Inner {
                 None => break self.make_cold(Arc::clone(&made), deadline).await?,
             }
         };
-        let sandbox = &held.sandbox;
-        tracing::debug!(cluster = %self.name, sandbox = sandbox.id(), ?labels, "claimed");
-        let handle = SandboxHandle {
+        tracing::debug!(cluster = %self.name, sandbox = held.sandbox.id(), ?labels, "claimed");
+        let handle = self.handle_of(&held.sandbox);
+        self.live().claimed.insert(handle.id.clone(), held);
+        Ok(handle)
+    }
+
+    /// The handle a claim of `sandbox` hands out.
+    pub(crate) fn handle_of(&self, sandbox: &Sandbox) -> SandboxHandle {
+        SandboxHandle {
             id: sandbox.id().to_string(),
             cluster: self.name.clone(),
-            template: made.name.clone(),
-            run_id,
+            template: sandbox.template().name.clone(),
+            run_id: sandbox.template().run_id.clone(),
             hostname: sandbox.id().to_string(),
             endpoint: None,
             driver: String::new(),
-        };
-        self.live().claimed.insert(handle.id.clone(), held);
-        Ok(handle)
+        }
     }
 
     async fn make_cold(
@@ -62,22 +67,32 @@ impl Inner {
         template: Arc<Template>,
         deadline: Instant,
     ) -> Result<Held, LocalError> {
-        let budget = deadline.saturating_duration_since(Instant::now());
-        let slot = tokio::time::timeout(budget, Arc::clone(&self.slots).acquire_owned())
-            .await
-            .map_err(|_| LocalError::Timeout {
-                what: format!(
-                    "a free sandbox slot (max_sandboxes = {} are live)",
-                    self.max_sandboxes
-                ),
-                after: budget,
-            })?
-            .map_err(|_| LocalError::Failed("the sandbox slots were closed".into()))?;
-        let sandbox = Sandbox::create(&self.site, template, deadline).await?;
+        let slot = self.take_slots(1, deadline).await?;
+        let sandbox = Sandbox::create(&self.site, template, Vec::new(), deadline).await?;
         Ok(Held {
             sandbox: Arc::new(sandbox),
             _slot: slot,
         })
+    }
+
+    /// Takes `count` sandbox slots at once (all or none), waiting for them
+    /// until `deadline`.
+    pub(crate) async fn take_slots(
+        &self,
+        count: u32,
+        deadline: Instant,
+    ) -> Result<OwnedSemaphorePermit, LocalError> {
+        let budget = deadline.saturating_duration_since(Instant::now());
+        tokio::time::timeout(budget, Arc::clone(&self.slots).acquire_many_owned(count))
+            .await
+            .map_err(|_| LocalError::Timeout {
+                what: format!(
+                    "{count} free sandbox slot(s) (max_sandboxes = {} are live)",
+                    self.max_sandboxes
+                ),
+                after: budget,
+            })?
+            .map_err(|_| LocalError::Failed("the sandbox slots were closed".into()))
     }
 
     pub(crate) async fn exec(
@@ -149,7 +164,7 @@ impl Inner {
         // Forgotten first, so that no refill makes new sandboxes of the run;
         // the sandboxes are kept (their drop kills them) until the reap has
         // killed and counted their processes.
-        let (run, claimed) = self.live().forget(run_id);
+        let (run, claimed, snapshots) = self.live().forget(run_id);
         if let Some(run) = &run {
             // Sandboxes still being made find their pool gone and destroy
             // themselves; wait for that before removing the run's directory.
@@ -163,7 +178,9 @@ impl Inner {
         }
         self.site.discards.settled().await;
         let reaped = state::reap_run(self.site.state.root(), run_id).await;
-        drop((run, claimed));
+        // Dropped after the run's directory is gone, so their layers are
+        // not removed twice at once.
+        drop((run, claimed, snapshots));
         self.pools_changed.notify_waiters();
         self.refill_all();
         reaped

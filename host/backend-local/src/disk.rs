@@ -51,7 +51,8 @@ pub(crate) enum Members {
 }
 
 impl Members {
-    fn pids(&self) -> Vec<i32> {
+    /// Pids of every process in the sandbox.
+    pub(crate) fn pids(&self) -> Vec<i32> {
         match self {
             Members::Cgroup(cgroup) => cgroup.processes(),
             Members::PidNamespace(init) => process::pid_namespace_members(*init),

@@ -12,6 +12,7 @@ use tokio_util::task::TaskTracker;
 use crate::error::LocalError;
 use crate::pool::Pool;
 use crate::sandbox::{Sandbox, Template};
+use crate::snapshot::Snapshot;
 
 /// A live sandbox and the slot it occupies until it is destroyed (in-flight
 /// commands may still hold the sandbox itself).
@@ -37,6 +38,8 @@ pub(crate) struct RunLive {
 pub(crate) struct Live {
     pub(crate) runs: HashMap<RunId, RunLive>,
     pub(crate) claimed: HashMap<String, Held>,
+    /// Snapshots, by id.
+    pub(crate) snapshots: HashMap<String, Arc<Snapshot>>,
 }
 
 impl Live {
@@ -72,9 +75,23 @@ impl Live {
     }
 
     /// Forgets run `run_id`: its templates, pools and claimed sandboxes,
-    /// handed back to be destroyed (or dropped, which kills them).
-    pub(crate) fn forget(&mut self, run_id: &RunId) -> (Option<RunLive>, Vec<Held>) {
+    /// handed back to be destroyed (or dropped, which kills them), and its
+    /// snapshots.
+    pub(crate) fn forget(
+        &mut self,
+        run_id: &RunId,
+    ) -> (Option<RunLive>, Vec<Held>, Vec<Arc<Snapshot>>) {
         let run = self.runs.remove(run_id);
+        let snapshots: Vec<String> = self
+            .snapshots
+            .iter()
+            .filter(|(_, snapshot)| snapshot.template.run_id == *run_id)
+            .map(|(id, _)| id.clone())
+            .collect();
+        let snapshots = snapshots
+            .iter()
+            .filter_map(|id| self.snapshots.remove(id))
+            .collect();
         let claimed: Vec<String> = self
             .claimed
             .iter()
@@ -85,6 +102,6 @@ impl Live {
             .iter()
             .filter_map(|id| self.claimed.remove(id))
             .collect();
-        (run, held)
+        (run, held, snapshots)
     }
 }

@@ -131,6 +131,15 @@ impl Drop for Init {
     }
 }
 
+/// What of its writable layer a sandbox started again keeps.
+#[derive(Debug, Clone, Copy)]
+enum Keep {
+    /// The workdir's writes (a scrub for reuse).
+    Workdir,
+    /// Nothing (a restore to a snapshot).
+    Nothing,
+}
+
 /// Where a sandbox lives: what every init of it is started with.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Place<'a> {
@@ -139,6 +148,8 @@ pub(crate) struct Place<'a> {
     pub(crate) id: &'a str,
     pub(crate) dir: &'a Path,
     pub(crate) marker: &'a str,
+    /// The snapshot layers it starts from, lowest first.
+    pub(crate) snapshots: &'a [PathBuf],
 }
 
 /// A namespaced sandbox.
@@ -236,13 +247,39 @@ impl Isolated {
         place: Place<'_>,
         deadline: Instant,
     ) -> Result<(), LocalError> {
+        self.start_again(place, Keep::Workdir, deadline).await
+    }
+
+    /// Ends everything running in the sandbox and starts it again over an
+    /// empty writable layer, so that it holds only its image and
+    /// `place.snapshots`; the new init is probed before this returns. On an
+    /// error the sandbox must not be used again.
+    pub(crate) async fn reset(
+        &self,
+        place: Place<'_>,
+        deadline: Instant,
+    ) -> Result<(), LocalError> {
+        self.start_again(place, Keep::Nothing, deadline).await
+    }
+
+    async fn start_again(
+        &self,
+        place: Place<'_>,
+        keep: Keep,
+        deadline: Instant,
+    ) -> Result<(), LocalError> {
         self.current().stop().await;
         if let Some(cgroup) = &self.cgroup {
             cgroup.drain().await?;
         }
         let (dir, ids) = (place.dir.to_path_buf(), place.site.ids);
-        blocking(move || namespace::renew_layer(&dir, &ids)).await?;
-        let (init, _) = start(place, self.cgroup.as_ref(), true, deadline).await?;
+        blocking(move || match keep {
+            Keep::Workdir => namespace::renew_layer(&dir, &ids),
+            Keep::Nothing => namespace::empty_layer(&dir, &ids),
+        })
+        .await?;
+        let kept = matches!(keep, Keep::Workdir);
+        let (init, _) = start(place, self.cgroup.as_ref(), kept, deadline).await?;
         *self.init.lock().expect("init lock poisoned") = Arc::new(init);
         Ok(())
     }
@@ -273,6 +310,7 @@ async fn start(
         id,
         dir,
         marker,
+        snapshots,
     } = place;
     let cgroup_dirs = cgroup.map_or_else(Vec::new, |cgroup| cgroup.dirs.clone());
     let spec = InitSpec {
@@ -290,6 +328,7 @@ async fn start(
         },
         cgroups: &cgroup_dirs,
         workdir_kept,
+        snapshots,
     };
     let running = namespace::start(&spec, deadline).await?;
     let workdir = running.started.workdir;

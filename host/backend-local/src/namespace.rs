@@ -72,6 +72,8 @@ pub(crate) struct InitSpec<'a> {
     pub(crate) cgroups: &'a [PathBuf],
     /// The layer already holds the workdir (the sandbox is started again).
     pub(crate) workdir_kept: bool,
+    /// The snapshot layers it starts from, lowest first.
+    pub(crate) snapshots: &'a [PathBuf],
 }
 
 /// The parts of the writable layer every init gets new: the overlays' work
@@ -110,6 +112,16 @@ pub(crate) fn prepare_dir(sandbox_dir: &Path, ids: &IdMap) -> Result<(), LocalEr
     fs::set_permissions(sandbox_dir, fs::Permissions::from_mode(0o700))
         .and_then(|()| chown(sandbox_dir, Some(ids.uid), Some(ids.gid)))
         .context(|| format!("setting up {}", sandbox_dir.display()))
+}
+
+/// Makes the whole of a sandbox's writable layer new and empty, the
+/// workdir's `upper` too (no init may be running over it): the sandbox
+/// starts again from its image and snapshot layers alone.
+pub(crate) fn empty_layer(sandbox_dir: &Path, ids: &IdMap) -> Result<(), LocalError> {
+    let layer = sandbox_dir.join("layer");
+    remove_beneath(&layer, "upper")?;
+    make_owned(&layer.join("upper"), 0o755, ids)?;
+    renew_layer(sandbox_dir, ids)
 }
 
 /// Makes the [`RENEWED`] parts of a sandbox's layer new and empty (no init
@@ -182,6 +194,7 @@ pub(crate) async fn start(spec: &InitSpec<'_>, deadline: Instant) -> Result<Runn
         sizes: spec.sizes,
         cgroups: spec.cgroups.to_vec(),
         workdir_kept: spec.workdir_kept,
+        snapshots: spec.snapshots.to_vec(),
     };
     let log_path = spec.sandbox_dir.join(INIT_LOG);
     let log = File::create(&log_path).context(|| format!("creating {}", log_path.display()))?;

@@ -45,7 +45,7 @@ fn parse_marker(marker: &str) -> Option<(&str, &str)> {
 /// A process as it was when seen: its pid and its start time in clock ticks
 /// after boot (field 22 of `/proc/<pid>/stat`). A recycled pid has another
 /// start time, so the pair names one process for as long as the machine runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub(crate) struct ProcessIdentity {
     /// The pid in the host's pid namespace.
     pub(crate) pid: i32,
@@ -66,6 +66,8 @@ impl ProcessIdentity {
 /// The fields of `/proc/<pid>/stat` this crate uses.
 struct Stat {
     zombie: bool,
+    /// Stopped by a signal (or a tracer): it runs nothing until continued.
+    stopped: bool,
     /// The kernel is tearing it down (`PF_EXITING`): it will not run
     /// another instruction of its own.
     exiting: bool,
@@ -83,6 +85,7 @@ fn read_stat(pid: i32) -> Option<Stat> {
     let fields: Vec<&str> = text.rsplit_once(')')?.1.split_whitespace().collect();
     Some(Stat {
         zombie: *fields.first()? == "Z",
+        stopped: matches!(*fields.first()?, "T" | "t"),
         exiting: fields.get(6)?.parse::<u64>().ok()? & PF_EXITING != 0,
         group: fields.get(2)?.parse().ok()?,
         start_time: fields.get(19)?.parse().ok()?,
@@ -194,10 +197,16 @@ impl Process {
     /// Sends SIGKILL. True when the signal was delivered, false when the
     /// process had already exited (a zombie takes signals, but is gone).
     pub(crate) fn kill(&self) -> bool {
+        self.signal(Signal::KILL)
+    }
+
+    /// Sends `signal`. True when it was delivered, false when the process
+    /// had already exited.
+    pub(crate) fn signal(&self, signal: Signal) -> bool {
         if self.has_exited() {
             return false;
         }
-        match rustix::process::pidfd_send_signal(&self.pidfd, Signal::KILL) {
+        match rustix::process::pidfd_send_signal(&self.pidfd, signal) {
             Ok(()) => true,
             Err(Errno::SRCH) => false,
             Err(error) => {
@@ -205,6 +214,13 @@ impl Process {
                 false
             }
         }
+    }
+
+    /// Whether it is stopped, or gone (a process that exited runs nothing
+    /// either).
+    pub(crate) fn is_still(&self) -> bool {
+        self.has_exited()
+            || read_stat(self.identity.pid).is_none_or(|stat| stat.stopped || stat.zombie)
     }
 
     /// Whether it has exited.

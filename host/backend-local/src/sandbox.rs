@@ -22,9 +22,9 @@
 //! A **plain** sandbox (`isolation = "none"`, [`crate::plain`]) is a
 //! directory, and its commands run unisolated on the host.
 
-use std::path::PathBuf;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sandfleet_core::{ExecRequest, RunId};
@@ -38,12 +38,15 @@ use crate::discard::Discards;
 use crate::disk::DiskLimit;
 use crate::error::{IoContext, LocalError};
 use crate::exec::Leader;
+use crate::freeze::freeze;
 use crate::isolated::{Isolated, Place};
 use crate::namespace::{self, Entry, SANDBOX_PATH};
 use crate::oci::OciImage;
 use crate::plain::{self, PathMap};
 use crate::process::{self, MarkerScope};
 use crate::remove::remove_tree;
+use crate::seal::copy_tree;
+use crate::snapshot::SealedLayer;
 use crate::state::{RunDir, SANDBOX_META, SandboxMeta, StateDir, unix_now, write_record};
 
 /// How long a plain sandbox's processes get to exit after SIGKILL.
@@ -219,6 +222,11 @@ pub(crate) struct Sandbox {
     workdir: String,
     marker: String,
     jail: Jail,
+    /// How its workdir was made: snapshots need an overlay.
+    workdir_mode: WorkdirMode,
+    /// The snapshot layers it runs over, lowest first (none for a sandbox
+    /// of its image alone).
+    layers: Mutex<Vec<Arc<SealedLayer>>>,
 }
 
 /// What holds a sandbox's processes.
@@ -239,16 +247,19 @@ pub(crate) struct Prepared {
 }
 
 impl Sandbox {
-    /// Makes a sandbox of `template` and returns it ready to run commands,
-    /// or fails (having removed what it made) at `deadline`.
+    /// Makes a sandbox of `template` over snapshot `layers` (lowest first;
+    /// none for the image alone) and returns it ready to run commands, or
+    /// fails (having removed what it made) at `deadline`.
     pub(crate) async fn create(
         site: &Site,
         template: Arc<Template>,
+        layers: Vec<Arc<SealedLayer>>,
         deadline: Instant,
     ) -> Result<Sandbox, LocalError> {
         let (id, dir) = allocate_dir(site, &template)?;
         let run_id = template.run_id.clone();
         let marker = process::sandbox_marker(&run_id, &id);
+        let snapshots = layer_dirs(&layers);
         let made = match site.isolation {
             Isolation::Namespaces => {
                 let place = Place {
@@ -257,11 +268,15 @@ impl Sandbox {
                     id: &id,
                     dir: &dir,
                     marker: &marker,
+                    snapshots: &snapshots,
                 };
                 Isolated::create(place, deadline)
                     .await
                     .map(|(isolated, workdir)| (Jail::Isolated(isolated), workdir))
             }
+            Isolation::Plain if !layers.is_empty() => Err(LocalError::Rejected(
+                "sandboxes with isolation = \"none\" cannot start from a snapshot".into(),
+            )),
             Isolation::Plain => plain::make(&template, &template.workdir, &dir, deadline)
                 .await
                 .map(|paths| (Jail::Plain(paths), WorkdirMode::Copy)),
@@ -283,6 +298,8 @@ impl Sandbox {
             dir,
             marker,
             jail,
+            workdir_mode: workdir_copy,
+            layers: Mutex::new(layers),
         };
         let meta = SandboxMeta {
             id: sandbox.id.clone(),
@@ -309,6 +326,11 @@ impl Sandbox {
     /// Its template.
     pub(crate) fn template(&self) -> &Template {
         &self.template
+    }
+
+    /// Its template, shared.
+    pub(crate) fn template_arc(&self) -> Arc<Template> {
+        Arc::clone(&self.template)
     }
 
     /// Whether it can still run commands: a namespaced sandbox dies with its
@@ -454,15 +476,12 @@ impl Sandbox {
     pub(crate) async fn scrub(&self, site: &Site) -> Result<(), LocalError> {
         match &self.jail {
             Jail::Isolated(isolated) => {
-                let place = Place {
-                    site,
-                    template: &self.template,
-                    id: &self.id,
-                    dir: &self.dir,
-                    marker: &self.marker,
-                };
+                let snapshots = layer_dirs(&self.layers());
                 isolated
-                    .restart(place, Instant::now() + RESTART_TIMEOUT)
+                    .restart(
+                        self.place(site, &snapshots),
+                        Instant::now() + RESTART_TIMEOUT,
+                    )
                     .await
             }
             Jail::Plain(_) => {
@@ -470,6 +489,85 @@ impl Sandbox {
                 Ok(())
             }
         }
+    }
+
+    fn place<'a>(&'a self, site: &'a Site, snapshots: &'a [PathBuf]) -> Place<'a> {
+        Place {
+            site,
+            template: &self.template,
+            id: &self.id,
+            dir: &self.dir,
+            marker: &self.marker,
+            snapshots,
+        }
+    }
+
+    /// The snapshot layers it runs over, lowest first.
+    pub(crate) fn layers(&self) -> Vec<Arc<SealedLayer>> {
+        self.layers.lock().expect("layers lock poisoned").clone()
+    }
+
+    /// Copies what the sandbox has written (its workdir's and, for an OCI
+    /// image, its root's writable layer) into `into` (new: `upper` and
+    /// `root` are made in it), its processes stopped meanwhile so the copy
+    /// is of one moment; returns the bytes copied. The sandbox runs on
+    /// unchanged.
+    ///
+    /// # Errors
+    ///
+    /// [`LocalError::Rejected`] for a sandbox whose writes are not in a
+    /// layer of their own (`isolation = "none"`, or a workdir copied where
+    /// overlayfs is not allowed).
+    pub(crate) async fn seal(&self, into: &Path) -> Result<u64, LocalError> {
+        let Jail::Isolated(isolated) = &self.jail else {
+            return Err(LocalError::Rejected(format!(
+                "sandbox {}: a sandbox with isolation = \"none\" cannot be snapshotted",
+                self.id
+            )));
+        };
+        if self.workdir_mode != WorkdirMode::Overlay {
+            return Err(LocalError::Rejected(format!(
+                "sandbox {}: its workdir is a copy (overlayfs is not allowed here), which cannot \
+                 be snapshotted",
+                self.id
+            )));
+        }
+        self.check_alive()?;
+        let frozen = freeze(isolated.members()).await?;
+        let (layer, into) = (self.dir.join("layer"), into.to_path_buf());
+        let copied = blocking(move || {
+            let mut bytes = 0;
+            for part in ["upper", "root"] {
+                bytes += copy_tree(&layer.join(part), &into.join(part))?;
+            }
+            Ok(bytes)
+        })
+        .await;
+        drop(frozen);
+        copied
+    }
+
+    /// Puts the sandbox back to `layers` (a snapshot's): every process in
+    /// it ends and its whole writable layer goes, and it starts again over
+    /// its image and those layers. On an error it must not be used again.
+    pub(crate) async fn restore(
+        &self,
+        site: &Site,
+        layers: Vec<Arc<SealedLayer>>,
+        deadline: Instant,
+    ) -> Result<(), LocalError> {
+        let Jail::Isolated(isolated) = &self.jail else {
+            return Err(LocalError::Rejected(format!(
+                "sandbox {}: a sandbox with isolation = \"none\" cannot be restored",
+                self.id
+            )));
+        };
+        let snapshots = layer_dirs(&layers);
+        isolated
+            .reset(self.place(site, &snapshots), deadline)
+            .await?;
+        *self.layers.lock().expect("layers lock poisoned") = layers;
+        Ok(())
     }
 
     async fn plain_processes(&self) -> Result<Vec<process::Process>, LocalError> {
@@ -519,6 +617,14 @@ fn last_wins(vars: Vec<(String, String)>) -> Vec<(String, String)> {
         }
     }
     out
+}
+
+/// The directories of `layers`, in order.
+fn layer_dirs(layers: &[Arc<SealedLayer>]) -> Vec<PathBuf> {
+    layers
+        .iter()
+        .map(|layer| layer.dir().to_path_buf())
+        .collect()
 }
 
 /// Picks the next free sandbox id and creates its directory.

@@ -51,6 +51,7 @@ use crate::error::{IoContext, LocalError};
 use crate::process::{self, MarkerScope, Process, ProcessIdentity};
 use crate::remove::remove_beneath;
 use crate::sandbox::Isolation;
+use crate::snapshot::snapshot_ids;
 
 /// How long reaping waits for killed processes to exit.
 const REAP_WAIT: Duration = Duration::from_secs(5);
@@ -106,6 +107,11 @@ impl RunDir {
 
     fn pools(&self) -> PathBuf {
         self.root.join("pools")
+    }
+
+    /// Where snapshots of the run live.
+    pub(crate) fn snapshots(&self) -> PathBuf {
+        self.root.join("snapshots")
     }
 
     /// Where sandboxes of the run live.
@@ -308,7 +314,7 @@ pub async fn list_run(state_dir: &Path, run_id: &RunId) -> Result<Owned, LocalEr
             templates: record_names(&run.templates(), |r: TemplateRecord| r.name)?,
             pools: record_names(&run.pools(), |r: PoolRecord| r.template)?,
             sandboxes: sandbox_ids(&run.sandboxes())?,
-            ..Owned::default()
+            snapshots: snapshot_ids(&run.snapshots())?,
         })
     })
     .await
@@ -346,6 +352,7 @@ pub async fn reap_run(state_dir: &Path, run_id: &RunId) -> Result<Reaped, LocalE
     blocking(move || {
         let templates = entry_names(&run.templates(), true)?.len();
         let pools = entry_names(&run.pools(), true)?.len();
+        let snapshots = snapshot_ids(&run.snapshots())?.len();
         for id in &sandboxes {
             remove_beneath(&run.sandboxes(), id)?;
         }
@@ -355,7 +362,7 @@ pub async fn reap_run(state_dir: &Path, run_id: &RunId) -> Result<Reaped, LocalE
             pools,
             sandboxes: sandboxes.len(),
             processes,
-            ..Reaped::default()
+            snapshots,
         })
     })
     .await

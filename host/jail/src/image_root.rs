@@ -29,18 +29,17 @@
 //! following links: a link in a hostile image resolves inside the
 //! sandbox, never on the host.
 
-use std::ffi::CString;
 use std::fs;
 use std::io::Write;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use rustix::fs::{AtFlags, CWD, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
-use rustix::mount::{
-    FsMountFlags, FsOpenFlags, MountAttrFlags, MountFlags, MoveMountFlags, UnmountFlags,
-};
+use rustix::mount::UnmountFlags;
 
+use crate::overlay::{
+    SnapshotPart, fd_path, mount_overlay, open_dir, snapshot_layers, stage, unstage,
+};
 use crate::protocol::{StartRequest, WorkdirMode};
 use crate::rootfs::{self, LAYER};
 use crate::sys::{MOUNT_ATTR_NODEV, MOUNT_ATTR_NOSUID};
@@ -48,9 +47,6 @@ use crate::sys::{MOUNT_ATTR_NODEV, MOUNT_ATTR_NOSUID};
 /// Staging mount point of the image's read-only view, the lower layer of
 /// the workdir's overlay; detached once that overlay is made.
 const IMAGE_VIEW: &str = ".sandfleet-image";
-
-/// The most `mount(2)` takes as its options: one page.
-const OPTIONS_LIMIT: usize = 4095;
 
 /// Builds the root of `request` from `layers` (beneath `dir`, lowest
 /// first) and pivots into it; returns how the workdir was made.
@@ -62,7 +58,8 @@ pub(crate) fn build(
     let root = request.sandbox_dir.join("rootfs");
     let layer = request.sandbox_dir.join("layer");
     let store = open_dir(CWD, dir, ResolveFlags::empty())?;
-    let mut lowers = Vec::with_capacity(layers.len() + 1);
+    // A snapshot's files lie over the image's, the latest snapshot topmost.
+    let mut lowers = snapshot_layers(request, SnapshotPart::Root)?;
     for name in layers.iter().rev() {
         lowers.push(open_dir(&store, Path::new(name), ResolveFlags::BENEATH)?);
     }
@@ -107,13 +104,15 @@ pub(crate) fn build(
     mount_point(&root, IMAGE_VIEW, 0o755)?;
     mount_overlay(&root.join(IMAGE_VIEW), &view_names, None, false)
         .map_err(|e| format!("mounting the image's view: {e}"))?;
+    let workdir_lowers = stage(&root, &snapshot_layers(request, SnapshotPart::Workdir)?)?;
     drop((lowers, upper, work, empty, store, sandbox_layer));
     let resolv = (!request.own_network)
         .then(|| fs::read("/etc/resolv.conf").ok())
         .flatten();
     rootfs::pivot_into(&root)?;
     write_identity(&request.hostname, resolv.as_deref())?;
-    make_workdir(&request.workdir)?;
+    make_workdir(&request.workdir, &workdir_lowers)?;
+    unstage(&workdir_lowers)?;
     rootfs::make_tmp()?;
     for staging in [IMAGE_VIEW, LAYER] {
         let path = Path::new("/").join(staging);
@@ -122,114 +121,6 @@ pub(crate) fn build(
         fs::remove_dir(&path).map_err(|e| format!("removing {}: {e}", path.display()))?;
     }
     Ok(WorkdirMode::Overlay)
-}
-
-/// Opens directory `path` beneath `dir` as a path descriptor, following
-/// no link (`resolve` adds to that).
-fn open_dir(dir: impl AsFd, path: &Path, resolve: ResolveFlags) -> Result<OwnedFd, String> {
-    rustix::fs::openat2(
-        dir,
-        path,
-        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-        resolve | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
-    )
-    .map_err(|e| format!("opening {}: {e}", path.display()))
-}
-
-/// The path of descriptor `fd`, as overlayfs is given it.
-fn fd_path(fd: &OwnedFd) -> String {
-    format!("/proc/self/fd/{}", fd.as_raw_fd())
-}
-
-/// Mounts on `target` an overlay of `lowers` (topmost first) and, when
-/// given, the upper and work directories; nosuid and nodev. With `xino`,
-/// every file shows the overlay's device, even where the layers are on
-/// different filesystems (the workdir's, over the image's view): the disk
-/// limit finds a sandbox's deleted but held files by that device.
-fn mount_overlay(
-    target: &Path,
-    lowers: &[String],
-    upper: Option<(&str, &str)>,
-    xino: bool,
-) -> Result<(), String> {
-    let fs = rustix::mount::fsopen("overlay", FsOpenFlags::FSOPEN_CLOEXEC)
-        .map_err(|e| format!("fsopen overlay: {e}"))?;
-    let set = |key: &str, value: &str| {
-        rustix::mount::fsconfig_set_string(&fs, key, value).map_err(|e| (key.to_string(), e))
-    };
-    let configured = (|| {
-        set("source", "sandfleet-image")?;
-        for lower in lowers {
-            set("lowerdir+", lower)?;
-        }
-        if let Some((upper, work)) = upper {
-            set("upperdir", upper)?;
-            set("workdir", work)?;
-        }
-        rustix::mount::fsconfig_set_flag(&fs, "userxattr")
-            .map_err(|e| ("userxattr".to_string(), e))?;
-        if xino {
-            set("xino", "on")?;
-        }
-        rustix::mount::fsconfig_create(&fs).map_err(|e| ("create".to_string(), e))
-    })();
-    match configured {
-        Ok(()) => {}
-        // Before Linux 6.8 overlayfs has no `lowerdir+`.
-        Err((key, Errno::INVAL)) if key == "lowerdir+" => {
-            return legacy_overlay(target, lowers, upper, xino);
-        }
-        Err((key, error)) => return Err(format!("fsconfig {key}: {error}")),
-    }
-    let tree = rustix::mount::fsmount(
-        &fs,
-        FsMountFlags::FSMOUNT_CLOEXEC,
-        MountAttrFlags::MOUNT_ATTR_NOSUID | MountAttrFlags::MOUNT_ATTR_NODEV,
-    )
-    .map_err(|e| format!("fsmount overlay: {e}"))?;
-    rustix::mount::move_mount(
-        &tree,
-        "",
-        CWD,
-        target,
-        MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
-    )
-    .map_err(|e| format!("mounting on {}: {e}", target.display()))
-}
-
-/// The same overlay through `mount(2)`, whose options must fit in a page.
-fn legacy_overlay(
-    target: &Path,
-    lowers: &[String],
-    upper: Option<(&str, &str)>,
-    xino: bool,
-) -> Result<(), String> {
-    let mut options = format!("lowerdir={}", lowers.join(":"));
-    if let Some((upper, work)) = upper {
-        options.push_str(&format!(",upperdir={upper},workdir={work}"));
-    }
-    options.push_str(",userxattr");
-    if xino {
-        options.push_str(",xino=on");
-    }
-    if options.len() > OPTIONS_LIMIT {
-        return Err(format!(
-            "{} layers need {} bytes of mount options, more than the {OPTIONS_LIMIT} this \
-             kernel takes (Linux 6.8 and later take any number)",
-            lowers.len(),
-            options.len()
-        ));
-    }
-    let data = CString::new(options).map_err(|e| e.to_string())?;
-    rustix::mount::mount(
-        "sandfleet-image",
-        target,
-        "overlay",
-        MountFlags::NOSUID | MountFlags::NODEV,
-        Some(data.as_c_str()),
-    )
-    .map_err(|e| format!("mount overlay on {}: {e}", target.display()))
 }
 
 /// Makes `root/name` a directory to mount on: what the image has there
@@ -282,8 +173,9 @@ fn write_identity(hostname: &str, resolv: Option<&[u8]>) -> Result<(), String> {
 }
 
 /// Mounts the workdir: the image's directory there (or nothing, where the
-/// image has none) under the layer's `upper`.
-fn make_workdir(workdir: &str) -> Result<(), String> {
+/// image has none) under `snapshots` (topmost first) and the layer's
+/// `upper`.
+fn make_workdir(workdir: &str, snapshots: &[PathBuf]) -> Result<(), String> {
     let view = open_dir(CWD, &Path::new("/").join(IMAGE_VIEW), ResolveFlags::empty())?;
     let relative = workdir.trim_start_matches('/');
     let lower = match rustix::fs::openat2(
@@ -309,9 +201,11 @@ fn make_workdir(workdir: &str) -> Result<(), String> {
     let target = Path::new(workdir);
     rootfs::make_dir(target, 0o755)?;
     let layer = Path::new("/").join(LAYER);
+    let mut lowers: Vec<String> = snapshots.iter().map(|p| p.display().to_string()).collect();
+    lowers.push(fd_path(&lower));
     mount_overlay(
         target,
-        &[fd_path(&lower)],
+        &lowers,
         Some((
             &layer.join("upper").display().to_string(),
             &layer.join("work").display().to_string(),

@@ -34,6 +34,7 @@ mod confine;
 mod creds;
 mod enter;
 mod image_root;
+mod overlay;
 mod pid1;
 mod probe;
 pub mod protocol;

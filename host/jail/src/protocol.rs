@@ -96,6 +96,12 @@ pub struct StartRequest {
     /// again.
     #[serde(default)]
     pub workdir_kept: bool,
+    /// Snapshot layers the sandbox starts from, lowest first: directories
+    /// holding `upper` (the workdir's files) and `root` (an OCI image
+    /// root's other files), stacked over the image and under the sandbox's
+    /// own writable layer.
+    #[serde(default)]
+    pub snapshots: Vec<PathBuf>,
 }
 
 /// What a sandbox's files come from.

@@ -41,6 +41,7 @@ use rustix::process::Signal;
 
 use crate::creds;
 use crate::image_root;
+use crate::overlay::{SnapshotPart, mount_overlay, snapshot_layers, stage, unstage};
 use crate::protocol::{Image, StartRequest, WorkdirMode};
 use crate::supervise::supervisor_alive;
 use crate::sys::{self, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY};
@@ -205,8 +206,14 @@ fn build_over_host(request: &StartRequest, image_dir: &Path) -> Result<WorkdirMo
         &layer,
         MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
     )?;
+    let snapshots = stage(&root, &snapshot_layers(request, SnapshotPart::Workdir)?)?;
     pivot_into(&root)?;
-    let workdir = make_workdir(&request.workdir, request.workdir_kept)?;
+    let workdir = if snapshots.is_empty() {
+        make_workdir(&request.workdir, request.workdir_kept)?
+    } else {
+        make_snapshot_workdir(&request.workdir, &snapshots)?
+    };
+    unstage(&snapshots)?;
     make_tmp()?;
     for staging in [LOWER, LAYER] {
         let path = Path::new("/").join(staging);
@@ -490,6 +497,28 @@ fn make_workdir(workdir: &str, kept: bool) -> Result<WorkdirMode, String> {
         MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
     )?;
     Ok(WorkdirMode::Copy)
+}
+
+/// Mounts the workdir as an overlay of the staged image under the staged
+/// `snapshots` (topmost first) and the layer: a snapshot's files exist
+/// only as layers, so there is no copy to fall back on.
+fn make_snapshot_workdir(workdir: &str, snapshots: &[PathBuf]) -> Result<WorkdirMode, String> {
+    let target = PathBuf::from(workdir);
+    make_dir(&target, 0o755)?;
+    let mut lowers: Vec<String> = snapshots.iter().map(|p| p.display().to_string()).collect();
+    lowers.push(format!("/{LOWER}"));
+    let layer = Path::new("/").join(LAYER);
+    mount_overlay(
+        &target,
+        &lowers,
+        Some((
+            &layer.join("upper").display().to_string(),
+            &layer.join("work").display().to_string(),
+        )),
+        false,
+    )
+    .map_err(|e| format!("mounting the workdir {workdir} over its snapshot: {e}"))?;
+    Ok(WorkdirMode::Overlay)
 }
 
 /// Mounts `/tmp` on the layer's `tmp`: through an overlay where overlayfs

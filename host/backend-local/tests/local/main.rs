@@ -11,4 +11,5 @@ mod oci_image;
 mod plain;
 mod reap;
 mod rootless;
+mod snapshots;
 mod spawn;

@@ -1,0 +1,343 @@
+//! Sealing a sandbox's writable layer: copying what a task wrote into a
+//! new directory that later sandboxes stack, read-only, under their own
+//! writable layers (a snapshot's layer).
+//!
+//! The source is hostile: a task made every entry of it. The copy works
+//! on descriptors, as `remove` does: every directory opened with
+//! `O_NOFOLLOW` relative to its parent's, every file checked to be the
+//! regular file that was listed before a byte of it is read, no symlink
+//! followed (a link is copied as a link), so nothing outside the layer is
+//! read and nothing outside the new directory is written. Only data is
+//! copied, never a hole: a sparse file of a terabyte with a byte in it
+//! costs a byte. What overlayfs made in the layer carries over as overlayfs
+//! reads it in a lower layer: whiteouts (character devices 0/0) as
+//! whiteouts, and an opaque directory's mark as `user.overlay.opaque`, the
+//! name sandboxes' overlays (mounted with `userxattr`) read. Owners, modes
+//! and times are kept (a byte-compiled Python file is checked against its
+//! source's time). Sockets and other devices are left out; hard links
+//! within the layer become separate copies.
+
+use std::ffi::{CStr, CString};
+use std::io;
+use std::os::fd::OwnedFd;
+use std::path::Path;
+
+use rustix::fs::{
+    AtFlags, Dir, FileType, Gid, Mode, OFlags, SeekFrom, Stat, Timespec, Timestamps, Uid,
+    XattrFlags,
+};
+use rustix::io::Errno;
+
+use crate::error::{IoContext, LocalError};
+
+/// The deepest directory nesting a seal copies: it holds two descriptors
+/// per level.
+pub(crate) const MAX_DEPTH: usize = 200;
+
+/// The names overlayfs marks an opaque directory with, as the mount that
+/// wrote the layer may have used either.
+const OPAQUE: [&CStr; 2] = [c"user.overlay.opaque", c"trusted.overlay.opaque"];
+
+/// Copies the tree at `from` (a directory) to `to`, which must not exist;
+/// returns the bytes of file data copied. On an error, `to` may hold part
+/// of the copy: the caller removes it.
+///
+/// # Errors
+///
+/// [`LocalError::Rejected`] for a tree deeper than [`MAX_DEPTH`];
+/// [`LocalError::Io`] naming the entry that could not be read or written.
+pub(crate) fn copy_tree(from: &Path, to: &Path) -> Result<u64, LocalError> {
+    let source = open_dir(rustix::fs::CWD, from.as_os_str().as_encoded_bytes())
+        .map_err(io::Error::from)
+        .context(|| format!("opening {}", from.display()))?;
+    let top = rustix::fs::fstat(&source)
+        .map_err(io::Error::from)
+        .context(|| format!("reading {}", from.display()))?;
+    let (parent, name) = match (to.parent(), to.file_name()) {
+        (Some(parent), Some(name)) => (parent, name),
+        _ => {
+            return Err(LocalError::Rejected(format!(
+                "{} names no entry of a directory",
+                to.display()
+            )));
+        }
+    };
+    let parent = open_dir(rustix::fs::CWD, parent.as_os_str().as_encoded_bytes())
+        .map_err(io::Error::from)
+        .context(|| format!("opening {}", parent.display()))?;
+    let name = CString::new(name.as_encoded_bytes())
+        .map_err(|_| LocalError::Rejected(format!("{} holds a NUL", to.display())))?;
+    let target = make_dir(&parent, &name)
+        .map_err(io::Error::from)
+        .context(|| format!("creating {}", to.display()))?;
+    let mut copy = Copy {
+        bytes: 0,
+        from,
+        path: Vec::new(),
+    };
+    copy.tree(source, target, &top)?;
+    Ok(copy.bytes)
+}
+
+/// A directory being copied, with the entries of it still to copy.
+struct Frame {
+    source: OwnedFd,
+    target: OwnedFd,
+    stat: Stat,
+    pending: Vec<CString>,
+}
+
+struct Copy<'a> {
+    bytes: u64,
+    from: &'a Path,
+    /// The names leading to the directory being copied, for errors.
+    path: Vec<CString>,
+}
+
+impl Copy<'_> {
+    fn tree(&mut self, source: OwnedFd, target: OwnedFd, top: &Stat) -> Result<(), LocalError> {
+        let pending = self.entries(&source)?;
+        let mut frames = vec![Frame {
+            source,
+            target,
+            stat: *top,
+            pending,
+        }];
+        while let Some(frame) = frames.last_mut() {
+            let Some(name) = frame.pending.pop() else {
+                let done = frames.pop().expect("a frame is on the stack");
+                self.finish_dir(&done.source, &done.target, &done.stat)?;
+                self.path.pop();
+                continue;
+            };
+            let stat = rustix::fs::statat(&frame.source, &name, AtFlags::SYMLINK_NOFOLLOW)
+                .map_err(|e| self.error(&name, "reading", e))?;
+            match FileType::from_raw_mode(stat.st_mode) {
+                FileType::Directory => {
+                    if frames.len() >= MAX_DEPTH {
+                        return Err(LocalError::Rejected(format!(
+                            "{} nests directories deeper than {MAX_DEPTH}",
+                            self.from.display()
+                        )));
+                    }
+                    let frame = frames.last().expect("a frame is on the stack");
+                    let source = open_dir(&frame.source, name.to_bytes())
+                        .map_err(|e| self.error(&name, "opening", e))?;
+                    if !same_file(&rustix::fs::fstat(&source), &stat) {
+                        return Err(self.error(&name, "opening", Errno::NOTDIR));
+                    }
+                    let target = make_dir(&frame.target, &name)
+                        .map_err(|e| self.error(&name, "creating", e))?;
+                    let pending = self.entries(&source)?;
+                    self.path.push(name);
+                    frames.push(Frame {
+                        source,
+                        target,
+                        stat,
+                        pending,
+                    });
+                }
+                kind => {
+                    let frame = frames.last().expect("a frame is on the stack");
+                    self.entry(&frame.source, &frame.target, &name, &stat, kind)
+                        .map_err(|e| self.error(&name, "copying", e))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The names in directory `dir`, but `.` and `..`.
+    fn entries(&self, dir: &OwnedFd) -> Result<Vec<CString>, LocalError> {
+        let listed = (|| {
+            let mut names = Vec::new();
+            for entry in Dir::read_from(dir)? {
+                let name = entry?.file_name().to_owned();
+                if name.to_bytes() != b"." && name.to_bytes() != b".." {
+                    names.push(name);
+                }
+            }
+            Ok(names)
+        })();
+        listed.map_err(|e: Errno| self.error(c".", "listing", e))
+    }
+
+    /// Copies one entry that is not a directory.
+    fn entry(
+        &mut self,
+        dir: &OwnedFd,
+        target: &OwnedFd,
+        name: &CStr,
+        stat: &Stat,
+        kind: FileType,
+    ) -> rustix::io::Result<()> {
+        let mode = Mode::from_raw_mode(stat.st_mode & 0o7777);
+        match kind {
+            FileType::RegularFile => {
+                let file = rustix::fs::openat(
+                    dir,
+                    name,
+                    OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )?;
+                if !same_file(&rustix::fs::fstat(&file), stat) {
+                    // It was replaced between the listing and the open.
+                    return Err(Errno::STALE);
+                }
+                let copy = rustix::fs::openat(
+                    target,
+                    name,
+                    OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW,
+                    Mode::from_raw_mode(0o600),
+                )?;
+                self.bytes += copy_data(&file, &copy, stat.st_size as u64)?;
+                rustix::fs::fchown(&copy, owner(stat), group(stat))?;
+                rustix::fs::fchmod(&copy, mode)?;
+                rustix::fs::futimens(&copy, &times(stat))
+            }
+            FileType::Symlink => {
+                let link = rustix::fs::readlinkat(dir, name, Vec::new())?;
+                rustix::fs::symlinkat(&link, target, name)?;
+                self.finish_entry(target, name, stat)
+            }
+            FileType::CharacterDevice if stat.st_rdev == 0 => {
+                // A whiteout: the file is deleted from the layers below.
+                rustix::fs::mknodat(target, name, FileType::CharacterDevice, mode, 0)?;
+                self.finish_entry(target, name, stat)
+            }
+            FileType::Fifo => {
+                rustix::fs::mknodat(target, name, FileType::Fifo, mode, 0)?;
+                self.finish_entry(target, name, stat)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Sets the owner and times of entry `name` (never following it).
+    fn finish_entry(&self, target: &OwnedFd, name: &CStr, stat: &Stat) -> rustix::io::Result<()> {
+        rustix::fs::chownat(
+            target,
+            name,
+            owner(stat),
+            group(stat),
+            AtFlags::SYMLINK_NOFOLLOW,
+        )?;
+        rustix::fs::utimensat(target, name, &times(stat), AtFlags::SYMLINK_NOFOLLOW)
+    }
+
+    /// Gives a copied directory its source's opaque mark, owner, mode and
+    /// times, once everything in it is copied (which changed its time).
+    fn finish_dir(
+        &self,
+        source: &OwnedFd,
+        target: &OwnedFd,
+        stat: &Stat,
+    ) -> Result<(), LocalError> {
+        let finished = (|| {
+            if is_opaque(source) {
+                rustix::fs::fsetxattr(target, OPAQUE[0], b"y", XattrFlags::empty())?;
+            }
+            rustix::fs::fchown(target, owner(stat), group(stat))?;
+            rustix::fs::fchmod(target, Mode::from_raw_mode(stat.st_mode & 0o7777))?;
+            rustix::fs::futimens(target, &times(stat))
+        })();
+        finished.map_err(|e| self.error(c".", "finishing", e))
+    }
+
+    fn error(&self, name: &CStr, doing: &str, error: Errno) -> LocalError {
+        let mut path = self.from.to_path_buf();
+        for part in self.path.iter().map(|p| p.as_c_str()).chain([name]) {
+            path.push(String::from_utf8_lossy(part.to_bytes()).as_ref());
+        }
+        LocalError::Io {
+            context: format!("sealing a sandbox's layer: {doing} {}", path.display()),
+            source: io::Error::from(error),
+        }
+    }
+}
+
+/// Copies the data of `from` (`size` bytes) to `to`, skipping holes: only
+/// the ranges `SEEK_DATA` finds are copied, and the size is set after.
+fn copy_data(from: &OwnedFd, to: &OwnedFd, size: u64) -> rustix::io::Result<u64> {
+    let mut copied = 0;
+    let mut at = 0u64;
+    while at < size {
+        let data = match rustix::fs::seek(from, SeekFrom::Data(at)) {
+            Ok(data) => data,
+            // No data after `at`: the rest is a hole.
+            Err(Errno::NXIO) => break,
+            Err(error) => return Err(error),
+        };
+        let hole = rustix::fs::seek(from, SeekFrom::Hole(data))?.min(size);
+        let (mut read_at, mut write_at) = (data, data);
+        while read_at < hole {
+            let want = usize::try_from(hole - read_at).unwrap_or(usize::MAX);
+            let moved = rustix::fs::copy_file_range(
+                from,
+                Some(&mut read_at),
+                to,
+                Some(&mut write_at),
+                want,
+            )?;
+            if moved == 0 {
+                // The file shrank under the copy: what was read is kept.
+                break;
+            }
+            copied += moved as u64;
+        }
+        at = hole;
+    }
+    rustix::fs::ftruncate(to, size)?;
+    Ok(copied)
+}
+
+fn is_opaque(dir: &OwnedFd) -> bool {
+    OPAQUE.iter().any(|name| {
+        let mut value = [0u8; 1];
+        matches!(rustix::fs::fgetxattr(dir, *name, &mut value), Ok(1) if value[0] == b'y')
+    })
+}
+
+fn open_dir(dir: impl std::os::fd::AsFd, name: &[u8]) -> rustix::io::Result<OwnedFd> {
+    rustix::fs::openat(
+        dir,
+        name,
+        OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+}
+
+/// Makes directory `name` in `dir`, private until it is finished, and
+/// opens it.
+fn make_dir(dir: &OwnedFd, name: &CStr) -> rustix::io::Result<OwnedFd> {
+    rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(0o700))?;
+    open_dir(dir, name.to_bytes())
+}
+
+/// Whether what was opened is what was listed.
+fn same_file(opened: &rustix::io::Result<Stat>, listed: &Stat) -> bool {
+    opened
+        .as_ref()
+        .is_ok_and(|stat| stat.st_dev == listed.st_dev && stat.st_ino == listed.st_ino)
+}
+
+fn owner(stat: &Stat) -> Option<Uid> {
+    Some(Uid::from_raw(stat.st_uid))
+}
+
+fn group(stat: &Stat) -> Option<Gid> {
+    Some(Gid::from_raw(stat.st_gid))
+}
+
+fn times(stat: &Stat) -> Timestamps {
+    Timestamps {
+        last_access: Timespec {
+            tv_sec: stat.st_atime,
+            tv_nsec: stat.st_atime_nsec as _,
+        },
+        last_modification: Timespec {
+            tv_sec: stat.st_mtime,
+            tv_nsec: stat.st_mtime_nsec as _,
+        },
+    }
+}
