@@ -1,6 +1,6 @@
 //! The [`Backend`] for one OpenSandbox server.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -9,16 +9,17 @@ use reqwest::Method;
 use sandfleet_core::{
     Backend, BackendError, Capabilities, Capacity, ErrorKind, ExecGuarantees, ExecRequest,
     ExecResult, Images, LABEL_RUN_ID, Labels, OutputSink, Owned, Preflight, Reaped, RunId,
-    SandboxHandle, TemplateRef, TemplateSpec, validate_labels,
+    SandboxHandle, Snapshots, TemplateRef, TemplateSpec,
 };
 use sandfleet_transport::{Call, CallKind, Clients, HttpFailure, Transport};
 
 use crate::config::{EndpointMode, OpenSandboxConfig, Resolved};
 mod command;
+mod create;
+mod snapshots;
 
-use crate::wire::{
-    CreateSandbox, Endpoint, Extensions, HandleData, Image, Resources, Sandbox, SandboxPage,
-};
+use self::create::Source;
+use crate::wire::{Endpoint, HandleData, Sandbox, SandboxPage};
 
 /// The lifecycle API's key header.
 const API_KEY: &str = "OPEN-SANDBOX-API-KEY";
@@ -108,12 +109,16 @@ impl OpenSandboxBackend {
 
     /// A lifecycle API call, with the key.
     fn lifecycle(&self, method: Method, path: &str, kind: CallKind, what: String) -> Call {
-        let call = Call::new(
+        self.keyed(Call::new(
             method,
             format!("{}/v1{path}", self.server.base_url),
             kind,
             what,
-        );
+        ))
+    }
+
+    /// `call` with the lifecycle API's key.
+    fn keyed(&self, call: Call) -> Call {
         match &self.server.api_key {
             Some(key) => call
                 .header(API_KEY, key)
@@ -124,73 +129,6 @@ impl OpenSandboxBackend {
 
     async fn json<T: serde::de::DeserializeOwned>(&self, call: &Call) -> Result<T, BackendError> {
         self.transport.json(&self.name, call).await
-    }
-
-    /// Creates a sandbox of `spec` carrying `labels`; never repeated.
-    async fn create(
-        &self,
-        spec: &TemplateSpec,
-        labels: &Labels,
-        pool: Option<&str>,
-    ) -> Result<Sandbox, BackendError> {
-        let requests = Resources {
-            cpu: format!("{}m", spec.cpu_milli),
-            memory: format!("{}Mi", spec.memory_mib),
-        };
-        let limits = Resources {
-            cpu: self
-                .config
-                .limits
-                .cpu
-                .clone()
-                .unwrap_or_else(|| requests.cpu.clone()),
-            memory: self
-                .config
-                .limits
-                .memory
-                .clone()
-                .unwrap_or_else(|| requests.memory.clone()),
-        };
-        let body = CreateSandbox {
-            image: Image { uri: &spec.image },
-            entrypoint: &self.config.entrypoint,
-            timeout: self.config.timeout.as_secs(),
-            resource_limits: limits,
-            resource_requests: requests,
-            env: spec.env.clone(),
-            metadata: labels,
-            extensions: pool.map(|pool_ref| Extensions { pool_ref }),
-        };
-        let from = match pool {
-            Some(pool) => format!(" from server pool `{pool}`"),
-            None => String::new(),
-        };
-        let call = self
-            .lifecycle(
-                Method::POST,
-                "/sandboxes",
-                CallKind::Create,
-                format!("create a sandbox of {} ({}){from}", spec.name, spec.image),
-            )
-            .json(serde_json::to_value(&body).expect("the body serializes"));
-        self.json(&call).await
-    }
-
-    /// Deletes what a create whose answer was lost may have made.
-    async fn clean_up_claim(&self, run: &RunId, claim: &str) {
-        let filter = [(LABEL_RUN_ID, run.as_str()), (LABEL_CLAIM, claim)];
-        match self.list(&filter).await {
-            Ok(ids) => {
-                for id in ids {
-                    if let Err(error) = self.delete(&id).await {
-                        tracing::warn!(cluster = %self.name, sandbox = %id, %error, "cannot delete a sandbox whose create failed");
-                    }
-                }
-            }
-            Err(error) => {
-                tracing::warn!(cluster = %self.name, claim, %error, "cannot look for a sandbox whose create failed")
-            }
-        }
     }
 
     /// execd's endpoint, once the sandbox has an address: a 404
@@ -329,6 +267,31 @@ impl OpenSandboxBackend {
         }
     }
 
+    /// A lifecycle GET of page `page` (of [`PAGE_SIZE`]) of the listing at
+    /// `path` with query `params`.
+    fn page_call(
+        &self,
+        path: &str,
+        params: &[(&str, &str)],
+        page: u32,
+        what: String,
+    ) -> Result<Call, BackendError> {
+        let (page, size) = (page.to_string(), PAGE_SIZE.to_string());
+        let query = params
+            .iter()
+            .copied()
+            .chain([("page", page.as_str()), ("pageSize", size.as_str())]);
+        let url =
+            reqwest::Url::parse_with_params(&format!("{}/v1{path}", self.server.base_url), query)
+                .map_err(|e| self.error(ErrorKind::Invalid, e))?;
+        Ok(self.keyed(Call::new(
+            Method::GET,
+            url.as_str(),
+            CallKind::Lifecycle,
+            what,
+        )))
+    }
+
     /// Ids of the sandboxes whose metadata has every pair of `filter`.
     async fn list(&self, filter: &[(&str, &str)]) -> Result<Vec<String>, BackendError> {
         let metadata: String = filter
@@ -338,26 +301,12 @@ impl OpenSandboxBackend {
             .join("&");
         let mut ids = Vec::new();
         for page in 1.. {
-            let url = reqwest::Url::parse_with_params(
-                &format!("{}/v1/sandboxes", self.server.base_url),
-                [
-                    ("metadata", metadata.as_str()),
-                    ("page", &page.to_string()),
-                    ("pageSize", &PAGE_SIZE.to_string()),
-                ],
-            )
-            .map_err(|e| self.error(ErrorKind::Invalid, e))?;
-            let mut call = Call::new(
-                Method::GET,
-                url.as_str(),
-                CallKind::Lifecycle,
+            let call = self.page_call(
+                "/sandboxes",
+                &[("metadata", metadata.as_str())],
+                page,
                 format!("list sandboxes with {metadata}"),
-            );
-            if let Some(key) = &self.server.api_key {
-                call = call
-                    .header(API_KEY, key)
-                    .expect("keys are checked when read");
-            }
+            )?;
             let listed: SandboxPage = self.json(&call).await?;
             ids.extend(
                 listed
@@ -410,6 +359,12 @@ impl Backend for OpenSandboxBackend {
             },
             images: Images::AnyReference,
         }
+    }
+
+    /// The lifecycle API's snapshots (`snapshots` module); a server whose
+    /// runtime has none answers a snapshot with 501, [`ErrorKind::Unsupported`].
+    fn snapshots(&self) -> Option<&dyn Snapshots> {
+        Some(self)
     }
 
     async fn preflight(&self) -> Preflight {
@@ -471,82 +426,9 @@ impl Backend for OpenSandboxBackend {
         labels: &Labels,
         deadline: Instant,
     ) -> Result<SandboxHandle, BackendError> {
-        let spec = self
-            .templates
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&(template.run_id.clone(), template.name.clone()))
-            .cloned()
-            .ok_or_else(|| {
-                self.error(
-                    ErrorKind::NotFound,
-                    format!("template {} was never ensured", template.name),
-                )
-            })?;
-        let claim = format!("{:016x}", crate::random());
-        let mut labels: BTreeMap<String, String> = labels.clone();
-        labels.insert(LABEL_CLAIM.to_string(), sandfleet_core::label_value(&claim));
-        validate_labels(&labels).map_err(|e| {
-            self.error(
-                ErrorKind::Invalid,
-                format!("metadata of a sandbox of {}: {e}", template.name),
-            )
-        })?;
-        let pool = self.config.server_pool(&spec.image);
-        let created = match self.create(&spec, &labels, pool).await {
-            Err(error)
-                if pool.is_some()
-                    && self.config.pool_fallback
-                    && matches!(
-                        error.kind(),
-                        ErrorKind::Throttled { .. } | ErrorKind::Unavailable | ErrorKind::NotFound
-                    ) =>
-            {
-                tracing::info!(cluster = %self.name, pool, %error, "the server pool cannot serve; creating directly (pool_fallback)");
-                self.create(&spec, &labels, None).await
-            }
-            other => other,
-        };
-        let created = match created {
-            Ok(created) => created,
-            Err(error) => {
-                // An answer that may have been lost after the server made
-                // the sandbox: find it by its claim label and delete it.
-                if matches!(
-                    error.kind(),
-                    ErrorKind::Transport { sent: true } | ErrorKind::Timeout
-                ) {
-                    self.clean_up_claim(&template.run_id, &labels[LABEL_CLAIM])
-                        .await;
-                }
-                return Err(error);
-            }
-        };
-        let ready = async {
-            let ready_by = deadline.min(Instant::now() + self.config.ready_timeout);
-            let execd = self.endpoint(&created.id, ready_by).await?;
-            self.wait_for_execd(&created.id, &execd, ready_by).await?;
-            Ok::<_, BackendError>(execd)
-        }
-        .await;
-        let execd = match ready {
-            Ok(execd) => execd,
-            Err(error) => {
-                if let Err(cleanup) = self.delete(&created.id).await {
-                    tracing::warn!(cluster = %self.name, sandbox = %created.id, error = %cleanup, "cannot delete a sandbox that never became ready");
-                }
-                return Err(error);
-            }
-        };
-        Ok(SandboxHandle {
-            hostname: created.id.clone(),
-            endpoint: Some(execd.execd.clone()),
-            driver: serde_json::to_string(&execd).expect("handle data serializes"),
-            id: created.id,
-            cluster: self.name.clone(),
-            template: template.name.clone(),
-            run_id: template.run_id.clone(),
-        })
+        let spec = self.spec_of(&template.run_id, &template.name)?;
+        self.make(&spec, template, labels, Source::Image, deadline)
+            .await
     }
 
     async fn exec(
@@ -641,17 +523,29 @@ impl Backend for OpenSandboxBackend {
     async fn list_owned(&self, run_id: &RunId) -> Result<Owned, BackendError> {
         Ok(Owned {
             sandboxes: self.list(&[(LABEL_RUN_ID, run_id.as_str())]).await?,
+            snapshots: self
+                .snapshots_of_run(run_id)
+                .await?
+                .into_iter()
+                .map(|snapshot| snapshot.id)
+                .collect(),
             ..Owned::default()
         })
     }
 
     async fn reap(&self, run_id: &RunId) -> Result<Reaped, BackendError> {
         let ids = self.list(&[(LABEL_RUN_ID, run_id.as_str())]).await?;
-        // Every sandbox is tried, so one the server refuses leaves no other
-        // behind; the first refusal says what went wrong.
+        let snapshots = self.snapshots_of_run(run_id).await?;
+        // Everything is tried, so one object the server refuses leaves no
+        // other behind; the first refusal says what went wrong.
         let mut refused = Vec::new();
         for id in &ids {
             if let Err(error) = self.delete(id).await {
+                refused.push(error);
+            }
+        }
+        for snapshot in &snapshots {
+            if let Err(error) = self.delete_snapshot_id(&snapshot.id).await {
                 refused.push(error);
             }
         }
@@ -659,9 +553,10 @@ impl Backend for OpenSandboxBackend {
             return Err(self.error(
                 first.kind(),
                 format!(
-                    "{} of {} sandboxes of run {run_id} could not be deleted; the first: {}",
+                    "{} of {} sandboxes and {} snapshots of run {run_id} could not be deleted; the first: {}",
                     refused.len(),
                     ids.len(),
+                    snapshots.len(),
                     first.message()
                 ),
             ));
@@ -672,6 +567,7 @@ impl Backend for OpenSandboxBackend {
             .retain(|(run, _), _| run != run_id);
         Ok(Reaped {
             sandboxes: ids.len(),
+            snapshots: snapshots.len(),
             ..Reaped::default()
         })
     }
@@ -679,6 +575,8 @@ impl Backend for OpenSandboxBackend {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
 
     fn backend(mode: EndpointMode) -> OpenSandboxBackend {

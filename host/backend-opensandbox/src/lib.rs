@@ -7,6 +7,9 @@
 //! their events and the driver finishes at the terminal event instead of
 //! waiting out execd's grace tail. Releases are DELETEs (404 is success),
 //! renewals set an absolute expiry, and reaping lists by the run's metadata.
+//! Snapshots are the API's own (`/v1/snapshots`): forks are creates with a
+//! `snapshotId`, and a snapshot's name carries its run, since snapshots have
+//! no metadata; there is no restore in place.
 //! The management API key goes to the lifecycle API and, in server-proxy
 //! mode, to the proxied execd — never to a direct sandbox endpoint, which
 //! runs untrusted code.

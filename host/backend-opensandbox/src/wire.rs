@@ -4,11 +4,14 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-/// `POST /v1/sandboxes`.
+/// `POST /v1/sandboxes`: of an image or of a snapshot, never both.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct CreateSandbox<'a> {
-    pub(crate) image: Image<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) image: Option<Image<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) snapshot_id: Option<&'a str>,
     pub(crate) entrypoint: &'a [String],
     pub(crate) timeout: u64,
     pub(crate) resource_limits: Resources,
@@ -62,6 +65,39 @@ pub(crate) struct SandboxPage {
 #[serde(rename_all = "camelCase")]
 pub(crate) struct Pagination {
     pub(crate) has_next_page: bool,
+}
+
+/// `POST /v1/sandboxes/{id}/snapshots`.
+#[derive(Debug, Serialize)]
+pub(crate) struct CreateSnapshot<'a> {
+    pub(crate) name: &'a str,
+}
+
+/// A snapshot as the server describes it.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Snapshot {
+    pub(crate) id: String,
+    #[serde(default)]
+    pub(crate) name: Option<String>,
+    pub(crate) status: SnapshotStatus,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct SnapshotStatus {
+    /// `Creating`, `Ready`, `Failed`, `Deleting`, or one the API adds later.
+    pub(crate) state: String,
+    #[serde(default)]
+    pub(crate) reason: Option<String>,
+    #[serde(default)]
+    pub(crate) message: Option<String>,
+}
+
+/// `GET /v1/snapshots`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct SnapshotPage {
+    pub(crate) items: Vec<Snapshot>,
+    pub(crate) pagination: Pagination,
 }
 
 /// `GET /v1/sandboxes/{id}/endpoints/{port}`.

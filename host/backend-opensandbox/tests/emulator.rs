@@ -1,14 +1,16 @@
 //! The driver against `sandfleet devcluster opensandbox`'s emulator, over
 //! real sockets on loopback: the whole claim → exec → files → release
-//! path, each production fault, and bad input. The emulator's counters say
-//! whether any command ran twice and whether any sandbox was left.
+//! path, each production fault, bad input, and snapshots with their forks.
+//! The emulator's counters say whether any command ran twice and whether
+//! any sandbox or snapshot was left.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use sandfleet_backend_opensandbox::{OpenSandboxBackend, OpenSandboxConfig};
 use sandfleet_core::{
-    Backend, BackendError, ErrorKind, ExecRequest, RunId, SandboxHandle, TemplateRef, TemplateSpec,
+    Backend, BackendError, ErrorKind, ExecRequest, RunId, SandboxHandle, Snapshots, TemplateRef,
+    TemplateSpec,
 };
 use sandfleet_emulator_opensandbox::{
     Emulator, EmulatorConfig, Faults, Runtime, images_from_fleet,
@@ -536,5 +538,265 @@ async fn a_throttled_release_is_sent_once_for_the_engine_to_retry_while_a_reap_r
     assert!(backend.reap(&run).await.is_err());
     let sent = emulator.executions().delete_requests - before;
     assert_eq!(sent, TransportConfig::default().attempts as u64);
+    emulator.shutdown().await;
+}
+
+fn snapshots(backend: &OpenSandboxBackend) -> &dyn Snapshots {
+    backend.snapshots().expect("the driver has snapshots")
+}
+
+fn soon() -> Instant {
+    Instant::now() + Duration::from_secs(60)
+}
+
+/// The file at `path` in `sandbox`, or `None` where there is none.
+async fn file(backend: &OpenSandboxBackend, sandbox: &SandboxHandle, path: &str) -> Option<String> {
+    let ran = backend
+        .exec(sandbox, &shell(&format!("cat {path}")), None)
+        .await
+        .unwrap();
+    (ran.exit_code == 0).then(|| String::from_utf8_lossy(&ran.stdout).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn forks_have_the_files_written_before_the_snapshot_and_none_after_or_of_each_other() {
+    // Snapshots are the local backend's, which isolated sandboxes have.
+    let emulator = emulator_on(Runtime::Namespaces, "").await;
+    let backend = backend(&emulator);
+    let run = RunId::generate("os-snap");
+    let source = claim(&backend, &run).await;
+    backend
+        .put_file(&source, "/workspace/before.txt", b"before\n", 0o644)
+        .await
+        .unwrap();
+    let snapshot = snapshots(&backend)
+        .snapshot(&source, &run.labels(), soon())
+        .await
+        .unwrap();
+    assert_eq!(snapshot.run_id(), &run);
+    assert_eq!(snapshot.template.image, "calc");
+    backend
+        .put_file(&source, "/workspace/after.txt", b"after\n", 0o644)
+        .await
+        .unwrap();
+
+    let forks = snapshots(&backend)
+        .fork(&snapshot, 3, &run.labels(), soon())
+        .await
+        .unwrap();
+    assert_eq!(forks.len(), 3);
+    let mut ids: Vec<&str> = forks.iter().map(|f| f.id.as_str()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), 3, "{ids:?}");
+    for fork in &forks {
+        assert_eq!(fork.run_id, run);
+        backend
+            .put_file(
+                fork,
+                "/workspace/mine.txt",
+                format!("{}\n", fork.id).as_bytes(),
+                0o644,
+            )
+            .await
+            .unwrap();
+    }
+    for fork in &forks {
+        assert_eq!(
+            file(&backend, fork, "before.txt").await.as_deref(),
+            Some("before\n")
+        );
+        assert_eq!(file(&backend, fork, "after.txt").await, None);
+        assert_eq!(
+            file(&backend, fork, "mine.txt").await,
+            Some(format!("{}\n", fork.id))
+        );
+    }
+    // The source runs on with its own files.
+    assert_eq!(file(&backend, &source, "mine.txt").await, None);
+    assert_eq!(
+        file(&backend, &source, "after.txt").await.as_deref(),
+        Some("after\n")
+    );
+
+    let owned = backend.list_owned(&run).await.unwrap();
+    assert_eq!(owned.snapshots, std::slice::from_ref(&snapshot.id));
+    assert_eq!(owned.sandboxes.len(), 4);
+    assert_eq!(
+        snapshots(&backend).list_snapshots(&run).await.unwrap(),
+        std::slice::from_ref(&snapshot)
+    );
+
+    // No restore in place: the cluster says so, and the sandbox is intact.
+    assert!(!snapshots(&backend).restores_in_place());
+    let error = snapshots(&backend)
+        .restore(&source, &snapshot, soon())
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Unsupported, "{error}");
+    assert_eq!(error.cluster(), "os");
+
+    for fork in &forks {
+        backend.release(fork).await.unwrap();
+    }
+    backend.release(&source).await.unwrap();
+    assert_eq!(emulator.live_sandboxes(), 0);
+    snapshots(&backend)
+        .delete_snapshot(&snapshot)
+        .await
+        .unwrap();
+    assert_eq!(emulator.live_snapshots(), 0);
+    emulator.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deleted_snapshot_forks_nothing_and_a_fork_of_none_is_refused() {
+    let emulator = emulator_on(Runtime::Namespaces, "").await;
+    let backend = backend(&emulator);
+    let run = RunId::generate("os-snap-gone");
+    let source = claim(&backend, &run).await;
+    let snapshot = snapshots(&backend)
+        .snapshot(&source, &run.labels(), soon())
+        .await
+        .unwrap();
+
+    let none = snapshots(&backend)
+        .fork(&snapshot, 0, &run.labels(), soon())
+        .await
+        .unwrap_err();
+    assert_eq!(none.kind(), ErrorKind::Invalid, "{none}");
+    let other = RunId::generate("os-snap-other");
+    let theirs = snapshots(&backend)
+        .fork(&snapshot, 1, &other.labels(), soon())
+        .await
+        .unwrap_err();
+    assert_eq!(theirs.kind(), ErrorKind::Invalid, "{theirs}");
+
+    snapshots(&backend)
+        .delete_snapshot(&snapshot)
+        .await
+        .unwrap();
+    // Deleted twice is deleted once.
+    snapshots(&backend)
+        .delete_snapshot(&snapshot)
+        .await
+        .unwrap();
+    let gone = snapshots(&backend)
+        .fork(&snapshot, 3, &run.labels(), soon())
+        .await
+        .unwrap_err();
+    assert_eq!(gone.kind(), ErrorKind::NotFound, "{gone}");
+    // Nothing was made and nothing is left but the source.
+    assert_eq!(emulator.live_sandboxes(), 1);
+    assert!(backend.list_owned(&run).await.unwrap().snapshots.is_empty());
+    backend.release(&source).await.unwrap();
+    emulator.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reap_removes_the_runs_snapshots_and_forks_and_no_other_runs() {
+    let emulator = emulator_on(Runtime::Namespaces, "").await;
+    let backend = backend(&emulator);
+    let (mine, theirs) = (
+        RunId::generate("os-snap-mine"),
+        RunId::generate("os-snap-theirs"),
+    );
+    let source = claim(&backend, &mine).await;
+    let first = snapshots(&backend)
+        .snapshot(&source, &mine.labels(), soon())
+        .await
+        .unwrap();
+    snapshots(&backend)
+        .snapshot(&source, &mine.labels(), soon())
+        .await
+        .unwrap();
+    snapshots(&backend)
+        .fork(&first, 1, &mine.labels(), soon())
+        .await
+        .unwrap();
+    let kept = claim(&backend, &theirs).await;
+    let kept_snapshot = snapshots(&backend)
+        .snapshot(&kept, &theirs.labels(), soon())
+        .await
+        .unwrap();
+
+    let reaped = backend.reap(&mine).await.unwrap();
+    assert_eq!((reaped.sandboxes, reaped.snapshots), (2, 2), "{reaped:?}");
+    assert_eq!(backend.list_owned(&mine).await.unwrap(), Default::default());
+    let owned = backend.list_owned(&theirs).await.unwrap();
+    assert_eq!(owned.snapshots, std::slice::from_ref(&kept_snapshot.id));
+    assert_eq!(owned.sandboxes, std::slice::from_ref(&kept.id));
+
+    let reaped = backend.reap(&theirs).await.unwrap();
+    assert_eq!((reaped.sandboxes, reaped.snapshots), (1, 1), "{reaped:?}");
+    assert_eq!(
+        (emulator.live_sandboxes(), emulator.live_snapshots()),
+        (0, 0)
+    );
+    emulator.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_whose_runtime_has_no_snapshots_says_so() {
+    // Plain sandboxes have no snapshots on the local backend: the emulator
+    // answers 501 as a runtime without them does.
+    let emulator = emulator("").await;
+    let backend = backend(&emulator);
+    let run = RunId::generate("os-snap-none");
+    let source = claim(&backend, &run).await;
+    let error = snapshots(&backend)
+        .snapshot(&source, &run.labels(), soon())
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Unsupported, "{error}");
+    assert!(error.to_string().contains("NOT_IMPLEMENTED"), "{error}");
+    assert!(
+        snapshots(&backend)
+            .list_snapshots(&run)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(emulator.live_snapshots(), 0);
+    backend.release(&source).await.unwrap();
+    emulator.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fork_that_fails_part_way_releases_the_forks_it_made() {
+    // Under the quota are the source and one fork: of three forks made at
+    // once, one is made and two are refused.
+    let emulator = emulator_on(Runtime::Namespaces, "quota=2").await;
+    let backend = backend(&emulator);
+    let run = RunId::generate("os-snap-quota");
+    let source = claim(&backend, &run).await;
+    let snapshot = snapshots(&backend)
+        .snapshot(&source, &run.labels(), soon())
+        .await
+        .unwrap();
+    let error = snapshots(&backend)
+        .fork(&snapshot, 3, &run.labels(), soon())
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("QUOTA_EXCEEDED"), "{error}");
+    assert!(error.to_string().contains("after 1 were made"), "{error}");
+    assert!(!error.kind().is_retryable(), "{error}");
+    let counted = emulator.executions();
+    assert_eq!(
+        (counted.sandboxes_created, counted.sandboxes_deleted),
+        (2, 1)
+    );
+    assert_eq!(
+        backend.list_owned(&run).await.unwrap().sandboxes,
+        std::slice::from_ref(&source.id)
+    );
+    // With room again, a fork is made whole.
+    let forks = snapshots(&backend)
+        .fork(&snapshot, 1, &run.labels(), soon())
+        .await
+        .unwrap();
+    assert_eq!(forks.len(), 1);
+    let reaped = backend.reap(&run).await.unwrap();
+    assert_eq!((reaped.sandboxes, reaped.snapshots), (2, 1), "{reaped:?}");
     emulator.shutdown().await;
 }

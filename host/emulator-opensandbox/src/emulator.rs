@@ -149,6 +149,11 @@ impl Emulator {
         self.fleet.live()
     }
 
+    /// Snapshots that exist now, whatever their state.
+    pub fn live_snapshots(&self) -> usize {
+        self.fleet.snapshots.len()
+    }
+
     /// The server pool (`extensions.poolRef`) each sandbox that exists now
     /// was created from, by sandbox id; `None` for a direct create.
     pub fn pool_refs(&self) -> BTreeMap<String, Option<String>> {

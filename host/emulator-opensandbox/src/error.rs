@@ -46,6 +46,14 @@ impl ApiError {
         )
     }
 
+    pub(crate) fn snapshot_not_found(id: &str) -> Self {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "SNAPSHOT::NOT_FOUND",
+            format!("Snapshot {id} not found"),
+        )
+    }
+
     /// A 400 `{code, message}` with an unprefixed code (`SANDBOX::…`).
     pub(crate) fn bad_request(code: &str, message: impl Into<String>) -> Self {
         ApiError::new(StatusCode::BAD_REQUEST, code, message)

@@ -38,6 +38,10 @@ pub struct Faults {
     /// `port-500`: the first create fails with 500, its port "already
     /// allocated", and leaves nothing behind.
     pub port_500: bool,
+    /// `quota=N`: creates answer 403 `KUBERNETES::QUOTA_EXCEEDED` while N
+    /// sandboxes exist or are being made, as under a namespace's
+    /// ResourceQuota.
+    pub quota: Option<u32>,
     /// `throttle-deletes`: every `DELETE /sandboxes/{id}` answers 429
     /// (`Retry-After: 1`) and deletes nothing, as an API server under a
     /// rate limit would.
@@ -55,6 +59,7 @@ impl Default for Faults {
             flaky: None,
             seed: 1,
             port_500: false,
+            quota: None,
             throttle_deletes: false,
         }
     }
@@ -69,6 +74,12 @@ fn duration(switch: &str, text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text).map_err(|e| {
         format!("fault `{switch}={text}`: not a duration ({e}); write 500, 500ms or 5s")
     })
+}
+
+/// A count of sandboxes.
+fn count(switch: &str, text: &str) -> Result<u32, String> {
+    text.parse()
+        .map_err(|_| format!("fault `{switch}={text}`: not a count of sandboxes"))
 }
 
 fn needs_value<'a>(name: &str, value: Option<&'a str>) -> Result<&'a str, String> {
@@ -102,13 +113,8 @@ impl FromStr for Faults {
                     faults.cut_tail = true;
                     faults.grace_tail = None;
                 }
-                "pool-max" => {
-                    let v = need(value)?;
-                    faults.pool_max =
-                        Some(v.parse().map_err(|_| {
-                            format!("fault `pool-max={v}`: not a count of sandboxes")
-                        })?);
-                }
+                "pool-max" => faults.pool_max = Some(count(name, need(value)?)?),
+                "quota" => faults.quota = Some(count(name, need(value)?)?),
                 "flaky" => {
                     let v = need(value)?;
                     let p: f64 = v
@@ -129,7 +135,7 @@ impl FromStr for Faults {
                 other => {
                     return Err(format!(
                         "unknown fault `{other}` (known: keepalive=DUR, execd-late=MS, grace-tail[=MS], \
-                         cut-tail, pool-max=N, flaky=P, seed=N, port-500, throttle-deletes)"
+                         cut-tail, pool-max=N, flaky=P, seed=N, port-500, quota=N, throttle-deletes)"
                     ));
                 }
             }
@@ -160,13 +166,13 @@ mod tests {
         let faults: Faults = "".parse().unwrap();
         assert_eq!(faults, Faults::default());
         assert_eq!(faults.grace_tail, Some(DEFAULT_GRACE_TAIL));
-        let faults: Faults = "grace-tail=250ms,pool-max=3,port-500,seed=9"
+        let faults: Faults = "grace-tail=250ms,pool-max=3,port-500,seed=9,quota=4"
             .parse()
             .unwrap();
         assert_eq!(faults.grace_tail, Some(Duration::from_millis(250)));
         assert_eq!(
-            (faults.pool_max, faults.port_500, faults.seed),
-            (Some(3), true, 9)
+            (faults.pool_max, faults.port_500, faults.seed, faults.quota),
+            (Some(3), true, 9, Some(4))
         );
     }
 
@@ -178,6 +184,7 @@ mod tests {
             ("keepalive", "needs a value"),
             ("execd-late=soon", "execd-late=soon"),
             ("pool-max=-1", "pool-max=-1"),
+            ("quota=many", "quota=many"),
         ] {
             let error = text.parse::<Faults>().unwrap_err();
             assert!(error.contains(needle), "{text}: {error}");

@@ -1,6 +1,9 @@
 //! The sandboxes the emulator holds: each a local sandbox (claimed from the
-//! local backend) with its own execd on its own loopback address, created,
-//! listed, patched, renewed, and deleted on request or at its `expiresAt`.
+//! local backend, or forked from one of its snapshots) with its own execd on
+//! its own loopback address, created, listed, patched, renewed, and deleted
+//! on request or at its `expiresAt`; and their snapshots (`snapshots`).
+
+mod snapshots;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
@@ -23,6 +26,8 @@ use crate::execd::{self, EXECD_PORT, Tail};
 use crate::faults::Faults;
 use crate::random::Rng;
 
+pub(crate) use self::snapshots::{Snapshot, SnapshotStore};
+
 /// execd addresses are drawn from 127.64.0.0/10, away from 127.0.0.1 and
 /// the low addresses other tools use.
 const EXECD_NET: u32 = 0x7F40_0000;
@@ -31,7 +36,11 @@ const EXECD_NET_SIZE: u32 = 1 << 22;
 /// A create, validated.
 #[derive(Debug, Clone)]
 pub(crate) struct CreateSpec {
+    /// The image; of a sandbox made of a snapshot, the image of the sandbox
+    /// the snapshot was taken of.
     pub(crate) image: String,
+    /// The snapshot it is made of (`snapshotId`), instead of `image`.
+    pub(crate) snapshot: Option<String>,
     pub(crate) entrypoint: Vec<String>,
     pub(crate) env: Vec<(String, String)>,
     pub(crate) metadata: BTreeMap<String, String>,
@@ -75,10 +84,14 @@ impl Sandbox {
 pub(crate) struct Fleet {
     host: SandboxHost,
     sandboxes: Mutex<BTreeMap<String, Arc<Sandbox>>>,
+    pub(crate) snapshots: SnapshotStore,
     pub(crate) counters: Arc<Counters>,
     pub(crate) faults: Faults,
     ids: Arc<Mutex<Rng>>,
     next_address: AtomicU32,
+    /// Sandboxes that exist or are being made.
+    held: AtomicU32,
+    /// Pooled sandboxes that exist or are being made.
     pooled: AtomicU32,
     port_collided: AtomicBool,
     expiry_changed: Notify,
@@ -100,10 +113,12 @@ impl Fleet {
         Arc::new(Fleet {
             host,
             sandboxes: Mutex::new(BTreeMap::new()),
+            snapshots: SnapshotStore::default(),
             counters: Arc::new(Counters::default()),
             faults,
             ids: Arc::new(Mutex::new(rng)),
             next_address: AtomicU32::new(start),
+            held: AtomicU32::new(0),
             pooled: AtomicU32::new(0),
             port_collided: AtomicBool::new(false),
             expiry_changed: Notify::new(),
@@ -210,12 +225,22 @@ impl Fleet {
     /// Creates a sandbox: 202's body is made by the caller from the result.
     pub(crate) async fn create(
         self: &Arc<Self>,
-        spec: CreateSpec,
+        mut spec: CreateSpec,
     ) -> Result<Arc<Sandbox>, ApiError> {
         let Some(_creating) = self.gate.enter() else {
             return Err(shutting_down());
         };
-        self.ensure_image(&spec.image).await?;
+        let restore = match &spec.snapshot {
+            Some(snapshot) => {
+                let (local, image) = self.restorable(snapshot)?;
+                spec.image = image;
+                Some(local)
+            }
+            None => {
+                self.ensure_image(&spec.image).await?;
+                None
+            }
+        };
         if self.gate.is_closed() {
             return Err(shutting_down());
         }
@@ -229,32 +254,36 @@ impl Fleet {
                 ),
             ));
         }
+        let held = self.take_slot(Counted::Held, self.faults.quota, over_quota)?;
         let pool_slot = if spec.pooled {
-            Some(self.take_pool_slot()?)
+            Some(self.take_slot(Counted::Pooled, self.faults.pool_max, pool_exhausted)?)
         } else {
             None
         };
-        let template = self.template(&spec).await?;
         let id = self.ids.lock().expect("id generator lock poisoned").uuid();
-        let handle = self
-            .host
-            .claim(&template, &id)
-            .await
-            .map_err(|e| match e.kind() {
-                ErrorKind::Timeout => ApiError::runtime(
-                    StatusCode::GATEWAY_TIMEOUT,
-                    "POD_READY_TIMEOUT",
-                    format!(
-                        "Sandbox {id} was not ready within {}s: {e}",
-                        CREATE_TIMEOUT.as_secs()
-                    ),
+        // A snapshot's sandbox has the shape of the one it was taken of.
+        let made = match &restore {
+            Some(local) => self.fork(local, &id).await,
+            None => {
+                let template = self.template(&spec).await?;
+                self.host.claim(&template, &id).await
+            }
+        };
+        let handle = made.map_err(|e| match e.kind() {
+            ErrorKind::Timeout => ApiError::runtime(
+                StatusCode::GATEWAY_TIMEOUT,
+                "POD_READY_TIMEOUT",
+                format!(
+                    "Sandbox {id} was not ready within {}s: {e}",
+                    CREATE_TIMEOUT.as_secs()
                 ),
-                _ => ApiError::runtime(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "SANDBOX_CREATE_FAILED",
-                    format!("Failed to create sandbox {id}: {e}"),
-                ),
-            })?;
+            ),
+            _ => ApiError::runtime(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "SANDBOX_CREATE_FAILED",
+                format!("Failed to create sandbox {id}: {e}"),
+            ),
+        })?;
         if self.gate.is_closed() {
             let _ = self.host.backend().release(&handle).await;
             return Err(shutting_down());
@@ -315,6 +344,7 @@ impl Fleet {
             exec,
             execd_stop,
         });
+        held.keep();
         if let Some(slot) = pool_slot {
             slot.keep();
         }
@@ -324,26 +354,33 @@ impl Fleet {
         Ok(sandbox)
     }
 
-    /// Counts a pooled sandbox against `pool-max`; the slot is returned
-    /// when the create fails, or when the sandbox is deleted.
-    fn take_pool_slot(self: &Arc<Self>) -> Result<PoolSlot, ApiError> {
-        let taken = self.pooled.fetch_add(1, Ordering::AcqRel) + 1;
-        let slot = PoolSlot {
+    fn counter(&self, counted: Counted) -> &AtomicU32 {
+        match counted {
+            Counted::Held => &self.held,
+            Counted::Pooled => &self.pooled,
+        }
+    }
+
+    /// Counts a sandbox against a limit of `max` (a fault's), or answers
+    /// `refusal(max)`; the slot is returned when the create fails, or when
+    /// the sandbox is deleted.
+    fn take_slot(
+        self: &Arc<Self>,
+        counted: Counted,
+        max: Option<u32>,
+        refusal: fn(u32) -> ApiError,
+    ) -> Result<Slot, ApiError> {
+        let taken = self.counter(counted).fetch_add(1, Ordering::AcqRel) + 1;
+        let slot = Slot {
             fleet: Arc::clone(self),
+            counted,
             kept: false,
         };
-        if let Some(max) = self.faults.pool_max
+        if let Some(max) = max
             && taken > max
         {
             drop(slot);
-            return Err(ApiError::runtime(
-                StatusCode::TOO_MANY_REQUESTS,
-                "POOL_CAPACITY_EXHAUSTED",
-                format!(
-                    "Pool capacity exhausted: {max} pooled sandboxes are in use (poolMax {max})"
-                ),
-            )
-            .retry_after(30));
+            return Err(refusal(max));
         }
         Ok(slot)
     }
@@ -359,6 +396,7 @@ impl Fleet {
 
     async fn destroy(&self, sandbox: &Sandbox) {
         sandbox.execd_stop.cancel();
+        self.held.fetch_sub(1, Ordering::AcqRel);
         if sandbox.spec.pooled {
             self.pooled.fetch_sub(1, Ordering::AcqRel);
         }
@@ -415,6 +453,8 @@ impl Fleet {
         // then stops before it makes a sandbox).
         self.gate.close().await;
         let all: Vec<Arc<Sandbox>> = std::mem::take(&mut *self.map()).into_values().collect();
+        // Reaping the local backend's run below removes what they captured.
+        self.snapshots.clear();
         for sandbox in &all {
             sandbox.execd_stop.cancel();
         }
@@ -431,25 +471,58 @@ impl Fleet {
     }
 }
 
-/// One pooled sandbox counted against `pool-max` while its create runs.
-struct PoolSlot {
+/// What a limit counts.
+#[derive(Debug, Clone, Copy)]
+enum Counted {
+    /// Sandboxes that exist or are being made (`quota`).
+    Held,
+    /// Pooled ones (`pool-max`).
+    Pooled,
+}
+
+/// One sandbox counted against a limit while its create runs.
+struct Slot {
     fleet: Arc<Fleet>,
+    counted: Counted,
     kept: bool,
 }
 
-impl PoolSlot {
+impl Slot {
     /// The sandbox exists: it keeps counting until it is deleted.
     fn keep(mut self) {
         self.kept = true;
     }
 }
 
-impl Drop for PoolSlot {
+impl Drop for Slot {
     fn drop(&mut self) {
         if !self.kept {
-            self.fleet.pooled.fetch_sub(1, Ordering::AcqRel);
+            self.fleet
+                .counter(self.counted)
+                .fetch_sub(1, Ordering::AcqRel);
         }
     }
+}
+
+/// The `quota` fault's refusal, a ResourceQuota's.
+fn over_quota(max: u32) -> ApiError {
+    ApiError::runtime(
+        StatusCode::FORBIDDEN,
+        "QUOTA_EXCEEDED",
+        format!(
+            "Failed to create sandbox: exceeded quota: {max} sandboxes exist (fault quota={max})"
+        ),
+    )
+}
+
+/// The `pool-max` fault's refusal.
+fn pool_exhausted(max: u32) -> ApiError {
+    ApiError::runtime(
+        StatusCode::TOO_MANY_REQUESTS,
+        "POOL_CAPACITY_EXHAUSTED",
+        format!("Pool capacity exhausted: {max} pooled sandboxes are in use (poolMax {max})"),
+    )
+    .retry_after(30)
 }
 
 fn internal(message: String) -> ApiError {

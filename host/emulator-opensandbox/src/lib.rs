@@ -17,7 +17,13 @@
 //! execd runs commands with the image's `bash`, as the real one does. See `SEMANTICS.md` in the shared specs
 //! for the behaviour reproduced.
 //!
-//! Not emulated: pause and resume, snapshots and templates, pools' CRUD,
+//! Snapshots (`/v1/snapshots`, `snapshotId` creates) are the local backend's
+//! own, captured in the background as the server's workers capture them; a
+//! sandbox made of one has the shape of the sandbox it was taken of. Where
+//! the local backend has none, a snapshot create answers 501
+//! `SNAPSHOT::NOT_IMPLEMENTED`, as a runtime without them does.
+//!
+//! Not emulated: pause and resume, templates, pools' CRUD,
 //! the egress sidecar's API (its endpoint, port 18080, resolves), running
 //! the entrypoint (sandboxes are idle until commands come), `uid`/`gid` and
 //! file owners (commands run as the sandbox's user).
@@ -79,7 +85,8 @@ pub struct OpenSandboxArgs {
     #[arg(long)]
     pub state_dir: Option<PathBuf>,
     /// Fault switches: keepalive=DUR, execd-late=MS, grace-tail[=MS],
-    /// cut-tail, pool-max=N, flaky=P, seed=N, port-500, throttle-deletes.
+    /// cut-tail, pool-max=N, flaky=P, seed=N, port-500, quota=N,
+    /// throttle-deletes.
     #[arg(long, default_value = "", value_parser = |s: &str| s.parse::<Faults>())]
     pub faults: Faults,
     /// Also write the OPENSANDBOX_* lines to this file.

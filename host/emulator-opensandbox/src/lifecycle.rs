@@ -1,5 +1,8 @@
 //! The lifecycle API (`/v1/...`, also mounted bare): auth, request ids,
-//! the `flaky` fault, and the sandbox routes.
+//! the `flaky` fault, the sandbox routes, and the snapshot routes
+//! (`snapshots`).
+
+mod snapshots;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -55,6 +58,12 @@ fn api() -> Router<Arc<App>> {
         .route("/sandboxes/{id}/metadata", patch(patch_metadata))
         .route("/sandboxes/{id}/renew-expiration", post(renew))
         .route("/sandboxes/{id}/endpoints/{port}", get(endpoint))
+        .route("/sandboxes/{id}/snapshots", post(snapshots::create))
+        .route("/snapshots", get(snapshots::list))
+        .route(
+            "/snapshots/{id}",
+            get(snapshots::read).delete(snapshots::delete),
+        )
         .route(
             "/sandboxes/{id}/proxy/{port}",
             any(crate::proxy::forward_root),
@@ -214,13 +223,17 @@ fn status_json(sandbox: &Sandbox) -> Value {
 fn sandbox_json(sandbox: &Sandbox) -> Value {
     let mut body = json!({
         "id": sandbox.id,
-        "image": {"uri": sandbox.spec.image},
         "status": status_json(sandbox),
         "metadata": sandbox.metadata(),
         "entrypoint": sandbox.spec.entrypoint,
         "expiresAt": sandbox.expires_at().map(time),
         "createdAt": time(sandbox.created_at),
     });
+    // Its startup source: the image, or the snapshot it was restored from.
+    match &sandbox.spec.snapshot {
+        Some(snapshot) => body["snapshotId"] = json!(snapshot),
+        None => body["image"] = json!({"uri": sandbox.spec.image}),
+    }
     if !sandbox.spec.extensions.is_empty() {
         body["extensions"] = json!(sandbox.spec.extensions);
     }
@@ -358,15 +371,23 @@ async fn list(
             .cmp(&b.created_at)
             .then_with(|| a.id.cmp(&b.id))
     });
-    let total = matching.len() as i64;
+    Ok(axum::Json(paginated(
+        matching.iter().map(|s| sandbox_json(s)).collect(),
+        page,
+        page_size,
+    )))
+}
+
+/// Page `page` of `items`, `page_size` to a page, with its pagination.
+fn paginated(items: Vec<Value>, page: i64, page_size: i64) -> Value {
+    let total = items.len() as i64;
     let total_pages = (total + page_size - 1) / page_size;
-    let items: Vec<Value> = matching
-        .iter()
+    let items: Vec<Value> = items
+        .into_iter()
         .skip(((page - 1) * page_size) as usize)
         .take(page_size as usize)
-        .map(|s| sandbox_json(s))
         .collect();
-    Ok(axum::Json(json!({
+    json!({
         "items": items,
         "pagination": {
             "page": page,
@@ -375,7 +396,7 @@ async fn list(
             "totalPages": total_pages,
             "hasNextPage": page < total_pages,
         },
-    })))
+    })
 }
 
 async fn patch_metadata(

@@ -297,15 +297,6 @@ pub(crate) fn create_request(body: &Value) -> Result<CreateSpec, ApiError> {
             body.clone(),
         ));
     }
-    if let Some(snapshot) = snapshot {
-        return Err(ApiError::runtime(
-            axum::http::StatusCode::NOT_FOUND,
-            "SNAPSHOT_NOT_FOUND",
-            format!(
-                "Snapshot {snapshot} not found (the emulator makes sandboxes of mapped images only)"
-            ),
-        ));
-    }
     if let Some(template) = template {
         return Err(ApiError::runtime(
             axum::http::StatusCode::NOT_FOUND,
@@ -346,9 +337,18 @@ pub(crate) fn create_request(body: &Value) -> Result<CreateSpec, ApiError> {
     } else {
         requests
     };
+    // A snapshot's sandbox without an entrypoint idles, as the server's
+    // restore defaults it.
+    let entrypoint = match (entrypoint, snapshot) {
+        (Some(words), _) => words,
+        (None, Some(_)) => ["tail", "-f", "/dev/null"].map(String::from).to_vec(),
+        // Only a pooled create has none.
+        (None, None) => Vec::new(),
+    };
     Ok(CreateSpec {
         image: image.unwrap_or_default(),
-        entrypoint: entrypoint.unwrap_or_default(),
+        snapshot: snapshot.map(|id| id.trim().to_string()),
+        entrypoint,
         env: env.into_iter().collect(),
         metadata,
         extensions,

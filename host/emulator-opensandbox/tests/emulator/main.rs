@@ -3,6 +3,7 @@
 
 mod http;
 mod oci;
+mod snapshots;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -786,6 +787,28 @@ async fn pool_max_answers_429_with_retry_after() {
     );
     fx.create(&pooled).await;
     assert_eq!(fx.emulator.live_sandboxes(), 2);
+    fx.emulator.shutdown().await;
+}
+
+#[tokio::test]
+async fn quota_answers_403_until_a_sandbox_is_deleted() {
+    let fx = start("quota=1").await;
+    let first = fx.create(&create_body()).await;
+    let over = fx
+        .api(Method::POST, "/v1/sandboxes", Some(&create_body()))
+        .await;
+    assert_eq!(
+        (over.status, over.code().as_str()),
+        (StatusCode::FORBIDDEN, "KUBERNETES::QUOTA_EXCEEDED")
+    );
+    assert_eq!(
+        fx.api(Method::DELETE, &format!("/v1/sandboxes/{first}"), None)
+            .await
+            .status,
+        StatusCode::NO_CONTENT
+    );
+    fx.create(&create_body()).await;
+    assert_eq!(fx.emulator.executions().sandboxes_created, 2);
     fx.emulator.shutdown().await;
 }
 
