@@ -7,6 +7,9 @@
         print(lease.exec(["python3", "-c", "print(6 * 7)"]).stdout)
         lease.write("/workspace/notes.txt", b"hello")
         grade = lease.evaluate(task=row, solution=patch)
+        snapshot = lease.snapshot()                    # its files now
+        forks = snapshot.fork(8)                       # 8 leases starting from them, all or none
+        lease.restore(snapshot)                        # back to them, in place
 
 For asyncio code, `AsyncClient` runs the same calls on a thread pool sized
 for the rollouts you run at once, so a slow sandbox never blocks the event
@@ -170,11 +173,43 @@ class Lease:
     def renew(self, ttl_s=None):
         self.info = self.client.request("POST", f"/v1/leases/{self.id}/renew", {"ttl_s": ttl_s} if ttl_s else {})
 
+    def snapshot(self, ttl_s=None):
+        """The sandbox's files as they are now (not its processes); the lease serves on."""
+        body = {"ttl_s": ttl_s} if ttl_s else {}
+        return Snapshot(self.client, self.client.request("POST", f"/v1/leases/{self.id}/snapshots", body))
+
+    def restore(self, snapshot):
+        """Puts the sandbox back to `snapshot` (a Snapshot or its id) in place: every process
+        ended, every file written since gone."""
+        snapshot_id = snapshot.id if isinstance(snapshot, Snapshot) else snapshot
+        self.info = self.client.request("POST", f"/v1/leases/{self.id}/restore", {"snapshot": snapshot_id})
+
     def release(self):
         try:
             self.client.request("DELETE", f"/v1/leases/{self.id}")
         except SandfleetError as error:
             if error.status != 404:  # already released or expired
+                raise
+
+
+class Snapshot:
+    """A lease's files when it was taken: `fork(n)` new leases from them, or restore a lease to them."""
+
+    def __init__(self, client, info):
+        self.client, self.info = client, info
+        self.id = info["id"]
+
+    def fork(self, n, labels=None, run_id=None, ttl_s=None):
+        """`n` new leases whose sandboxes start with the snapshot's files, all or none."""
+        body = {k: v for k, v in dict(count=n, labels=labels, run_id=run_id, ttl_s=ttl_s).items() if v is not None}
+        answer = self.client.request("POST", f"/v1/snapshots/{self.id}/leases", body)
+        return [Lease(self.client, info) for info in answer["leases"]]
+
+    def delete(self):
+        try:
+            self.client.request("DELETE", f"/v1/snapshots/{self.id}")
+        except SandfleetError as error:
+            if error.status != 404:  # already deleted or expired
                 raise
 
 
@@ -233,3 +268,22 @@ class AsyncLease:
 
     async def release(self):
         return await self.client.call(self.lease.release)
+
+    async def snapshot(self, ttl_s=None):
+        return AsyncSnapshot(self.client, await self.client.call(self.lease.snapshot, ttl_s))
+
+    async def restore(self, snapshot):
+        snapshot = snapshot.snapshot if isinstance(snapshot, AsyncSnapshot) else snapshot
+        return await self.client.call(self.lease.restore, snapshot)
+
+
+class AsyncSnapshot:
+    def __init__(self, client, snapshot):
+        self.client, self.snapshot, self.id = client, snapshot, snapshot.id
+
+    async def fork(self, n, **kwargs):
+        leases = await self.client.call(self.snapshot.fork, n, **kwargs)
+        return [AsyncLease(self.client, lease) for lease in leases]
+
+    async def delete(self):
+        return await self.client.call(self.snapshot.delete)

@@ -82,6 +82,49 @@ class ClientTest(unittest.TestCase):
                 lease.exec("echo x >> /tmp/ran; wc -l < /tmp/ran", idempotency_key=key)
             self.assertEqual(lease.exec("wc -l < /tmp/ran").stdout, "1\n")
 
+    def test_snapshot_fork_restore(self):
+        with self.client.lease(image="calc", run_id="python-test") as lease:
+            lease.exec("echo before > /workspace/marker")
+            snapshot = lease.snapshot()
+            lease.exec("echo after > /workspace/later")
+            forks = snapshot.fork(2)
+            try:
+                self.assertEqual([fork.info["run_id"] for fork in forks], ["python-test"] * 2)
+                for fork in forks:
+                    seen = fork.exec("cat /workspace/marker; test -e /workspace/later && echo later")
+                    self.assertEqual(seen.stdout, "before\n")
+            finally:
+                for fork in forks:
+                    fork.release()
+            lease.restore(snapshot)
+            self.assertEqual(lease.exec("test -e /workspace/later").exit_code, 1)
+            snapshot.delete()
+            with self.assertRaises(SandfleetError) as caught:
+                snapshot.fork(1)
+            self.assertEqual((caught.exception.status, caught.exception.kind), (404, "not_found"))
+            snapshot.delete()
+
+    def test_async_snapshot_fork_restore(self):
+        async def flow():
+            client = AsyncClient(URL, token=TOKEN, max_concurrency=4)
+            try:
+                async with client.lease(image="calc") as lease:
+                    await lease.exec("echo one > /workspace/marker")
+                    snapshot = await lease.snapshot()
+                    await lease.exec("echo two > /workspace/marker")
+                    forks = await snapshot.fork(2)
+                    seen = [(await fork.exec("cat /workspace/marker")).stdout for fork in forks]
+                    for fork in forks:
+                        await fork.release()
+                    await lease.restore(snapshot)
+                    restored = (await lease.exec("cat /workspace/marker")).stdout
+                    await snapshot.delete()
+                    return seen, restored
+            finally:
+                client.close()
+
+        self.assertEqual(asyncio.run(flow()), (["one\n", "one\n"], "one\n"))
+
     def test_errors_carry_kind_and_message(self):
         with self.assertRaises(SandfleetError) as caught:
             self.client.acquire(image="no-such-image")

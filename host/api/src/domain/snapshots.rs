@@ -31,7 +31,7 @@ use crate::model::SnapshotView;
 use crate::state::AppState;
 
 /// The label naming the lease a snapshot was taken of.
-pub(crate) const LABEL_LEASE: &str = "sandfleet.io/lease";
+const LABEL_LEASE: &str = "sandfleet.io/lease";
 
 /// Why a snapshot, or a restore to one, could not be had.
 #[derive(Debug, thiserror::Error)]

@@ -12,6 +12,7 @@ mod leases;
 mod plugins;
 mod pools_runs;
 mod shared;
+mod snapshots;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
