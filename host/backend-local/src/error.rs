@@ -81,6 +81,16 @@ impl LocalError {
             LocalError::Timeout { .. } => ErrorKind::Timeout,
             LocalError::SandboxLost(_) => ErrorKind::SandboxLost,
             LocalError::Image(error) => image_kind(error),
+            // The disk is full (or the user's quota is): the cluster has no
+            // room now, and may when something is released.
+            LocalError::Io { source, .. }
+                if matches!(
+                    source.raw_os_error(),
+                    Some(libc_errno::ENOSPC | libc_errno::EDQUOT)
+                ) =>
+            {
+                ErrorKind::Unavailable
+            }
             LocalError::Io { .. } | LocalError::Isolation(_) | LocalError::Failed(_) => {
                 ErrorKind::Failed
             }
@@ -98,6 +108,12 @@ impl LocalError {
     }
 }
 
+/// The errno values the kind of an I/O failure depends on.
+mod libc_errno {
+    pub(super) const ENOSPC: i32 = rustix::io::Errno::NOSPC.raw_os_error();
+    pub(super) const EDQUOT: i32 = rustix::io::Errno::DQUOT.raw_os_error();
+}
+
 /// Adds what was being done to an [`io::Error`].
 pub(crate) trait IoContext<T> {
     /// Wraps the error with `context()`, computed only on failure.
@@ -110,5 +126,27 @@ impl<T> IoContext<T> for io::Result<T> {
             context: context(),
             source,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_disk_is_unavailable_and_other_io_failures_are_failed() {
+        let io = |errno: rustix::io::Errno| LocalError::Io {
+            context: "sealing a sandbox's layer".into(),
+            source: io::Error::from(errno),
+        };
+        for (errno, kind) in [
+            (rustix::io::Errno::NOSPC, ErrorKind::Unavailable),
+            (rustix::io::Errno::DQUOT, ErrorKind::Unavailable),
+            (rustix::io::Errno::IO, ErrorKind::Failed),
+        ] {
+            let error = io(errno).into_backend("local");
+            assert_eq!(error.kind(), kind, "{error}");
+            assert!(error.to_string().starts_with("local: sealing"), "{error}");
+        }
     }
 }

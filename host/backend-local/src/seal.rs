@@ -341,3 +341,140 @@ fn times(stat: &Stat) -> Timestamps {
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+    use std::os::unix::fs::{FileTypeExt, MetadataExt, symlink};
+
+    use super::*;
+
+    #[test]
+    fn links_are_copied_as_links_and_what_they_point_at_is_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = dir.path().join("outside");
+        fs::create_dir(&outside).unwrap();
+        fs::write(outside.join("secret"), "host secret").unwrap();
+        let layer = dir.path().join("layer");
+        fs::create_dir(&layer).unwrap();
+        symlink(outside.join("secret"), layer.join("to-file")).unwrap();
+        symlink(&outside, layer.join("to-dir")).unwrap();
+
+        let sealed = dir.path().join("sealed");
+        assert_eq!(copy_tree(&layer, &sealed).unwrap(), 0);
+
+        for name in ["to-file", "to-dir"] {
+            let meta = fs::symlink_metadata(sealed.join(name)).unwrap();
+            assert!(meta.file_type().is_symlink(), "{name}");
+        }
+        assert_eq!(
+            fs::read_link(sealed.join("to-file")).unwrap(),
+            outside.join("secret")
+        );
+        assert_eq!(fs::read_dir(&sealed).unwrap().count(), 2);
+    }
+
+    #[test]
+    fn only_data_is_copied_never_a_hole() {
+        let dir = tempfile::tempdir().unwrap();
+        let layer = dir.path().join("layer");
+        fs::create_dir(&layer).unwrap();
+        let sparse = fs::File::create(layer.join("sparse")).unwrap();
+        sparse.set_len(1 << 40).unwrap();
+        std::os::unix::fs::FileExt::write_at(&sparse, b"end", (1 << 40) - 3).unwrap();
+        drop(sparse);
+        fs::write(layer.join("dense"), vec![7u8; 100_000]).unwrap();
+
+        let sealed = dir.path().join("sealed");
+        let copied = copy_tree(&layer, &sealed).unwrap();
+
+        assert!((100_003..200_000).contains(&copied), "{copied}");
+        let meta = fs::metadata(sealed.join("sparse")).unwrap();
+        assert_eq!(meta.len(), 1 << 40);
+        assert!(meta.blocks() * 512 < 1 << 20, "{} blocks", meta.blocks());
+        assert_eq!(fs::read(sealed.join("dense")).unwrap(), vec![7u8; 100_000]);
+    }
+
+    #[test]
+    fn whiteouts_opaque_marks_fifos_modes_and_times_carry_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let layer = dir.path().join("layer");
+        fs::create_dir_all(layer.join("opaque/inner")).unwrap();
+        rustix::fs::setxattr(
+            layer.join("opaque"),
+            "user.overlay.opaque",
+            b"y",
+            XattrFlags::empty(),
+        )
+        .unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            layer.join("deleted"),
+            FileType::CharacterDevice,
+            Mode::from_raw_mode(0o000),
+            0,
+        )
+        .unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            layer.join("fifo"),
+            FileType::Fifo,
+            Mode::from_raw_mode(0o640),
+            0,
+        )
+        .unwrap();
+        fs::write(layer.join("script"), "#!/bin/sh\n").unwrap();
+        fs::set_permissions(
+            layer.join("script"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o751),
+        )
+        .unwrap();
+        let old = Timestamps {
+            last_access: Timespec {
+                tv_sec: 1_000_000,
+                tv_nsec: 0,
+            },
+            last_modification: Timespec {
+                tv_sec: 1_234_567,
+                tv_nsec: 89,
+            },
+        };
+        rustix::fs::utimensat(
+            rustix::fs::CWD,
+            layer.join("script"),
+            &old,
+            AtFlags::empty(),
+        )
+        .unwrap();
+
+        let sealed = dir.path().join("sealed");
+        copy_tree(&layer, &sealed).unwrap();
+
+        let whiteout = fs::symlink_metadata(sealed.join("deleted")).unwrap();
+        assert!(whiteout.file_type().is_char_device() && whiteout.rdev() == 0);
+        let mut mark = [0u8; 4];
+        let read = rustix::fs::getxattr(sealed.join("opaque"), "user.overlay.opaque", &mut mark);
+        assert_eq!(read.map(|n| &mark[..n]), Ok(&b"y"[..]));
+        assert!(sealed.join("opaque/inner").is_dir());
+        let fifo = fs::symlink_metadata(sealed.join("fifo")).unwrap();
+        assert!(fifo.file_type().is_fifo());
+        assert_eq!(fifo.mode() & 0o7777, 0o640);
+        let script = fs::metadata(sealed.join("script")).unwrap();
+        assert_eq!(script.mode() & 0o7777, 0o751);
+        assert_eq!((script.mtime(), script.mtime_nsec()), (1_234_567, 89));
+    }
+
+    #[test]
+    fn a_tree_deeper_than_the_bound_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let layer = dir.path().join("layer");
+        let mut deep = layer.clone();
+        for _ in 0..MAX_DEPTH + 1 {
+            deep.push("d");
+        }
+        fs::create_dir_all(&deep).unwrap();
+        let error = copy_tree(&layer, &dir.path().join("sealed")).unwrap_err();
+        assert!(matches!(error, LocalError::Rejected(_)), "{error}");
+        assert!(error.to_string().contains("deeper than 200"), "{error}");
+    }
+}

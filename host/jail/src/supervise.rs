@@ -60,6 +60,9 @@ fn run() -> Result<i32, String> {
             }
         }
     }
+    for snapshot in &request.snapshots {
+        check_canonical(snapshot)?;
+    }
     // The init executes this same program again as the sandbox's pid 1.
     let program = rustix::fs::open(
         "/proc/self/exe",

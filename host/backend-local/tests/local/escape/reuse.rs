@@ -6,7 +6,7 @@
 //! again over its workdir layer: everything else is new, every process
 //! gone, and the workdir is left for the reset check to restore.
 
-use super::setups;
+use super::{Kind, setups};
 use crate::common::{init_of, pid_namespace_members};
 use sandfleet_core::{Backend, Recycling};
 
@@ -59,6 +59,66 @@ async fn finding_11_a_scrub_leaves_nothing_of_a_task_outside_the_workdir() {
         // there for it to see and undo.
         let kept = setup.sh_ok(&sandbox, "cat /workspace/task-file").await;
         assert_eq!(kept, "task-change\n", "{}", setup.label);
+        setup.backend.release(&sandbox).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_restore_to_a_snapshot_leaves_nothing_of_a_task_anywhere() {
+    for setup in setups().await {
+        let snapshots = setup
+            .backend
+            .snapshots()
+            .expect("isolated sandboxes snapshot");
+        let deadline = || std::time::Instant::now() + crate::common::PATIENCE;
+        let sandbox = setup.claim().await;
+        setup
+            .sh_ok(&sandbox, "echo set-up > /workspace/set-up")
+            .await;
+        // An OCI image's root is its own, and its snapshot holds it all.
+        let oci = setup.kind == Kind::Oci;
+        if oci {
+            setup.sh_ok(&sandbox, "echo set-up > /etc/set-up").await;
+        }
+        let snapshot = snapshots
+            .snapshot(&sandbox, &setup.run_id.labels(), deadline())
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", setup.label));
+        let init = init_of(&setup.run_id, &sandbox.id);
+        setup.sh_ok(&sandbox, PLANT).await;
+
+        snapshots
+            .restore(&sandbox, &snapshot, deadline())
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", setup.label));
+
+        assert!(pid_namespace_members(init).is_empty(), "{}", setup.label);
+        let fresh = init_of(&setup.run_id, &sandbox.id);
+        assert_eq!(pid_namespace_members(fresh), [fresh], "{}", setup.label);
+        let python = setup.sh(&sandbox, "python3 -c 'raise SystemExit(3)'").await;
+        assert_eq!(python.exit_code, 3, "{}: {python:?}", setup.label);
+        // Unlike a scrub, a restore leaves nothing in the workdir either:
+        // only what the snapshot holds.
+        for gone in [
+            "/etc/ld.so.preload",
+            "/dev/shm/poison",
+            "/tmp/poison",
+            "/var/lib/poison",
+            "/root/.local",
+            "/root/.bashrc",
+            "/workspace/task-file",
+            "/workspace/tampered",
+        ] {
+            setup
+                .refused(&sandbox, &format!("test -e {gone} || test -L {gone}"))
+                .await;
+        }
+        let kept = setup.sh_ok(&sandbox, "cat /workspace/set-up").await;
+        assert_eq!(kept, "set-up\n", "{}", setup.label);
+        if oci {
+            let kept = setup.sh_ok(&sandbox, "cat /etc/set-up").await;
+            assert_eq!(kept, "set-up\n", "{}", setup.label);
+        }
         setup.backend.release(&sandbox).await.unwrap();
     }
 }
