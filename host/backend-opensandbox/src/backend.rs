@@ -553,7 +553,7 @@ impl Backend for OpenSandboxBackend {
             return Err(self.error(
                 first.kind(),
                 format!(
-                    "{} of {} sandboxes and {} snapshots of run {run_id} could not be deleted; the first: {}",
+                    "{} of the {} sandboxes and {} snapshots of run {run_id} could not be deleted; the first: {}",
                     refused.len(),
                     ids.len(),
                     snapshots.len(),

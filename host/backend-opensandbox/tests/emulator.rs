@@ -800,3 +800,45 @@ async fn a_fork_that_fails_part_way_releases_the_forks_it_made() {
     assert_eq!((reaped.sandboxes, reaped.snapshots), (2, 1), "{reaped:?}");
     emulator.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_snapshot_late_for_its_deadline_times_out_and_the_reap_gets_it_once_it_settles() {
+    let emulator = emulator_on(Runtime::Namespaces, "snapshot-late=2s").await;
+    let backend = backend(&emulator);
+    let run = RunId::generate("os-snap-late");
+    let source = claim(&backend, &run).await;
+    let error = snapshots(&backend)
+        .snapshot(
+            &source,
+            &run.labels(),
+            Instant::now() + Duration::from_millis(500),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Timeout, "{error}");
+    // Still being captured, it cannot be deleted: the run holds it.
+    assert_eq!(backend.list_owned(&run).await.unwrap().snapshots.len(), 1);
+    let refused = backend.reap(&run).await.unwrap_err();
+    assert_eq!(refused.kind(), ErrorKind::Conflict, "{refused}");
+    assert!(
+        refused
+            .message()
+            .contains("1 of the 1 sandboxes and 1 snapshots"),
+        "{refused}"
+    );
+    assert_eq!(emulator.live_sandboxes(), 0);
+    // A reap once it is ready removes it.
+    let until = Instant::now() + Duration::from_secs(30);
+    let reaped = loop {
+        match backend.reap(&run).await {
+            Ok(reaped) => break reaped,
+            Err(error) if error.kind() == ErrorKind::Conflict && Instant::now() < until => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(error) => panic!("{error}"),
+        }
+    };
+    assert_eq!((reaped.sandboxes, reaped.snapshots), (0, 1), "{reaped:?}");
+    assert_eq!(emulator.live_snapshots(), 0);
+    emulator.shutdown().await;
+}

@@ -42,6 +42,9 @@ pub struct Faults {
     /// sandboxes exist or are being made, as under a namespace's
     /// ResourceQuota.
     pub quota: Option<u32>,
+    /// `snapshot-late=DUR`: a snapshot stays `Creating` this long after its
+    /// capture, as a Kubernetes snapshot does while its image is pushed.
+    pub snapshot_late: Option<Duration>,
     /// `throttle-deletes`: every `DELETE /sandboxes/{id}` answers 429
     /// (`Retry-After: 1`) and deletes nothing, as an API server under a
     /// rate limit would.
@@ -60,6 +63,7 @@ impl Default for Faults {
             seed: 1,
             port_500: false,
             quota: None,
+            snapshot_late: None,
             throttle_deletes: false,
         }
     }
@@ -115,6 +119,7 @@ impl FromStr for Faults {
                 }
                 "pool-max" => faults.pool_max = Some(count(name, need(value)?)?),
                 "quota" => faults.quota = Some(count(name, need(value)?)?),
+                "snapshot-late" => faults.snapshot_late = Some(duration(name, need(value)?)?),
                 "flaky" => {
                     let v = need(value)?;
                     let p: f64 = v
@@ -135,7 +140,8 @@ impl FromStr for Faults {
                 other => {
                     return Err(format!(
                         "unknown fault `{other}` (known: keepalive=DUR, execd-late=MS, grace-tail[=MS], \
-                         cut-tail, pool-max=N, flaky=P, seed=N, port-500, quota=N, throttle-deletes)"
+                         cut-tail, pool-max=N, flaky=P, seed=N, port-500, quota=N, snapshot-late=DUR, \
+                         throttle-deletes)"
                     ));
                 }
             }
@@ -166,9 +172,10 @@ mod tests {
         let faults: Faults = "".parse().unwrap();
         assert_eq!(faults, Faults::default());
         assert_eq!(faults.grace_tail, Some(DEFAULT_GRACE_TAIL));
-        let faults: Faults = "grace-tail=250ms,pool-max=3,port-500,seed=9,quota=4"
+        let faults: Faults = "grace-tail=250ms,pool-max=3,port-500,seed=9,quota=4,snapshot-late=2s"
             .parse()
             .unwrap();
+        assert_eq!(faults.snapshot_late, Some(Duration::from_secs(2)));
         assert_eq!(faults.grace_tail, Some(Duration::from_millis(250)));
         assert_eq!(
             (faults.pool_max, faults.port_500, faults.seed, faults.quota),

@@ -86,7 +86,7 @@ pub struct OpenSandboxArgs {
     pub state_dir: Option<PathBuf>,
     /// Fault switches: keepalive=DUR, execd-late=MS, grace-tail[=MS],
     /// cut-tail, pool-max=N, flaky=P, seed=N, port-500, quota=N,
-    /// throttle-deletes.
+    /// snapshot-late=DUR, throttle-deletes.
     #[arg(long, default_value = "", value_parser = |s: &str| s.parse::<Faults>())]
     pub faults: Faults,
     /// Also write the OPENSANDBOX_* lines to this file.

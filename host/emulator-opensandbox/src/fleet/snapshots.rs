@@ -185,6 +185,11 @@ impl Fleet {
             match captured {
                 Ok(local) => {
                     *taking.local.lock().expect("snapshot lock poisoned") = Some(local);
+                    // Captured; with `snapshot-late` not ready yet (and
+                    // teardown no longer waits for it).
+                    if let Some(late) = fleet.faults.snapshot_late {
+                        tokio::time::sleep(late).await;
+                    }
                     taking.set(Status::new(
                         Phase::Ready,
                         "snapshot_ready",

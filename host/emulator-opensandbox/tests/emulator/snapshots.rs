@@ -262,3 +262,34 @@ async fn shutdown_removes_every_snapshot_with_the_sandboxes() {
         .unwrap_or_default();
     assert!(left.is_empty(), "{left:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_still_creating_is_neither_deleted_nor_restored() {
+    // It stays `Creating` far longer than the test takes.
+    let fx = start_with(Runtime::Namespaces, "snapshot-late=60s").await;
+    let source = fx.create(&create_body()).await;
+    let snapshot = fx.snapshot_of(&source, None).await;
+    let id = snapshot["id"].as_str().unwrap();
+    let path = format!("/v1/snapshots/{id}");
+    assert_eq!(
+        fx.api(Method::GET, &path, None).await.json()["status"]["state"],
+        "Creating"
+    );
+    let delete = fx.api(Method::DELETE, &path, None).await;
+    assert_eq!(
+        (delete.status, delete.code().as_str()),
+        (StatusCode::CONFLICT, "SNAPSHOT::INVALID_STATE")
+    );
+    let restore = fx
+        .api(Method::POST, "/v1/sandboxes", Some(&restore_body(id)))
+        .await;
+    assert_eq!(
+        (restore.status, restore.code().as_str()),
+        (StatusCode::CONFLICT, "SNAPSHOT::NOT_READY")
+    );
+    assert_eq!(fx.list_snapshots("state=Creating").await.len(), 1);
+    // Shutdown does not wait for it.
+    tokio::time::timeout(Duration::from_secs(30), fx.emulator.shutdown())
+        .await
+        .expect("shutdown waited for a snapshot's lateness");
+}
