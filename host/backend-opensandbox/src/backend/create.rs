@@ -9,14 +9,13 @@ use std::time::Instant;
 
 use reqwest::Method;
 use sandfleet_core::{
-    BackendError, ErrorKind, Labels, RunId, SandboxHandle, TemplateRef, TemplateSpec,
+    BackendError, ErrorKind, LABEL_RUN_ID, Labels, RunId, SandboxHandle, TemplateRef, TemplateSpec,
     validate_labels,
 };
 use sandfleet_transport::CallKind;
 
 use super::{LABEL_CLAIM, OpenSandboxBackend};
 use crate::wire::{CreateSandbox, Extensions, Image, Resources, Sandbox};
-use sandfleet_core::LABEL_RUN_ID;
 
 /// What a sandbox is made of.
 #[derive(Debug, Clone, Copy)]
