@@ -17,6 +17,7 @@ use tokio::sync::Mutex;
 use tracing::Instrument;
 
 use crate::error::{RunError, StepError};
+use crate::forks::PreparedSnapshots;
 use crate::images::ImageTable;
 use crate::phases::{Phase, PhaseTimes};
 use crate::prepare::PreparedPools;
@@ -53,9 +54,23 @@ pub(crate) struct Claimed {
     /// Set, shared by every copy, when a call on the sandbox said it is
     /// gone ([`sandfleet_core::ErrorKind::SandboxLost`]).
     lost: Arc<OnceLock<String>>,
+    /// It is a fork of its image's prepared snapshot: its prepare hook has
+    /// run already ([`crate::forks`]).
+    pub(crate) prepared: bool,
 }
 
 impl Claimed {
+    /// Sandbox `handle` of `image`, claimed on `cluster`.
+    pub(crate) fn new(cluster: usize, image: usize, handle: SandboxHandle) -> Self {
+        Claimed {
+            cluster,
+            image,
+            handle,
+            lost: Arc::default(),
+            prepared: false,
+        }
+    }
+
     /// Notes that `error`, from a call on the sandbox, says it is gone.
     pub(crate) fn note(&self, error: &BackendError) {
         if error.kind() == ErrorKind::SandboxLost {
@@ -88,6 +103,8 @@ pub(crate) struct FleetCounts {
     pub(crate) prepared: AtomicU64,
     /// Sandboxes released because their prepare hook failed or overran.
     pub(crate) prepare_failed: AtomicU64,
+    /// Sandboxes forked from their image's prepared snapshot.
+    pub(crate) forked: AtomicU64,
 }
 
 pub(crate) struct Fleet {
@@ -103,6 +120,9 @@ pub(crate) struct Fleet {
     books: Mutex<Books>,
     /// Pools of prepared sandboxes, for images with a prepare hook.
     pub(crate) prepared: PreparedPools,
+    /// Prepared snapshots, for images with a prepare hook on clusters
+    /// with snapshots.
+    pub(crate) prepared_snapshots: PreparedSnapshots,
     /// Warm sandboxes kept now, in backend pools and prepared ones.
     warm_now: AtomicU64,
     /// Consecutive failed requests per cluster.
@@ -152,6 +172,7 @@ impl Fleet {
             sequence: AtomicU64::new(0),
             counts: FleetCounts::default(),
             prepared: PreparedPools::default(),
+            prepared_snapshots: PreparedSnapshots::default(),
             warm_now: AtomicU64::new(0),
         }
     }
@@ -327,24 +348,28 @@ impl Fleet {
             }
             let mut labels = self.run_id.labels();
             labels.insert(LABEL_TASK.to_string(), label_value(task_id));
-            let deadline = Instant::now() + self.settings.claim_timeout;
-            let backend = &self.clusters[cluster].backend;
-            let claimed = self
-                .retries
-                .idempotent("claim", || backend.claim(&template, &labels, deadline))
-                .await;
-            self.health(cluster, &claimed);
-            let handle = claimed.map_err(|e| StepError::backend("claim", e))?;
+            let (handle, prepared) =
+                match self.fork_prepared(cluster, image, &template, &labels).await {
+                    Some(forked) => (forked?, true),
+                    None => {
+                        let deadline = Instant::now() + self.settings.claim_timeout;
+                        let backend = &self.clusters[cluster].backend;
+                        let claimed = self
+                            .retries
+                            .idempotent("claim", || backend.claim(&template, &labels, deadline))
+                            .await;
+                        self.health(cluster, &claimed);
+                        (claimed.map_err(|e| StepError::backend("claim", e))?, false)
+                    }
+                };
             recorded.record("sandbox", handle.id.as_str());
             tracing::debug!("claimed");
             self.books.lock().await.claimed[cluster] += 1;
             self.counts.claims.fetch_add(1, Ordering::Relaxed);
             self.phases.record(Phase::Claim, started.elapsed());
             Ok(Claimed {
-                cluster,
-                image,
-                handle,
-                lost: Arc::default(),
+                prepared,
+                ..Claimed::new(cluster, image, handle)
             })
         }
         .instrument(span)

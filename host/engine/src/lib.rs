@@ -20,6 +20,7 @@ mod commands;
 mod error;
 mod evaluation;
 mod fleet;
+mod forks;
 mod fresh;
 mod images;
 mod lease;

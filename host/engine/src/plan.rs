@@ -461,6 +461,7 @@ mod tests {
             timeout: Duration::from_secs(1200),
             workdir: None,
             expected,
+            each_sandbox: false,
         };
         FleetSettings {
             warm_create_budget: 2,

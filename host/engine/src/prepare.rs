@@ -53,6 +53,11 @@ pub struct PrepareHook {
     pub workdir: Option<String>,
     /// How long a prepare is expected to take, for `sandfleet plan`.
     pub expected: Option<Duration>,
+    /// Run in every new sandbox even where the cluster can snapshot (for
+    /// a hook whose work belongs to one sandbox); otherwise, there, it runs
+    /// once and the image's sandboxes fork from its snapshot
+    /// ([`crate::forks`]).
+    pub each_sandbox: bool,
 }
 
 /// The prepare hooks of a fleet: per image, and one for every image of the
@@ -276,6 +281,9 @@ impl Fleet {
                 () = stop.cancelled() => return Err(stopped()),
             };
             let lease = self.keep(&claimed);
+            if claimed.prepared {
+                return Ok(Ready { claimed, lease });
+            }
             let started = Instant::now();
             let span = tracing::info_span!("prepare", sandbox = %claimed.handle.id);
             let prepared = tokio::select! {
@@ -321,7 +329,11 @@ impl Fleet {
 
     /// Runs `hook` in the sandbox: every command must exit 0 within what is
     /// left of the hook's timeout.
-    async fn run_hook(&self, claimed: &Claimed, hook: &PrepareHook) -> Result<(), StepError> {
+    pub(crate) async fn run_hook(
+        &self,
+        claimed: &Claimed,
+        hook: &PrepareHook,
+    ) -> Result<(), StepError> {
         let backend = &self.clusters[claimed.cluster].backend;
         let deadline = Instant::now() + hook.timeout;
         let timeout = humantime::format_duration(hook.timeout);
@@ -445,6 +457,7 @@ mod tests {
             timeout: Duration::from_secs(60),
             workdir: None,
             expected: None,
+            each_sandbox: false,
         }
     }
 

@@ -145,6 +145,9 @@ pub struct RunReport {
     /// Sandboxes released and replaced because their prepare hook failed
     /// or overran its timeout.
     pub prepare_failed: u64,
+    /// Sandboxes started from their image's prepared snapshot, with no
+    /// hook of their own to run (clusters with snapshots).
+    pub forked: u64,
     /// Timing per phase.
     pub phases: BTreeMap<&'static str, PhaseStats>,
     /// Where it ran.
@@ -261,8 +264,9 @@ impl RunReport {
         if self.prepared + self.prepare_failed > 0 {
             writeln!(
                 out,
-                "prepared {} sandboxes ({} released: prepare_failed)",
-                self.prepared, self.prepare_failed
+                "prepared {} sandboxes ({} released: prepare_failed); {} forked from a prepared \
+                 snapshot",
+                self.prepared, self.prepare_failed, self.forked
             )
             .expect("write to String");
         }
@@ -390,6 +394,7 @@ impl Engine {
             infra_retries: infra_retries(&records),
             prepared: fleet_count(|c| &c.prepared),
             prepare_failed: fleet_count(|c| &c.prepare_failed),
+            forked: fleet_count(|c| &c.forked),
             phases,
             environment: self.environment(),
             plugins: self.calls_at_start.served(&self.spec.plugins),

@@ -8,7 +8,12 @@
 //! timeout = "20m"      # for all the commands together
 //! expected = "15m"     # what `sandfleet plan` counts on (optional)
 //! workdir = "/workspace"
+//! each_sandbox = false # true: run in every new sandbox, never fork
 //! ```
+//!
+//! Where a cluster can snapshot sandboxes, the commands run once there and
+//! the image's sandboxes start from a snapshot of the prepared one;
+//! `each_sandbox = true` keeps running them in every new sandbox.
 //!
 //! A command is a shell line (run by `sh -c`) or an argv list.
 
@@ -37,6 +42,10 @@ pub struct PrepareConfig {
     /// Where the commands run (default: the backend's).
     #[serde(default)]
     pub workdir: Option<String>,
+    /// Run them in every new sandbox even where the cluster can fork one
+    /// prepared sandbox's snapshot.
+    #[serde(default)]
+    pub each_sandbox: bool,
 }
 
 impl PrepareConfig {
@@ -47,6 +56,7 @@ impl PrepareConfig {
             timeout: self.timeout,
             workdir: self.workdir.clone(),
             expected: self.expected,
+            each_sandbox: self.each_sandbox,
         }
     }
 }

@@ -12,6 +12,12 @@ use sandfleet_engine::{
 use crate::fixture::{Fixture, row};
 
 fn hook(script: &str, timeout: Duration) -> PrepareHooks {
+    hook_of(script, timeout, true)
+}
+
+/// A hook of `img0`; `each_sandbox` keeps it from forking a prepared
+/// snapshot on the local backend, which has snapshots.
+fn hook_of(script: &str, timeout: Duration, each_sandbox: bool) -> PrepareHooks {
     PrepareHooks::new(
         BTreeMap::from([(
             "img0".to_string(),
@@ -20,6 +26,7 @@ fn hook(script: &str, timeout: Duration) -> PrepareHooks {
                 timeout,
                 workdir: None,
                 expected: None,
+                each_sandbox,
             },
         )]),
         None,
@@ -182,4 +189,59 @@ async fn a_prepare_that_overruns_its_timeout_is_replaced_then_the_task_is_an_inf
             && error.contains("overran the prepare timeout (300ms)"),
         "{error}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn where_a_cluster_snapshots_the_hook_runs_once_there_and_every_sandbox_forks_it() {
+    // Two clusters, each the local backend (which has snapshots); the hook
+    // takes 5 s and names the sandbox it ran in.
+    let fixture = Fixture::new(1);
+    let settings = FleetSettings {
+        strategy: Strategy::None,
+        max_concurrent: 8,
+        prepare: hook_of(
+            "sleep 5; hostname > /workspace/prepared-in; echo made > /workspace/prepared.txt",
+            Duration::from_secs(60),
+            false,
+        ),
+        ..FleetSettings::default()
+    };
+    // Every task's sandbox holds what the hook made, in another sandbox.
+    let forked = "grep -qx made prepared.txt && test \"$(cat prepared-in)\" != \"$(hostname)\"";
+    let rows: Vec<String> = (0..64)
+        .map(|i| row(&format!("t{i}"), "img0", forked, 30))
+        .collect();
+    let mut spec = fixture.spec(
+        fixture.backend_with_images(true),
+        settings,
+        CancellationToken::new(),
+    );
+    let mut second = spec.clusters[0].clone();
+    second.name = "local-b".into();
+    second.backend = fixture.backend_with_images(true);
+    spec.clusters.push(second);
+    spec.plugins = fixture.plugins(Some("git-restore"));
+    let report = sandfleet_engine::run(spec, fixture.items(&rows))
+        .await
+        .unwrap();
+
+    assert_eq!(report.tasks.ok, 64, "{}", report.render());
+    let clusters: BTreeSet<String> =
+        std::fs::read_to_string(fixture.out_dir().join("results.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|line| {
+                serde_json::from_str::<serde_json::Value>(line).unwrap()["cluster"].to_string()
+            })
+            .collect();
+    // Once per cluster that ran tasks, and never again.
+    assert_eq!(
+        report.prepared,
+        clusters.len() as u64,
+        "{}",
+        report.render()
+    );
+    assert_eq!(report.phases["prepare"].count as u64, report.prepared);
+    assert_eq!(report.prepare_failed, 0);
+    assert_eq!(report.forked, 64, "{}", report.render());
 }
