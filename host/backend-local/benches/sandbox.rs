@@ -7,7 +7,10 @@
 //! four layers, pulled once from a registry on loopback before timing).
 //! `cold-true/directory` and `cold-true/oci`: a cold claim that then runs
 //! `true`, as `podman run --rm IMAGE true` does. `exec/namespaces`,
-//! `exec/oci` and `exec/plain`: one `true` round trip. Releases are not
+//! `exec/oci` and `exec/plain`: one `true` round trip. `snapshot/1MB` and
+//! `snapshot/100MB`: a snapshot of a sandbox that has written that much;
+//! `fork/1` and `fork/64`: that many sandboxes from a snapshot;
+//! `restore/in-place`: a sandbox put back to its snapshot. Releases are not
 //! timed.
 //!
 //! Run: `cargo bench -p sandfleet-backend-local --bench sandbox`; results
@@ -20,7 +23,9 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use sandfleet_backend_local::{
     ImageSource, IsolationMode, LimitOverrides, LocalBackend, LocalConfig,
 };
-use sandfleet_core::{Backend, ExecRequest, RunId, TemplateRef, TemplateSpec, WarmPools};
+use sandfleet_core::{
+    Backend, ExecRequest, RunId, SandboxHandle, Snapshots, TemplateRef, TemplateSpec, WarmPools,
+};
 use tokio::runtime::Runtime;
 
 #[allow(
@@ -64,6 +69,8 @@ impl Bench {
                     limits: LimitOverrides::default(),
                 },
             )]),
+            // Room for 64 forks beside their source.
+            max_sandboxes: Some(80),
             ..LocalConfig::default()
         };
         let run_id = RunId::generate("bench");
@@ -133,11 +140,146 @@ impl Bench {
 }
 
 fn true_request() -> ExecRequest {
+    argv_request(&["true"])
+}
+
+fn argv_request(argv: &[&str]) -> ExecRequest {
     ExecRequest {
-        argv: vec!["true".into()],
+        argv: argv.iter().map(|arg| arg.to_string()).collect(),
         timeout: PATIENCE,
         ..ExecRequest::default()
     }
+}
+
+impl Bench {
+    async fn claim_one(&self) -> SandboxHandle {
+        self.backend
+            .claim(
+                &self.template,
+                &self.run_id.labels(),
+                Instant::now() + PATIENCE,
+            )
+            .await
+            .unwrap()
+    }
+
+    async fn sh(&self, sandbox: &SandboxHandle, script: &str) {
+        let result = self
+            .backend
+            .exec(sandbox, &argv_request(&["sh", "-c", script]), None)
+            .await
+            .unwrap();
+        assert_eq!(result.exit_code, 0, "{script}");
+    }
+
+    /// Times `iters` snapshots of a sandbox that wrote `mib` MiB, deleting
+    /// each (untimed).
+    async fn snapshots(&self, iters: u64, mib: u32) -> Duration {
+        let sandbox = self.claim_one().await;
+        self.sh(&sandbox, &format!("head -c {mib}M /dev/urandom > written"))
+            .await;
+        let mut total = Duration::ZERO;
+        for _ in 0..iters {
+            let start = Instant::now();
+            let snapshot = self
+                .backend
+                .snapshot(&sandbox, &self.run_id.labels(), start + PATIENCE)
+                .await
+                .unwrap();
+            total += start.elapsed();
+            self.backend.delete_snapshot(&snapshot).await.unwrap();
+        }
+        self.backend.release(&sandbox).await.unwrap();
+        total
+    }
+
+    /// Times `iters` forks of `count` sandboxes from one snapshot,
+    /// releasing them (untimed).
+    async fn forks(&self, iters: u64, count: u32) -> Duration {
+        let source = self.claim_one().await;
+        self.sh(&source, "echo set-up > set-up").await;
+        let snapshot = self
+            .backend
+            .snapshot(&source, &self.run_id.labels(), Instant::now() + PATIENCE)
+            .await
+            .unwrap();
+        let mut total = Duration::ZERO;
+        for _ in 0..iters {
+            let start = Instant::now();
+            let forks = self
+                .backend
+                .fork(
+                    &snapshot,
+                    count,
+                    &self.run_id.labels(),
+                    start + 4 * PATIENCE,
+                )
+                .await
+                .unwrap();
+            total += start.elapsed();
+            for fork in forks {
+                self.backend.release(&fork).await.unwrap();
+            }
+        }
+        self.backend.delete_snapshot(&snapshot).await.unwrap();
+        self.backend.release(&source).await.unwrap();
+        total
+    }
+
+    /// Times `iters` restores of a sandbox that wrote a file after its
+    /// snapshot.
+    async fn restores(&self, iters: u64) -> Duration {
+        let sandbox = self.claim_one().await;
+        self.sh(&sandbox, "echo set-up > set-up").await;
+        let snapshot = self
+            .backend
+            .snapshot(&sandbox, &self.run_id.labels(), Instant::now() + PATIENCE)
+            .await
+            .unwrap();
+        let mut total = Duration::ZERO;
+        for _ in 0..iters {
+            self.sh(&sandbox, "echo task > task").await;
+            let start = Instant::now();
+            self.backend
+                .restore(&sandbox, &snapshot, start + PATIENCE)
+                .await
+                .unwrap();
+            total += start.elapsed();
+        }
+        self.backend.release(&sandbox).await.unwrap();
+        total
+    }
+}
+
+fn snapshots(c: &mut Criterion) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let bench = Bench::new(&runtime, IsolationMode::Namespaces, &Source::Directory);
+    let mut group = c.benchmark_group("snapshot");
+    group.sample_size(10);
+    for mib in [1, 100] {
+        group.bench_function(format!("{mib}MB"), |b| {
+            b.iter_custom(|iters| runtime.block_on(bench.snapshots(iters, mib)));
+        });
+    }
+    group.finish();
+    let mut group = c.benchmark_group("fork");
+    group.sample_size(10);
+    for count in [1, 64] {
+        group.bench_function(count.to_string(), |b| {
+            b.iter_custom(|iters| runtime.block_on(bench.forks(iters, count)));
+        });
+    }
+    group.finish();
+    let mut group = c.benchmark_group("restore");
+    group.sample_size(10);
+    group.bench_function("in-place", |b| {
+        b.iter_custom(|iters| runtime.block_on(bench.restores(iters)));
+    });
+    group.finish();
+    bench.finish(&runtime);
 }
 
 /// A registry on loopback serving the OCI image, for as long as the bench
@@ -229,5 +371,5 @@ fn exec(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, claim, exec);
+criterion_group!(benches, claim, exec, snapshots);
 criterion_main!(benches);
