@@ -105,6 +105,9 @@ pub(crate) struct FleetCounts {
     pub(crate) prepare_failed: AtomicU64,
     /// Sandboxes forked from their image's prepared snapshot.
     pub(crate) forked: AtomicU64,
+    /// Recycled sandboxes reset by restoring their snapshot (the rest of
+    /// the resets were the reset check's).
+    pub(crate) restored: AtomicU64,
 }
 
 pub(crate) struct Fleet {

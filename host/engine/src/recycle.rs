@@ -4,16 +4,24 @@
 //! the reset check has judged it clean; a sandbox that fails any of that is
 //! quarantined (released, never reused).
 //!
-//! A sandbox's baseline, resets and verdicts come from one version of the
-//! reset check, pinned when the baseline is taken: outputs one version
+//! Where the sandbox's backend restores sandboxes in place (and
+//! `reset_by_snapshot`, the default), its baseline is instead a snapshot
+//! taken of it fresh, and its reset a restore to that snapshot: every
+//! process ends and everything written since goes, workdir and all, so
+//! there is nothing for a reset check to verify.
+//!
+//! A sandbox's reset-check baseline, resets and verdicts come from one
+//! version of the reset check, pinned when the baseline is taken: outputs one version
 //! recorded mean nothing to another. When that version faults and the
 //! built-in fallback answers its calls, a sandbox whose baseline the faulty
 //! version took cannot be judged by the built-in and is quarantined; every
 //! new sandbox gets the built-in's own baseline and recycles as usual.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use sandfleet_core::SnapshotRef;
 use sandfleet_plugin::adapter::{Command, CommandOutput, Task};
 use sandfleet_plugin::reset::{ResetCheck, Verdict};
 
@@ -39,8 +47,16 @@ pub(crate) struct Held {
     pub(crate) lease: LeaseKeeper,
 }
 
+/// A fresh sandbox's state, as a reset puts it back.
+enum Baseline {
+    /// Recorded by a reset check.
+    Check(CheckBaseline),
+    /// Snapshotted, for a restore in place.
+    Snapshot(SnapshotRef),
+}
+
 /// A fresh sandbox's state as one version of the reset check recorded it.
-struct Baseline {
+struct CheckBaseline {
     /// That version, pinned.
     check: ResetCheck,
     /// Whether its fallback answered the baseline: the outputs are then
@@ -58,9 +74,10 @@ impl Held {
 
     /// The reset check version that took its baseline, for the records.
     pub(crate) fn reset_check(&self) -> Option<PluginUse> {
-        self.baseline
-            .as_ref()
-            .map(|baseline| PluginUse::of_reset(&baseline.check))
+        match &self.baseline {
+            Some(Baseline::Check(baseline)) => Some(PluginUse::of_reset(&baseline.check)),
+            _ => None,
+        }
     }
 }
 
@@ -107,8 +124,21 @@ impl Recycler {
         self.reset.is_some()
     }
 
-    /// Gives a sandbox nobody needs any more to the release queue.
+    /// Gives a sandbox nobody needs any more to the release queue, and
+    /// deletes the snapshot of it fresh (the run's reap removes one whose
+    /// delete fails).
     pub(crate) fn release(&self, held: Held) {
+        if let Some(Baseline::Snapshot(snapshot)) = held.baseline {
+            let fleet = Arc::clone(&self.fleet);
+            let cluster = held.claimed.cluster;
+            tokio::spawn(async move {
+                if let Some(snapshots) = fleet.clusters[cluster].backend.snapshots()
+                    && let Err(error) = snapshots.delete_snapshot(&snapshot).await
+                {
+                    tracing::warn!(snapshot = %snapshot.id, %error, "deleting a recycled sandbox's snapshot failed");
+                }
+            });
+        }
         self.releases.submit(held.claimed);
     }
 
@@ -151,6 +181,14 @@ impl Recycler {
         let Ready { claimed, lease } = self.fleet.claim_ready(image, &task.id).await?;
         // After the prepare hook: a reset keeps what it made.
         let baseline = match &self.reset {
+            Some(_) if self.restores(claimed.cluster) => {
+                let started = Instant::now();
+                let baseline = self.snapshot_baseline(&claimed).await;
+                self.fleet.phases.record(Phase::Reset, started.elapsed());
+                baseline
+                    .inspect_err(|e| tracing::warn!(sandbox = %claimed.handle.id, "no snapshot, so no recycling: {e}"))
+                    .ok()
+            }
             Some(check) if self.fleet.can_scrub(claimed.cluster) => {
                 let started = Instant::now();
                 let baseline = self.baseline(check.pin(), &claimed, task).await;
@@ -169,6 +207,31 @@ impl Recycler {
         })
     }
 
+    /// Whether sandboxes of `cluster` are reset by restoring a snapshot.
+    fn restores(&self, cluster: usize) -> bool {
+        self.fleet.settings.reset_by_snapshot
+            && self.fleet.clusters[cluster]
+                .backend
+                .snapshots()
+                .is_some_and(|snapshots| snapshots.restores_in_place())
+    }
+
+    async fn snapshot_baseline(&self, claimed: &Claimed) -> Result<Baseline, StepError> {
+        let snapshots = self.fleet.clusters[claimed.cluster]
+            .backend
+            .snapshots()
+            .expect("only a cluster with snapshots restores");
+        let deadline = Instant::now() + self.fleet.settings.claim_timeout;
+        let snapshot = snapshots
+            .snapshot(&claimed.handle, &self.fleet.run_id.labels(), deadline)
+            .await
+            .map_err(|e| {
+                claimed.note(&e);
+                StepError::backend("snapshot of a fresh sandbox", e)
+            })?;
+        Ok(Baseline::Snapshot(snapshot))
+    }
+
     async fn baseline(
         &self,
         check: ResetCheck,
@@ -183,11 +246,11 @@ impl Recycler {
         let outputs = self
             .run_reset_phase(claimed, &commands, &task.workdir)
             .await?;
-        Ok(Baseline {
+        Ok(Baseline::Check(CheckBaseline {
             check,
             by_fallback,
             outputs,
-        })
+        }))
     }
 
     /// Scrubs the held sandbox (the backend stops whatever the last task
@@ -197,8 +260,10 @@ impl Recycler {
     /// them, must not live into the next task) and asks the reset check
     /// whether it is clean.
     async fn reset_and_verify(&self, held: &Held, task: &Task) -> Result<(), Unfit> {
-        let Some(baseline) = &held.baseline else {
-            return Err(Unfit::Dirty("no baseline was recorded".into()));
+        let baseline = match &held.baseline {
+            None => return Err(Unfit::Dirty("no baseline was recorded".into())),
+            Some(Baseline::Snapshot(snapshot)) => return self.restore(held, snapshot).await,
+            Some(Baseline::Check(baseline)) => baseline,
         };
         let check = &baseline.check;
         let foreign = || {
@@ -238,6 +303,24 @@ impl Recycler {
             Verdict::Clean => Ok(()),
             Verdict::Dirty(reason) => Err(Unfit::Dirty(reason)),
         }
+    }
+
+    /// Puts the held sandbox back to the snapshot of it fresh.
+    async fn restore(&self, held: &Held, snapshot: &SnapshotRef) -> Result<(), Unfit> {
+        let backend = &self.fleet.clusters[held.claimed.cluster].backend;
+        let Some(snapshots) = backend.snapshots() else {
+            return Err(Unfit::Dirty("its backend cannot restore sandboxes".into()));
+        };
+        let deadline = Instant::now() + self.fleet.settings.claim_timeout;
+        snapshots
+            .restore(&held.claimed.handle, snapshot, deadline)
+            .await
+            .map_err(|e| {
+                held.claimed.note(&e);
+                StepError::backend("restore to the snapshot of it fresh", e)
+            })?;
+        self.fleet.counts.restored.fetch_add(1, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Runs a reset phase's commands in `claimed` in one exec (one exec

@@ -58,6 +58,9 @@ pub struct RecycleCounts {
     pub reused: usize,
     /// Sandboxes released because their reset failed or was not clean.
     pub quarantined: usize,
+    /// Resets made by restoring a snapshot of the sandbox fresh (on
+    /// backends that restore in place); the others ran the reset check.
+    pub restored: u64,
 }
 
 /// Sandbox releases, made off the tasks' path.
@@ -253,11 +256,13 @@ impl RunReport {
         }
         writeln!(
             out,
-            "claims {}, warm replicas {} (peak {}), recycled {}, quarantined {}",
+            "claims {}, warm replicas {} (peak {}), recycled {} ({} reset by restoring a \
+             snapshot), quarantined {}",
             self.claims,
             self.warm.total,
             self.warm.peak,
             self.recycle.reused,
+            self.recycle.restored,
             self.recycle.quarantined
         )
         .expect("write to String");
@@ -385,6 +390,7 @@ impl Engine {
             recycle: RecycleCounts {
                 reused: records.iter().filter(|r| r.reuse > 0).count(),
                 quarantined: phases[Phase::Quarantine.name()].count,
+                restored: fleet_count(|c| &c.restored),
             },
             releases: ReleaseCounts {
                 released: releases.map_or(0, |c| c.released.load(Ordering::Relaxed)),

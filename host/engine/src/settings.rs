@@ -71,6 +71,11 @@ pub struct FleetSettings {
     pub recycle: bool,
     /// Tasks one sandbox serves before it is released (with `recycle`).
     pub max_reuses: u32,
+    /// With `recycle`, where the backend restores sandboxes in place
+    /// ([`sandfleet_core::Snapshots`]), reset a used sandbox by restoring
+    /// the snapshot taken of it fresh; false (or elsewhere) resets it with
+    /// the reset check.
+    pub reset_by_snapshot: bool,
     /// How long a claim may wait for a sandbox.
     #[serde(deserialize_with = "de::duration")]
     pub claim_timeout: Duration,
@@ -135,6 +140,7 @@ impl Default for FleetSettings {
             keep_warm: false,
             recycle: false,
             max_reuses: 8,
+            reset_by_snapshot: true,
             claim_timeout: Duration::from_secs(120),
             pool_ready_timeout: Duration::from_secs(300),
             breaker_interval: Duration::from_secs(1),

@@ -1,22 +1,27 @@
 //! Recycling: same-image tasks reuse a sandbox after the reset check says it
 //! is clean, and a sandbox the reset cannot clean is quarantined, so the
-//! next task never sees its dirt.
+//! next task never sees its dirt; where the backend restores in place (the
+//! local backend), a restore to the sandbox's fresh snapshot resets it
+//! instead, and undoes what the reset check cannot.
 
 use sandfleet_engine::{CancellationToken, FleetSettings, RunReport, Strategy};
 
 use crate::fixture::{Fixture, row};
 use crate::recording::Recording;
 
-/// Runs `rows` one at a time on git images, recycling through git-restore.
+/// Runs `rows` one at a time on git images, recycling through git-restore
+/// (never a snapshot's restore).
 pub(crate) async fn run_recycling(fixture: &Fixture, rows: &[String]) -> RunReport {
-    run_recycling_on(fixture, fixture.backend_with_images(true), rows).await
+    run_recycling_on(fixture, fixture.backend_with_images(true), rows, false).await
 }
 
-/// [`run_recycling`] on `backend`.
+/// [`run_recycling`] on `backend`, resetting by restoring a snapshot where
+/// `by_snapshot` and the backend can.
 async fn run_recycling_on(
     fixture: &Fixture,
     backend: std::sync::Arc<dyn sandfleet_core::Backend>,
     rows: &[String],
+    by_snapshot: bool,
 ) -> RunReport {
     let mut spec = fixture.spec(
         backend,
@@ -25,6 +30,7 @@ async fn run_recycling_on(
             max_concurrent: 1,
             recycle: true,
             max_reuses: 8,
+            reset_by_snapshot: by_snapshot,
             ..FleetSettings::default()
         },
         CancellationToken::new(),
@@ -92,7 +98,6 @@ async fn recycled_sandboxes_are_clean_and_dirt_the_reset_cannot_undo_is_quaranti
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_process_a_task_leaves_running_cannot_tamper_with_the_next_task() {
-    let fixture = Fixture::new(1);
     let rows = vec![
         // Out of its command's process group, silent, hidden from the
         // sandbox's /proc if it can be (a bind mount over its entry, which
@@ -116,10 +121,58 @@ async fn a_process_a_task_leaves_running_cannot_tamper_with_the_next_task() {
             30,
         ),
     ];
-    let report = run_recycling(&fixture, &rows).await;
-    // Recycled (so the tamperer had its chance), and clean.
-    assert_eq!(report.recycle.reused, 1, "{}", report.render());
-    assert_eq!(report.tasks.ok, 2, "{}", report.render());
+    for by_snapshot in [false, true] {
+        let fixture = Fixture::new(1);
+        let backend = fixture.backend_with_images(true);
+        let report = run_recycling_on(&fixture, backend, &rows, by_snapshot).await;
+        // Recycled (so the tamperer had its chance), and clean.
+        assert_eq!(report.recycle.reused, 1, "{}", report.render());
+        assert_eq!(report.recycle.restored, u64::from(by_snapshot));
+        assert_eq!(report.tasks.ok, 2, "{}", report.render());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restore_to_the_fresh_snapshot_undoes_what_a_reset_check_cannot() {
+    let fixture = Fixture::new(1);
+    let rows = vec![
+        row(
+            "dirties-everything",
+            "img0",
+            "echo dirt >> README && echo junk > untracked.txt && touch /tmp/left-behind \
+             && git config --local sandfleet.dirt yes && git -c user.name=t -c user.email=t@t commit -qam dirt",
+            30,
+        ),
+        row(
+            "sees-it-fresh",
+            "img0",
+            "git diff --quiet && test ! -e untracked.txt && test ! -e /tmp/left-behind \
+             && test -z \"$(git config --local --get sandfleet.dirt)\" \
+             && test \"$(git log --oneline | wc -l)\" = 1",
+            30,
+        ),
+        row(
+            "sees-it-fresh-again",
+            "img0",
+            "git diff --quiet && test ! -e untracked.txt",
+            30,
+        ),
+    ];
+    let backend = fixture.backend_with_images(true);
+    let report = run_recycling_on(&fixture, backend, &rows, true).await;
+    assert_eq!(report.tasks.ok, 3, "{}", report.render());
+    // One sandbox served all three: nothing was quarantined.
+    assert_eq!(report.claims, 1, "{}", report.render());
+    assert_eq!(report.recycle.reused, 2);
+    assert_eq!(report.recycle.restored, 2);
+    assert_eq!(report.recycle.quarantined, 0);
+    assert!(
+        report
+            .render()
+            .contains("(2 reset by restoring a snapshot)"),
+        "{}",
+        report.render()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -132,7 +185,7 @@ async fn a_backend_that_cannot_scrub_gets_no_baseline_and_no_reuse_under_recycle
         without_scrub: true,
         ..Recording::new(fixture.backend_with_images(true))
     });
-    let report = run_recycling_on(&fixture, backend.clone(), &rows).await;
+    let report = run_recycling_on(&fixture, backend.clone(), &rows, true).await;
     assert_eq!(report.tasks.ok, 3, "{}", report.render());
     // Each task in a sandbox of its own, none quarantined: nothing was
     // promised reuse, so nothing failed it.

@@ -149,6 +149,7 @@ async fn recycled_through_a_faulty_reset(fallback: bool) -> (Fixture, RunReport)
         fixture.backend_with_images(true),
         FleetSettings {
             recycle: true,
+            reset_by_snapshot: false,
             ..one_at_a_time()
         },
         CancellationToken::new(),

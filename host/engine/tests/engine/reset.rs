@@ -116,6 +116,7 @@ async fn execs_of(rows: &[String], recycle: bool) -> Vec<Vec<String>> {
             strategy: Strategy::None,
             max_concurrent: 1,
             recycle,
+            reset_by_snapshot: false,
             ..FleetSettings::default()
         },
         CancellationToken::new(),
