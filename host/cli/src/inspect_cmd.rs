@@ -32,6 +32,7 @@ pub(crate) fn plan(config_path: &Path) -> anyhow::Result<ExitCode> {
             &capacity,
             images.clone(),
             counts.clone(),
+            plan::forking_clusters(&clusters),
         )
         .await?;
         print!("{}", planned.render());

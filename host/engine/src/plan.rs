@@ -51,20 +51,46 @@ pub struct PrepareEstimate {
     /// How long the image's first task waits for prepared sandboxes: the
     /// pool's waves of `warm_create_budget` prepares, or its own claim's.
     pub first_task_waits: Option<Duration>,
+    /// The clusters that run the hook once and fork every sandbox of the
+    /// image from its snapshot, when every cluster of the run can
+    /// ([`forking_clusters`]); `None` where each sandbox runs it.
+    pub once_on_clusters: Option<u32>,
+}
+
+/// How many clusters prepare an image once and fork its sandboxes: all of
+/// `clusters`, when every one has snapshots; `None` when any has not (the
+/// plan then counts a prepare per sandbox, the most it can cost).
+pub fn forking_clusters(clusters: &[crate::Cluster]) -> Option<u32> {
+    let all = clusters
+        .iter()
+        .all(|cluster| cluster.backend.snapshots().is_some());
+    (all && !clusters.is_empty()).then(|| u32::try_from(clusters.len()).unwrap_or(u32::MAX))
 }
 
 impl PrepareEstimate {
     /// The estimate for `image` (with `tasks` per epoch and `replicas`
-    /// warm) when it has a prepare hook.
+    /// warm) when it has a prepare hook, on `forking` clusters that fork
+    /// it ([`forking_clusters`]).
     fn of(
         settings: &FleetSettings,
         image: usize,
         name: &str,
-        tasks: u32,
-        replicas: u32,
+        sizes: (u32, u32),
         concurrent: u32,
+        forking: Option<u32>,
     ) -> Option<Self> {
-        let expected = settings.prepare.for_image(name)?.expected;
+        let (tasks, replicas) = sizes;
+        let hook = settings.prepare.for_image(name)?;
+        let expected = hook.expected;
+        if let Some(clusters) = forking.filter(|_| !hook.each_sandbox) {
+            return Some(PrepareEstimate {
+                image,
+                expected,
+                sandboxes: clusters,
+                first_task_waits: expected,
+                once_on_clusters: Some(clusters),
+            });
+        }
         let claims = tasks.saturating_mul(settings.epochs.max(1));
         let claimed = if settings.recycle {
             claims
@@ -85,6 +111,7 @@ impl PrepareEstimate {
             expected,
             sandboxes: claimed + replicas,
             first_task_waits: expected.map(|one| one * waves),
+            once_on_clusters: None,
         })
     }
 }
@@ -236,6 +263,7 @@ pub async fn plan(
     capacity: &[Capacity],
     images: Vec<String>,
     tasks: Vec<u32>,
+    forking: Option<u32>,
 ) -> Result<Plan, PlanError> {
     let (limits, bounds) = limits(settings, capacity);
     let fleet = sizing.plan(&tasks, &limits).await?;
@@ -248,9 +276,9 @@ pub async fn plan(
                 settings,
                 image,
                 name,
-                tasks[image],
-                replicas,
+                (tasks[image], replicas),
                 limits.max_concurrent,
+                forking,
             )
         })
         .collect();
@@ -351,6 +379,16 @@ impl Plan {
     fn render_prepare(&self, estimate: &PrepareEstimate) -> String {
         let image = &self.images[estimate.image];
         let sandboxes = estimate.sandboxes;
+        if let Some(clusters) = estimate.once_on_clusters {
+            let each = estimate.expected.map_or_else(
+                || "no `expected` time in the fleet file".to_string(),
+                |one| format!("{} (expected)", humantime::format_duration(one)),
+            );
+            return format!(
+                "prepare {image}: once on each of {clusters} cluster(s), whose sandboxes fork its \
+                 snapshot: {each}, which is what its first task waits"
+            );
+        }
         let (Some(one), Some(waits)) = (estimate.expected, estimate.first_task_waits) else {
             return format!(
                 "prepare {image}: about {sandboxes} sandboxes run its hook; no `expected` time \
@@ -471,6 +509,15 @@ mod tests {
     }
 
     fn plan_of(settings: &FleetSettings, tasks: u32, replicas: u32) -> Plan {
+        plan_forking(settings, tasks, replicas, None)
+    }
+
+    fn plan_forking(
+        settings: &FleetSettings,
+        tasks: u32,
+        replicas: u32,
+        forking: Option<u32>,
+    ) -> Plan {
         let concurrent = 4;
         Plan {
             images: vec!["python".into(), "lean".into()],
@@ -484,7 +531,14 @@ mod tests {
                 .iter()
                 .enumerate()
                 .filter_map(|(image, name)| {
-                    PrepareEstimate::of(settings, image, name, tasks, replicas, concurrent)
+                    PrepareEstimate::of(
+                        settings,
+                        image,
+                        name,
+                        (tasks, replicas),
+                        concurrent,
+                        forking,
+                    )
                 })
                 .collect(),
         }
@@ -503,6 +557,7 @@ mod tests {
                 expected: Some(Duration::from_secs(900)),
                 sandboxes: 14,
                 first_task_waits: Some(Duration::from_secs(1800)),
+                once_on_clusters: None,
             }]
         );
         assert!(
@@ -533,6 +588,39 @@ mod tests {
         // sandbox per task running at once.
         assert_eq!(plan_of(&recycling, 10, 4).prepare[0].sandboxes, 4 + 4);
         assert_eq!(plan_of(&recycling, 40, 4).prepare[0].sandboxes, 16 + 4);
+    }
+
+    #[test]
+    fn where_every_cluster_forks_the_hook_runs_once_per_cluster() {
+        let settings = with_lean_hook(Some(Duration::from_secs(900)));
+        let plan = plan_forking(&settings, 10, 4, Some(2));
+        assert_eq!(plan.prepare[0].sandboxes, 2);
+        assert_eq!(
+            plan.prepare[0].first_task_waits,
+            Some(Duration::from_secs(900))
+        );
+        assert!(
+            plan.render().contains(
+                "prepare lean: once on each of 2 cluster(s), whose sandboxes fork its snapshot: \
+                 15m (expected), which is what its first task waits"
+            ),
+            "{}",
+            plan.render()
+        );
+        // A hook that must run in each sandbox is counted per sandbox.
+        let mut each = settings.clone();
+        each.prepare = crate::PrepareHooks::new(
+            [(
+                "lean".to_string(),
+                crate::PrepareHook {
+                    each_sandbox: true,
+                    ..settings.prepare.for_image("lean").unwrap().clone()
+                },
+            )]
+            .into(),
+            None,
+        );
+        assert_eq!(plan_forking(&each, 10, 4, Some(2)).prepare[0].sandboxes, 14);
     }
 
     #[test]

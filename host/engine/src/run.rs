@@ -282,6 +282,7 @@ impl Engine {
             capacity,
             images,
             tasks,
+            plan::forking_clusters(&self.spec.clusters),
         )
         .await?)
     }

@@ -58,6 +58,7 @@ impl Session {
             &self.capacity,
             names,
             tasks,
+            plan::forking_clusters(&self.fleet.clusters),
         )
         .await
         .map_err(RunError::from)?;
