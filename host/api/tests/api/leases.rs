@@ -231,9 +231,11 @@ async fn an_image_behind_image_rewrite_is_served_from_its_mirror() {
 async fn a_leased_sandbox_of_an_image_with_a_prepare_hook_is_prepared_first() {
     let dir = tempfile::tempdir().unwrap();
     let config = crate::fleet_file(dir.path(), "", "");
+    // Per sandbox: on a cluster with snapshots the hook would otherwise run
+    // once and every sandbox be a fork of it (the engine's tests cover that).
     let text = std::fs::read_to_string(&config).unwrap().replace(
         "[api]",
-        "[prepare.\"calc\"]\ncommands = [\"hostname >> /tmp/prepared\"]\n\n[api]",
+        "[prepare.\"calc\"]\ncommands = [\"hostname >> /tmp/prepared\"]\neach_sandbox = true\n\n[api]",
     );
     std::fs::write(&config, text).unwrap();
     let served = Served::start_in(dir, config).await;

@@ -100,9 +100,15 @@ const EMULATOR_KEY_ENV: &str = "CARGO_PKG_NAME";
 /// An OpenSandbox emulator serving the quickstart's images as plain
 /// sandboxes, with `faults` switched on.
 pub(crate) async fn opensandbox_emulator(faults: &str) -> Emulator {
+    opensandbox_emulator_on(Runtime::Plain, faults).await
+}
+
+/// [`opensandbox_emulator`] with sandboxes of `runtime` (plain ones have no
+/// snapshots).
+pub(crate) async fn opensandbox_emulator_on(runtime: Runtime, faults: &str) -> Emulator {
     let quickstart = repo().join("examples/quickstart.toml");
     let mut config = EmulatorConfig::new(images_from_fleet(&quickstart).unwrap());
-    config.runtime = Runtime::Plain;
+    config.runtime = runtime;
     config.faults = faults.parse::<Faults>().unwrap();
     config.api_key = Some(
         std::env::var(EMULATOR_KEY_ENV)
