@@ -553,8 +553,10 @@ impl Backend for OpenSandboxBackend {
             return Err(self.error(
                 first.kind(),
                 format!(
-                    "{} of the {} sandboxes and {} snapshots of run {run_id} could not be deleted; the first: {}",
+                    "{} of the {} objects of run {run_id} ({} sandboxes, {} snapshots) could not \
+                     be deleted; the first: {}",
                     refused.len(),
+                    ids.len() + snapshots.len(),
                     ids.len(),
                     snapshots.len(),
                     first.message()

@@ -821,9 +821,8 @@ async fn a_snapshot_late_for_its_deadline_times_out_and_the_reap_gets_it_once_it
     let refused = backend.reap(&run).await.unwrap_err();
     assert_eq!(refused.kind(), ErrorKind::Conflict, "{refused}");
     assert!(
-        refused
-            .message()
-            .contains("1 of the 1 sandboxes and 1 snapshots"),
+        refused.message().contains("1 of the 2 objects of run")
+            && refused.message().contains("(1 sandboxes, 1 snapshots)"),
         "{refused}"
     );
     assert_eq!(emulator.live_sandboxes(), 0);

@@ -1,7 +1,10 @@
 //! Recycling against fresh claims on the local backend, side by side in one
 //! run: N no-op tasks on a git image at concurrency C, once claiming a fresh
-//! sandbox per task and once recycling through git-restore (wall, reset
-//! p50, CPU per task); then the cost of one reset on an idle sandbox,
+//! sandbox per task, once recycling by restoring each sandbox's fresh
+//! snapshot and once recycling through git-restore (wall, reset p50, CPU
+//! per task); then 64 tasks of an image whose prepare hook takes 5 s,
+//! prepared in each sandbox against prepared once and forked (wall, CPU);
+//! then the cost of one reset on an idle sandbox,
 //! its steps one exec each against one joined exec (wall and CPU per reset),
 //! with the scrub, a bare `true` exec and a fresh sandbox's claim and
 //! release for scale; and from those, the most CPU a reset may cost for
@@ -9,7 +12,8 @@
 //!
 //! Run: `cargo bench -p sandfleet-engine --bench recycle` (defaults: 600
 //! tasks at concurrency 32, 30 resets; `-- --tasks N --concurrency C
-//! --resets R` to change them, `--tasks 0` for the resets alone). CPU is
+//! --resets R` to change them, `--tasks 0` for the resets alone,
+//! `--prepared 0` to leave out the prepare runs). CPU is
 //! this process's and its reaped children's (the sandboxes' commands
 //! included), from `/proc/self/stat`.
 
@@ -20,7 +24,8 @@ use sandfleet_backend_local::LocalBackend;
 use sandfleet_core::{Backend, ExecRequest, Recycling, RunId, SandboxHandle, TemplateSpec};
 use sandfleet_engine::reset::{ExecContext, Joined};
 use sandfleet_engine::{
-    CancellationToken, Cluster, FleetSettings, LogProgress, Plugins, RunSpec, WorkItem,
+    CancellationToken, Cluster, FleetSettings, LogProgress, Plugins, PrepareHook, PrepareHooks,
+    RunSpec, WorkItem,
 };
 use sandfleet_plugin::adapter::{Command, CommandOutput, Task};
 use sandfleet_plugin::reset::Verdict;
@@ -47,17 +52,55 @@ fn main() {
         .add_builtins(sandfleet_guests::BUILTINS.iter().map(|b| (b.name, b.wasm)))
         .unwrap();
     let fresh = (tasks > 0).then(|| {
-        let fresh = runtime.block_on(engine_run(&registry, tasks, concurrency, false));
-        let recycled = runtime.block_on(engine_run(&registry, tasks, concurrency, true));
-        println!(
-            "engine/recycle: {tasks} no-op tasks at concurrency {concurrency}: recycling {:.1} s \
-             is {:.2}x fresh claims {:.1} s",
-            recycled.wall.as_secs_f64(),
-            recycled.wall.as_secs_f64() / fresh.wall.as_secs_f64(),
-            fresh.wall.as_secs_f64()
+        let run = |label, settings| {
+            let items = noop_tasks(&registry, tasks);
+            runtime.block_on(engine_run(&registry, label, items, concurrency, settings))
+        };
+        let fresh = run("fresh claims", FleetSettings::default());
+        let recycling = FleetSettings {
+            recycle: true,
+            ..FleetSettings::default()
+        };
+        let restored = run("recycling by restore", recycling.clone());
+        let checked = run(
+            "recycling by git-restore",
+            FleetSettings {
+                reset_by_snapshot: false,
+                ..recycling
+            },
         );
+        for (label, recycled) in [("restore", &restored), ("git-restore", &checked)] {
+            println!(
+                "engine/recycle: {tasks} no-op tasks at concurrency {concurrency}: recycling by \
+                 {label} {:.1} s is {:.2}x fresh claims {:.1} s",
+                recycled.wall.as_secs_f64(),
+                recycled.wall.as_secs_f64() / fresh.wall.as_secs_f64(),
+                fresh.wall.as_secs_f64()
+            );
+        }
         fresh
     });
+    if arg("--prepared", 64) > 0 {
+        let run = |label, each_sandbox| {
+            let items = noop_tasks(&registry, arg("--prepared", 64));
+            let settings = FleetSettings {
+                prepare: five_second_hook(each_sandbox),
+                ..FleetSettings::default()
+            };
+            runtime.block_on(engine_run(&registry, label, items, 8, settings))
+        };
+        let each = run("a 5 s prepare in each sandbox", true);
+        let once = run("a 5 s prepare once, forked", false);
+        println!(
+            "engine/prepare: prepared once and forked {:.1} s, {:.1} ms CPU per task; in each \
+             sandbox {:.1} s, {:.1} ms CPU per task ({:.2}x the wall)",
+            once.wall.as_secs_f64(),
+            once.cpu_per_task * 1e3,
+            each.wall.as_secs_f64(),
+            each.cpu_per_task * 1e3,
+            each.wall.as_secs_f64() / once.wall.as_secs_f64(),
+        );
+    }
     let costs = runtime.block_on(one_reset(&registry, resets));
     if let Some(fresh) = fresh {
         print_reset_budget(fresh.cpu_per_task, &costs);
@@ -111,16 +154,10 @@ fn backend(dir: &std::path::Path, max_sandboxes: u32) -> Arc<LocalBackend> {
     })
 }
 
-/// Runs the no-op tasks and prints one line.
-async fn engine_run(
-    registry: &Arc<Registry>,
-    tasks: usize,
-    concurrency: usize,
-    recycle: bool,
-) -> RunCost {
-    let dir = tempfile::tempdir().unwrap();
+/// `tasks` no-op tasks of the bench image.
+fn noop_tasks(registry: &Registry, tasks: usize) -> Vec<WorkItem> {
     let adapter = registry.adapter("generic").unwrap();
-    let items: Vec<WorkItem> = (0..tasks)
+    (0..tasks)
         .map(|i| {
             let row =
                 serde_json::json!({"id": format!("noop-{i}"), "image": "bench", "test": "true"});
@@ -130,14 +167,41 @@ async fn engine_run(
                 epoch: 0,
             }
         })
-        .collect();
+        .collect()
+}
+
+/// A prepare hook of the bench image that takes 5 s.
+fn five_second_hook(each_sandbox: bool) -> PrepareHooks {
+    let hook = PrepareHook {
+        commands: vec![vec![
+            "sh".into(),
+            "-c".into(),
+            "sleep 5; echo ready > prepared".into(),
+        ]],
+        timeout: Duration::from_secs(60),
+        workdir: None,
+        expected: None,
+        each_sandbox,
+    };
+    PrepareHooks::new([("bench".to_string(), hook)].into(), None)
+}
+
+/// Runs `items` with `settings` at `concurrency` and prints one line.
+async fn engine_run(
+    registry: &Arc<Registry>,
+    label: &str,
+    items: Vec<WorkItem>,
+    concurrency: usize,
+    settings: FleetSettings,
+) -> RunCost {
+    let dir = tempfile::tempdir().unwrap();
+    let tasks = items.len();
     let concurrency = u32::try_from(concurrency).unwrap();
     let spec = RunSpec {
         run_id: RunId::generate("bench-recycle"),
         settings: FleetSettings {
             max_concurrent: concurrency,
-            recycle,
-            ..FleetSettings::default()
+            ..settings
         },
         clusters: vec![Cluster {
             name: "local".into(),
@@ -166,16 +230,18 @@ async fn engine_run(
     assert_eq!(report.tasks.ok, tasks, "{}", report.render());
     let reset = report.phases.get("reset");
     println!(
-        "engine/recycle ({}): wall {:.1} s, {:.1} tasks/s, CPU {:.1} ms per task, {} claims, {} \
-         reuses, {} quarantined; reset phase (baselines included) p50 {:.0} ms, p95 {:.0} ms over \
-         {}",
-        if recycle { "recycling" } else { "fresh claims" },
+        "engine/recycle ({label}): wall {:.1} s, {:.1} tasks/s, CPU {:.1} ms per task, {} claims, \
+         {} reuses ({} restores), {} quarantined, {} prepared, {} forked; reset phase (baselines \
+         included) p50 {:.0} ms, p95 {:.0} ms over {}",
         wall.as_secs_f64(),
         tasks as f64 / wall.as_secs_f64(),
         cpu * 1e3 / tasks as f64,
         report.claims,
         report.recycle.reused,
+        report.recycle.restored,
         report.recycle.quarantined,
+        report.prepared,
+        report.forked,
         reset.map_or(0.0, |r| r.p50_s * 1e3),
         reset.map_or(0.0, |r| r.p95_s * 1e3),
         reset.map_or(0, |r| r.count),

@@ -7,7 +7,7 @@
 //! needs it (the claims arriving meanwhile wait for it) and belongs to the
 //! run, whose reap removes it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -31,9 +31,19 @@ type PreparedCell = Arc<OnceCell<SnapshotRef>>;
 #[derive(Default)]
 pub(crate) struct PreparedSnapshots {
     cells: std::sync::Mutex<HashMap<(usize, usize), PreparedCell>>,
+    /// Clusters whose lack of snapshots was said.
+    said: std::sync::Mutex<HashSet<usize>>,
 }
 
 impl PreparedSnapshots {
+    /// Logs `message` the first time it is asked for `cluster`.
+    fn say_once(&self, cluster: usize, message: impl FnOnce() -> String) {
+        let mut said = self.said.lock().unwrap_or_else(|e| e.into_inner());
+        if said.insert(cluster) {
+            tracing::info!("{}", message());
+        }
+    }
+
     fn cell(&self, cluster: usize, image: usize) -> PreparedCell {
         let mut cells = self.cells.lock().unwrap_or_else(|e| e.into_inner());
         Arc::clone(cells.entry((cluster, image)).or_default())
@@ -54,7 +64,16 @@ impl Fleet {
         if self.hook(image)?.each_sandbox {
             return None;
         }
-        let snapshots = self.clusters[cluster].backend.snapshots()?;
+        let Some(snapshots) = self.clusters[cluster].backend.snapshots() else {
+            self.prepared_snapshots.say_once(cluster, || {
+                format!(
+                    "cluster `{}` cannot snapshot sandboxes: prepare hooks run in every new \
+                     sandbox there",
+                    self.clusters[cluster].name
+                )
+            });
+            return None;
+        };
         let forked = async {
             let snapshot = self
                 .prepared_snapshots

@@ -351,7 +351,11 @@ fn a_throttled_release_is_sent_as_often_as_the_run_budget_pays_for() {
         .block_on(sandfleet_engine::run(spec, loaded.items.clone()))
         .unwrap_err();
     assert!(error.to_string().contains("429"), "{error}");
-    assert!(error.to_string().contains("2 of 2 sandboxes"), "{error}");
+    assert!(
+        error.to_string().contains("2 of the 2 objects of run")
+            && error.to_string().contains("(2 sandboxes, 0 snapshots)"),
+        "{error}"
+    );
 
     let executions = emulator.executions();
     let created = executions.sandboxes_created;

@@ -26,6 +26,35 @@ setsid sh -c 'while :; do echo tampered > /workspace/tampered; sleep 0.2; done' 
 echo task-change > /workspace/task-file
 "#;
 
+/// Checks that what [`PLANT`] left outside the workdir (and `also`) is
+/// gone: the init it ran under and every process of its pid namespace, the
+/// poison, every file.
+async fn nothing_planted_is_left(
+    setup: &super::Setup,
+    sandbox: &sandfleet_core::SandboxHandle,
+    init: i32,
+    also: &[&str],
+) {
+    assert!(pid_namespace_members(init).is_empty(), "{}", setup.label);
+    let fresh = init_of(&setup.run_id, &sandbox.id);
+    assert_eq!(pid_namespace_members(fresh), [fresh], "{}", setup.label);
+    let python = setup.sh(sandbox, "python3 -c 'raise SystemExit(3)'").await;
+    assert_eq!(python.exit_code, 3, "{}: {python:?}", setup.label);
+    let outside = [
+        "/etc/ld.so.preload",
+        "/dev/shm/poison",
+        "/tmp/poison",
+        "/var/lib/poison",
+        "/root/.local",
+        "/root/.bashrc",
+    ];
+    for gone in outside.iter().chain(also) {
+        setup
+            .refused(sandbox, &format!("test -e {gone} || test -L {gone}"))
+            .await;
+    }
+}
+
 #[tokio::test]
 async fn finding_11_a_scrub_leaves_nothing_of_a_task_outside_the_workdir() {
     for setup in setups().await {
@@ -38,23 +67,7 @@ async fn finding_11_a_scrub_leaves_nothing_of_a_task_outside_the_workdir() {
 
         setup.backend.scrub(&sandbox).await.unwrap();
 
-        assert!(pid_namespace_members(init).is_empty(), "{}", setup.label);
-        let fresh = init_of(&setup.run_id, &sandbox.id);
-        assert_eq!(pid_namespace_members(fresh), [fresh], "{}", setup.label);
-        let python = setup.sh(&sandbox, "python3 -c 'raise SystemExit(3)'").await;
-        assert_eq!(python.exit_code, 3, "{}: {python:?}", setup.label);
-        for gone in [
-            "/etc/ld.so.preload",
-            "/dev/shm/poison",
-            "/tmp/poison",
-            "/var/lib/poison",
-            "/root/.local",
-            "/root/.bashrc",
-        ] {
-            setup
-                .refused(&sandbox, &format!("test -e {gone} || test -L {gone}"))
-                .await;
-        }
+        nothing_planted_is_left(&setup, &sandbox, init, &[]).await;
         // The workdir is the reset check's: the task's change is still
         // there for it to see and undo.
         let kept = setup.sh_ok(&sandbox, "cat /workspace/task-file").await;
@@ -92,27 +105,10 @@ async fn a_restore_to_a_snapshot_leaves_nothing_of_a_task_anywhere() {
             .await
             .unwrap_or_else(|e| panic!("{}: {e}", setup.label));
 
-        assert!(pid_namespace_members(init).is_empty(), "{}", setup.label);
-        let fresh = init_of(&setup.run_id, &sandbox.id);
-        assert_eq!(pid_namespace_members(fresh), [fresh], "{}", setup.label);
-        let python = setup.sh(&sandbox, "python3 -c 'raise SystemExit(3)'").await;
-        assert_eq!(python.exit_code, 3, "{}: {python:?}", setup.label);
         // Unlike a scrub, a restore leaves nothing in the workdir either:
         // only what the snapshot holds.
-        for gone in [
-            "/etc/ld.so.preload",
-            "/dev/shm/poison",
-            "/tmp/poison",
-            "/var/lib/poison",
-            "/root/.local",
-            "/root/.bashrc",
-            "/workspace/task-file",
-            "/workspace/tampered",
-        ] {
-            setup
-                .refused(&sandbox, &format!("test -e {gone} || test -L {gone}"))
-                .await;
-        }
+        let workdir = ["/workspace/task-file", "/workspace/tampered"];
+        nothing_planted_is_left(&setup, &sandbox, init, &workdir).await;
         let kept = setup.sh_ok(&sandbox, "cat /workspace/set-up").await;
         assert_eq!(kept, "set-up\n", "{}", setup.label);
         if oci {
