@@ -379,6 +379,23 @@ impl Fleet {
         .await
     }
 
+    /// Takes sandboxes of `image` that `cluster` made without a claim
+    /// (forks of a snapshot) onto the books, as claims.
+    pub(crate) async fn adopt(
+        &self,
+        cluster: usize,
+        image: usize,
+        handles: Vec<SandboxHandle>,
+    ) -> Vec<Claimed> {
+        let count = handles.len() as u64;
+        self.books.lock().await.claimed[cluster] += count as u32;
+        self.counts.claims.fetch_add(count, Ordering::Relaxed);
+        handles
+            .into_iter()
+            .map(|handle| Claimed::new(cluster, image, handle))
+            .collect()
+    }
+
     /// Releases a claimed sandbox on its backend (idempotent there); the
     /// books are kept by [`Fleet::forget_claim`], once.
     pub(crate) async fn release_on_backend(&self, claimed: &Claimed) -> Result<(), BackendError> {

@@ -179,6 +179,17 @@ impl Recycler {
         }
         self.releases.room().await;
         let Ready { claimed, lease } = self.fleet.claim_ready(image, &task.id).await?;
+        Ok(self.held_fresh(claimed, lease, task).await)
+    }
+
+    /// A sandbox no task has used yet (claimed, or forked), held with its
+    /// baseline for `task` where it will be recycled.
+    pub(crate) async fn held_fresh(
+        &self,
+        claimed: Claimed,
+        lease: LeaseKeeper,
+        task: &Task,
+    ) -> Held {
         // After the prepare hook: a reset keeps what it made.
         let baseline = match &self.reset {
             Some(_) if self.restores(claimed.cluster) => {
@@ -199,12 +210,12 @@ impl Recycler {
             }
             _ => None,
         };
-        Ok(Held {
+        Held {
             claimed,
             served: 0,
             baseline,
             lease,
-        })
+        }
     }
 
     /// Whether sandboxes of `cluster` are reset by restoring a snapshot.

@@ -38,6 +38,7 @@ use crate::retry::Retries;
 use crate::settings::FleetSettings;
 use crate::{checks, reap};
 
+mod fork;
 mod pools;
 
 use pools::PoolFill;

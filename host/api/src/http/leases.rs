@@ -1,6 +1,5 @@
 //! The lease and pool endpoints.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,6 +29,21 @@ async fn view(slot: &LeaseSlot) -> Answer<LeaseView> {
     Ok(slot.view(&*slot.read().await?))
 }
 
+/// Labels as a client gives them: Kubernetes label rules.
+pub(crate) fn check_labels(labels: &std::collections::BTreeMap<String, String>) -> Answer<()> {
+    validate_labels(labels).map_err(|e| AppError::invalid(format!("labels: {e}")))
+}
+
+/// A client run id: at most [`MAX_RUN_ID`] characters.
+pub(crate) fn check_run_id(run_id: Option<&str>) -> Answer<()> {
+    match run_id {
+        Some(id) if id.len() > MAX_RUN_ID => Err(AppError::invalid(format!(
+            "run_id: at most {MAX_RUN_ID} characters"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// An idle time as a client gives it (`ttl_s`): at least a second.
 pub(crate) fn ttl(ttl_s: Option<u64>) -> Answer<Option<Duration>> {
     match ttl_s {
@@ -40,12 +54,8 @@ pub(crate) fn ttl(ttl_s: Option<u64>) -> Answer<Option<Duration>> {
 
 async fn acquire_one(state: &AppState, body: AcquireRequest) -> Answer<Arc<LeaseSlot>> {
     state.check_accepting()?;
-    validate_labels(&body.labels).map_err(|e| AppError::invalid(format!("labels: {e}")))?;
-    if body.run_id.as_ref().is_some_and(|id| id.len() > MAX_RUN_ID) {
-        return Err(AppError::invalid(format!(
-            "run_id: at most {MAX_RUN_ID} characters"
-        )));
-    }
+    check_labels(&body.labels)?;
+    check_run_id(body.run_id.as_deref())?;
     let ttl = ttl(body.ttl_s)?;
     let (purpose, task_id) = match (body.image, &body.task) {
         (Some(image), None) => (
@@ -92,27 +102,18 @@ async fn acquire_one(state: &AppState, body: AcquireRequest) -> Answer<Arc<Lease
     Ok(slot)
 }
 
-/// Acquires a lease for each of `requests`, each then made ready by
-/// `ready`: all of them, or none. When one fails, the leases acquired are
-/// released and the first error answers, its message led by `name` of its
-/// index.
-pub(crate) async fn acquire_all<F, Fut>(
+/// Acquires a lease for each of `requests`: all of them, or none. When one
+/// fails, the leases acquired are released and the first error answers,
+/// its message led by `name` of its index.
+pub(crate) async fn acquire_all(
     state: &AppState,
     requests: Vec<AcquireRequest>,
-    ready: F,
     name: impl Fn(usize) -> String,
-) -> Answer<Vec<LeaseView>>
-where
-    F: Fn(Arc<LeaseSlot>) -> Fut,
-    Fut: Future<Output = Answer<()>>,
-{
+) -> Answer<Vec<LeaseView>> {
     state.leases.check_room(requests.len())?;
     let results = futures_util::future::join_all(requests.into_iter().map(|request| async {
         let slot = acquire_one(state, request).await?;
-        let made = match ready(slot.clone()).await {
-            Ok(()) => view(&slot).await,
-            Err(error) => Err(error),
-        };
+        let made = view(&slot).await;
         if made.is_err() {
             release(state, &slot.id);
         }
@@ -178,12 +179,9 @@ pub(crate) async fn acquire_batch(
         ));
     }
     let count = body.leases.len();
-    let leases = acquire_all(
-        &state,
-        body.leases,
-        |_| async { Ok(()) },
-        |index| format!("leases[{index}] of {count}"),
-    )
+    let leases = acquire_all(&state, body.leases, |index| {
+        format!("leases[{index}] of {count}")
+    })
     .await?;
     Ok((StatusCode::CREATED, axum::Json(LeaseList { leases })))
 }

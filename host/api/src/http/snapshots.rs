@@ -8,15 +8,16 @@ use std::time::Instant;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 
-use super::leases::{acquire_all, release, ttl};
+use sandfleet_engine::DEFAULT_WORKDIR;
+
+use super::leases::{check_labels, check_run_id, release, ttl};
 use super::{Answer, detached};
 use crate::domain::Refusal;
-use crate::domain::leases::{LeaseSlot, new_id};
+use crate::domain::leases::{LeaseSlot, NewLease, new_id};
 use crate::domain::snapshots::{self, NewSnapshot, SnapshotFailure, SnapshotSlot};
 use crate::error::{ErrorBody, Json, OptionalJson};
 use crate::model::{
-    AcquireRequest, ForkRequest, LeaseList, LeaseView, RestoreRequest, SnapshotRequest,
-    SnapshotView,
+    ForkRequest, LeaseList, LeaseView, RestoreRequest, SnapshotRequest, SnapshotView,
 };
 use crate::state::AppState;
 
@@ -91,10 +92,10 @@ pub(crate) async fn delete(
 }
 
 #[utoipa::path(post, tag = "crate::snapshots", path = "/v1/snapshots/{id}/leases", request_body = ForkRequest,
-    responses((status = 201, body = LeaseList, description = "`count` new leases, each a sandbox of the snapshot's image put back to it"),
+    responses((status = 201, body = LeaseList, description = "`count` new leases, each a fork of the snapshot on its cluster, all or none"),
               (status = 404, body = ErrorBody, description = "the snapshot is not live"),
               (status = 422, body = ErrorBody, description = "a count of 0 or above `[api] max_leases`, naming the snapshot"),
-              (status = 501, body = ErrorBody, description = "`backend`: the snapshot's cluster cannot restore in place"),
+              (status = 501, body = ErrorBody, description = "`backend`: the snapshot's cluster cannot fork"),
               (status = 503, body = ErrorBody, description = "no room for that many leases now; none was kept")))]
 pub(crate) async fn fork(
     State(state): State<AppState>,
@@ -103,7 +104,6 @@ pub(crate) async fn fork(
 ) -> Answer<(StatusCode, axum::Json<LeaseList>)> {
     state.check_accepting()?;
     let snapshot = state.snapshots.get(&id)?;
-    let _in_use = snapshot.in_use();
     let count = body.count as usize;
     if count == 0 {
         return Err(Refusal::NoForks { snapshot: id }.into());
@@ -117,37 +117,47 @@ pub(crate) async fn fork(
         }
         .into());
     }
-    if !snapshot.restores_in_place {
-        return Err(Refusal::NoRestoreInPlace {
-            cluster: snapshot.cluster.clone(),
+    check_labels(&body.labels)?;
+    let ttl = ttl(body.ttl_s)?;
+    let run_id = body.run_id.or_else(|| snapshot.run_id.clone());
+    check_run_id(run_id.as_deref())?;
+    state.leases.check_room(count)?;
+    let workdir = body.workdir.unwrap_or_else(|| DEFAULT_WORKDIR.to_string());
+    let names: Vec<String> = (0..count).map(|_| new_id("l")).collect();
+    // Run to the end even when the client hangs up: forks made and not in
+    // the table would be owned by no one until the daemon stops.
+    let forked = detached(async move {
+        let _in_use = snapshot.in_use();
+        let started = Instant::now();
+        let reference = snapshot.read().await?.clone();
+        let leases = state
+            .session
+            .fork(&reference, &snapshot.image, &workdir, &names)
+            .await?;
+        let mut views = Vec::with_capacity(leases.len());
+        for (lease, name) in leases.into_iter().zip(names) {
+            let slot = state.leases.insert(
+                NewLease {
+                    id: name,
+                    task_id: None,
+                    run_id: run_id.clone(),
+                    labels: body.labels.clone(),
+                    ttl,
+                },
+                lease,
+            );
+            views.push(slot.view(&*slot.read().await?));
         }
-        .into());
-    }
-    let request = AcquireRequest {
-        image: Some(snapshot.image.clone()),
-        task: None,
-        labels: body.labels,
-        run_id: body.run_id.or_else(|| snapshot.run_id.clone()),
-        ttl_s: body.ttl_s,
-        workdir: body.workdir,
-    };
-    let started = Instant::now();
-    let leases = acquire_all(
-        &state,
-        vec![request; count],
-        |slot| {
-            let (state, snapshot) = (&state, &snapshot);
-            async move { Ok(restore_to(state, &slot, snapshot).await?) }
-        },
-        |index| format!("snapshot `{id}`: fork {index} of {count}"),
-    )
-    .await?;
-    state
-        .metrics
-        .fork_seconds
-        .observe(started.elapsed().as_secs_f64());
-    state.metrics.leases_forked.inc_by(count as u64);
-    tracing::info!(snapshot = %id, count, "forked");
+        let metrics = &state.metrics;
+        metrics
+            .fork_seconds
+            .observe(started.elapsed().as_secs_f64());
+        metrics.leases_forked.inc_by(count as u64);
+        metrics.leases_live.set(state.leases.len() as i64);
+        tracing::info!(snapshot = %snapshot.id, count, "forked");
+        Ok(views)
+    });
+    let leases = forked.await?;
     Ok((StatusCode::CREATED, axum::Json(LeaseList { leases })))
 }
 

@@ -419,16 +419,15 @@ async fn fork_counts_of_zero_or_above_max_leases_are_refused_naming_the_snapshot
 }
 
 #[tokio::test]
-async fn a_fork_where_the_cluster_cannot_restore_in_place_is_refused_naming_it() {
+async fn a_fork_of_a_snapshot_its_cluster_does_not_hold_is_not_found_and_makes_nothing() {
     let routed = Routed::new().await;
     let snapshot = planted(&routed, "l-source", "local", "calc", false);
     let body = json!({"count": 2}).to_string();
     let path = format!("/v1/snapshots/{snapshot}/leases");
     let (status, answer) = routed.call(Method::POST, &path, &body).await;
-    assert_eq!(status, StatusCode::NOT_IMPLEMENTED, "{answer}");
-    let (kind, message) = error(&answer);
-    assert_eq!(kind, ErrorKind::Backend);
-    assert!(message.contains("cluster `local`"), "{message}");
+    assert_eq!(status, StatusCode::NOT_FOUND, "{answer}");
+    let (_, message) = error(&answer);
+    assert!(message.contains("fork: local: snapshot"), "{message}");
     let (_, leases) = routed.call(Method::GET, "/v1/leases", "").await;
     assert_eq!(leases["leases"], json!([]));
 }

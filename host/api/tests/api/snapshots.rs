@@ -113,7 +113,7 @@ async fn three_forks_see_the_snapshots_files_and_not_what_came_after() {
         "sandfleet_snapshots_live 1",
         "sandfleet_leases_forked_total 3",
         "sandfleet_fork_seconds_count 1",
-        "sandfleet_restore_seconds_count 3",
+        "sandfleet_restore_seconds_count 0",
         "operation=\"snapshot\",outcome=\"ok\"}",
     ] {
         assert!(metrics.contains(line), "{line} in {metrics}");
@@ -269,7 +269,7 @@ async fn a_snapshot_on_an_opensandbox_runtime_without_snapshots_names_the_cluste
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn on_opensandbox_a_snapshot_is_taken_and_forks_and_restores_name_the_cluster() {
+async fn on_opensandbox_a_snapshot_forks_leases_and_a_restore_in_place_names_the_cluster() {
     let (served, emulator) = on_opensandbox(Runtime::Namespaces).await;
     let lease = served.acquire(image("calc")).await;
     let taken = snapshot(&served, &lease.id, json!({})).await;
@@ -280,14 +280,20 @@ async fn on_opensandbox_a_snapshot_is_taken_and_forks_and_restores_name_the_clus
     );
     assert_eq!(emulator.live_snapshots(), 1);
 
-    let (status, refused) = served
+    // Forks are the server's own creates from the snapshot.
+    let (status, forked) = served
         .post(&format!("/v1/snapshots/{id}/leases"), json!({"count": 2}))
         .await;
-    assert_eq!(status, 501, "{refused}");
-    assert_eq!(refused["error"]["kind"], "backend");
-    assert!(message(&refused).contains("cluster `os`"), "{refused}");
+    assert_eq!(status, 201, "{forked}");
+    let forks = forked["leases"].as_array().unwrap();
+    assert_eq!(forks.len(), 2);
+    for fork in forks {
+        assert_eq!(fork["cluster"], "os");
+        let fork = fork["id"].as_str().unwrap();
+        assert_eq!(run(&served, fork, "echo serving").await, "serving\n");
+    }
     let (_, leases) = served.get("/v1/leases").await;
-    assert_eq!(leases["leases"].as_array().unwrap().len(), 1);
+    assert_eq!(leases["leases"].as_array().unwrap().len(), 3);
 
     let path = format!("/v1/leases/{}/restore", lease.id);
     let (status, refused) = served.post(&path, json!({ "snapshot": id })).await;
