@@ -148,6 +148,11 @@ pub struct LocalConfig {
     pub oci_images: BTreeMap<String, OciSource>,
     /// How OCI images are pulled (`[clusters.<name>.registries]`).
     pub registries: RegistrySettings,
+    /// The most the snapshots this cluster holds may take on disk
+    /// together (their own layers' file data), in MiB; a snapshot past it
+    /// is refused (`Unavailable`, naming the budget). Default: no bound
+    /// but the disk's.
+    pub snapshot_budget_mib: Option<u64>,
 }
 
 /// How a local cluster reaches registries.
@@ -194,6 +199,7 @@ impl Default for LocalConfig {
             images: BTreeMap::new(),
             oci_images: BTreeMap::new(),
             registries: RegistrySettings::default(),
+            snapshot_budget_mib: None,
         }
     }
 }
@@ -216,6 +222,7 @@ impl<'de> Deserialize<'de> for LocalConfig {
             "limits",
             "images",
             "registries",
+            "snapshot_budget_mib",
         ];
 
         struct ConfigVisitor;
@@ -242,6 +249,9 @@ impl<'de> Deserialize<'de> for LocalConfig {
                         "hidden_paths" => config.hidden_paths = map.next_value()?,
                         "limits" => config.limits = map.next_value()?,
                         "registries" => config.registries = map.next_value()?,
+                        "snapshot_budget_mib" => {
+                            config.snapshot_budget_mib = map.next_value()?;
+                        }
                         "images" => {
                             let entries: BTreeMap<String, ImageEntry> = map.next_value()?;
                             for (name, entry) in entries {

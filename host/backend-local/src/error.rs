@@ -38,6 +38,10 @@ pub enum LocalError {
     /// The sandbox is gone (its init died).
     #[error("{0}")]
     SandboxLost(String),
+    /// There is no room for it now (a budget is spent); there may be once
+    /// something is released or deleted.
+    #[error("{0}")]
+    NoRoom(String),
     /// An OCI image could not be pulled or used; the message names the
     /// reference and, for a pull, the registry and its HTTP status.
     #[error("{0}")]
@@ -80,6 +84,7 @@ impl LocalError {
             LocalError::Rejected(_) => ErrorKind::Invalid,
             LocalError::Timeout { .. } => ErrorKind::Timeout,
             LocalError::SandboxLost(_) => ErrorKind::SandboxLost,
+            LocalError::NoRoom(_) => ErrorKind::Unavailable,
             LocalError::Image(error) => image_kind(error),
             // The disk is full (or the user's quota is): the cluster has no
             // room now, and may when something is released.

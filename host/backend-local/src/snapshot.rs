@@ -79,6 +79,8 @@ pub(crate) struct Snapshot {
     pub(crate) template: Arc<Template>,
     /// The layers its forks stack, lowest first; its own last.
     pub(crate) layers: Vec<Arc<SealedLayer>>,
+    /// Bytes of file data its own layer holds.
+    pub(crate) bytes: u64,
 }
 
 /// `snapshots/<id>/snapshot.json`.
@@ -126,7 +128,9 @@ impl Inner {
             bytes: *sealed.as_ref().unwrap_or(&0),
             created_at: unix_now(),
         };
-        let recorded = sealed.and_then(|_| write_record(&dir.join(SNAPSHOT_RECORD), &record));
+        let recorded = sealed
+            .and_then(|bytes| self.check_budget(&id, &handle.id, bytes))
+            .and_then(|()| write_record(&dir.join(SNAPSHOT_RECORD), &record));
         if let Err(error) = recorded {
             let failed = dir.clone();
             if let Err(cleanup) = blocking(move || remove_tree(&failed)).await {
@@ -143,6 +147,7 @@ impl Inner {
         let snapshot = Arc::new(Snapshot {
             template: Arc::clone(&template),
             layers,
+            bytes: record.bytes,
         });
         self.live().snapshots.insert(id.clone(), snapshot);
         Ok(self.snapshot_ref(id, &template))
@@ -297,6 +302,25 @@ impl Inner {
                 driver: String::new(),
             })
             .collect())
+    }
+
+    /// Fails when `bytes` more would put the snapshots this backend holds
+    /// over the cluster's `snapshot_budget_mib`.
+    fn check_budget(&self, id: &str, sandbox: &str, bytes: u64) -> Result<(), LocalError> {
+        let Some(budget_mib) = self.config.snapshot_budget_mib else {
+            return Ok(());
+        };
+        let held: u64 = self.live().snapshots.values().map(|s| s.bytes).sum();
+        let mib = |bytes: u64| bytes.div_ceil(1 << 20);
+        if held + bytes <= budget_mib << 20 {
+            return Ok(());
+        }
+        Err(LocalError::NoRoom(format!(
+            "snapshot {id} of sandbox {sandbox}: its {} MiB would put the cluster's snapshots at \
+             {} MiB, over snapshot_budget_mib = {budget_mib}; delete snapshots or raise the budget",
+            mib(bytes),
+            mib(held + bytes)
+        )))
     }
 
     fn snapshot_ref(&self, id: String, template: &Template) -> SnapshotRef {

@@ -335,3 +335,51 @@ async fn a_reap_after_a_crash_removes_the_runs_snapshots_and_forks() {
             .exists()
     );
 }
+
+#[tokio::test]
+async fn a_snapshot_past_the_clusters_budget_is_refused_and_leaves_nothing() {
+    let mut fixture = Fixture::new(IsolationMode::Namespaces);
+    fixture.config.snapshot_budget_mib = Some(3);
+    let backend = fixture.backend();
+    if !backend.preflight().await.failures.is_empty() {
+        return;
+    }
+    let template = template(&backend, "app").await;
+    let sandbox = claim(&backend, &template).await;
+    sh_ok(&backend, &sandbox, "head -c 2M /dev/zero > two").await;
+    let first = snapshots(&backend)
+        .snapshot(&sandbox, &backend.labels(), deadline())
+        .await
+        .unwrap();
+    // A second would hold the same 2 MiB again: 4 MiB in all.
+    let error = snapshots(&backend)
+        .snapshot(&sandbox, &backend.labels(), deadline())
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Unavailable, "{error}");
+    assert!(
+        error.to_string().contains("snapshot_budget_mib = 3"),
+        "{error}"
+    );
+    let listed = snapshots(&backend)
+        .list_snapshots(&backend.run_id)
+        .await
+        .unwrap();
+    assert_eq!(listed, std::slice::from_ref(&first));
+    let dirs = std::fs::read_dir(
+        fixture
+            .state_dir()
+            .join("runs")
+            .join(fixture.run_id.as_str())
+            .join("snapshots"),
+    )
+    .unwrap()
+    .count();
+    assert_eq!(dirs, 1, "the refused snapshot's directory is gone");
+    // Deleting the first makes room again.
+    snapshots(&backend).delete_snapshot(&first).await.unwrap();
+    snapshots(&backend)
+        .snapshot(&sandbox, &backend.labels(), deadline())
+        .await
+        .unwrap();
+}
