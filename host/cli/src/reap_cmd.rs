@@ -37,8 +37,9 @@ pub(crate) fn reap(
         }
     };
     println!(
-        "run {run_id}: removed {} sandbox(es), {} pool(s), {} template(s); killed {} process(es)",
-        reaped.sandboxes, reaped.pools, reaped.templates, reaped.processes
+        "run {run_id}: removed {} sandbox(es), {} pool(s), {} template(s), {} snapshot(s); killed \
+         {} process(es)",
+        reaped.sandboxes, reaped.pools, reaped.templates, reaped.snapshots, reaped.processes
     );
     Ok(ExitCode::SUCCESS)
 }
