@@ -15,6 +15,7 @@ use sandfleet_core::{
 use sandfleet_emulator_opensandbox::{
     Emulator, EmulatorConfig, Faults, Runtime, images_from_fleet,
 };
+use sandfleet_test_support::snapshots as contract;
 use sandfleet_transport::{Clients, TransportConfig};
 
 /// An emulator serving the quickstart's images as plain sandboxes (fast,
@@ -549,83 +550,22 @@ fn soon() -> Instant {
     Instant::now() + Duration::from_secs(60)
 }
 
-/// The file at `path` in `sandbox`, or `None` where there is none.
-async fn file(backend: &OpenSandboxBackend, sandbox: &SandboxHandle, path: &str) -> Option<String> {
-    let ran = backend
-        .exec(sandbox, &shell(&format!("cat {path}")), None)
-        .await
-        .unwrap();
-    (ran.exit_code == 0).then(|| String::from_utf8_lossy(&ran.stdout).into_owned())
-}
-
 #[tokio::test(flavor = "multi_thread")]
-async fn forks_have_the_files_written_before_the_snapshot_and_none_after_or_of_each_other() {
+async fn the_snapshot_contract_holds_and_there_is_no_restore_in_place() {
     // Snapshots are the local backend's, which isolated sandboxes have.
     let emulator = emulator_on(Runtime::Namespaces, "").await;
     let backend = backend(&emulator);
     let run = RunId::generate("os-snap");
     let source = claim(&backend, &run).await;
-    backend
-        .put_file(&source, "/workspace/before.txt", b"before\n", 0o644)
-        .await
-        .unwrap();
-    let snapshot = snapshots(&backend)
-        .snapshot(&source, &run.labels(), soon())
-        .await
-        .unwrap();
-    assert_eq!(snapshot.run_id(), &run);
+    let patience = Duration::from_secs(60);
+    let (snapshot, forks) = contract::forks_hold_the_snapshot_and_their_own_writes(
+        &backend, &source, &run, 3, patience,
+    )
+    .await;
     assert_eq!(snapshot.template.image, "calc");
-    backend
-        .put_file(&source, "/workspace/after.txt", b"after\n", 0o644)
-        .await
-        .unwrap();
-
-    let forks = snapshots(&backend)
-        .fork(&snapshot, 3, &run.labels(), soon())
-        .await
-        .unwrap();
-    assert_eq!(forks.len(), 3);
-    let mut ids: Vec<&str> = forks.iter().map(|f| f.id.as_str()).collect();
-    ids.sort_unstable();
-    ids.dedup();
-    assert_eq!(ids.len(), 3, "{ids:?}");
-    for fork in &forks {
-        assert_eq!(fork.run_id, run);
-        backend
-            .put_file(
-                fork,
-                "/workspace/mine.txt",
-                format!("{}\n", fork.id).as_bytes(),
-                0o644,
-            )
-            .await
-            .unwrap();
-    }
-    for fork in &forks {
-        assert_eq!(
-            file(&backend, fork, "before.txt").await.as_deref(),
-            Some("before\n")
-        );
-        assert_eq!(file(&backend, fork, "after.txt").await, None);
-        assert_eq!(
-            file(&backend, fork, "mine.txt").await,
-            Some(format!("{}\n", fork.id))
-        );
-    }
-    // The source runs on with its own files.
-    assert_eq!(file(&backend, &source, "mine.txt").await, None);
-    assert_eq!(
-        file(&backend, &source, "after.txt").await.as_deref(),
-        Some("after\n")
-    );
-
     let owned = backend.list_owned(&run).await.unwrap();
     assert_eq!(owned.snapshots, std::slice::from_ref(&snapshot.id));
     assert_eq!(owned.sandboxes.len(), 4);
-    assert_eq!(
-        snapshots(&backend).list_snapshots(&run).await.unwrap(),
-        std::slice::from_ref(&snapshot)
-    );
 
     // No restore in place: the cluster says so, and the sandbox is intact.
     assert!(!snapshots(&backend).restores_in_place());
@@ -636,60 +576,14 @@ async fn forks_have_the_files_written_before_the_snapshot_and_none_after_or_of_e
     assert_eq!(error.kind(), ErrorKind::Unsupported, "{error}");
     assert_eq!(error.cluster(), "os");
 
+    let other = RunId::generate("os-snap-other");
+    contract::refused_forks_make_nothing(&backend, &snapshot, &run, &other, patience).await;
+    assert_eq!(emulator.live_snapshots(), 0);
     for fork in &forks {
         backend.release(fork).await.unwrap();
     }
     backend.release(&source).await.unwrap();
     assert_eq!(emulator.live_sandboxes(), 0);
-    snapshots(&backend)
-        .delete_snapshot(&snapshot)
-        .await
-        .unwrap();
-    assert_eq!(emulator.live_snapshots(), 0);
-    emulator.shutdown().await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn a_deleted_snapshot_forks_nothing_and_a_fork_of_none_is_refused() {
-    let emulator = emulator_on(Runtime::Namespaces, "").await;
-    let backend = backend(&emulator);
-    let run = RunId::generate("os-snap-gone");
-    let source = claim(&backend, &run).await;
-    let snapshot = snapshots(&backend)
-        .snapshot(&source, &run.labels(), soon())
-        .await
-        .unwrap();
-
-    let none = snapshots(&backend)
-        .fork(&snapshot, 0, &run.labels(), soon())
-        .await
-        .unwrap_err();
-    assert_eq!(none.kind(), ErrorKind::Invalid, "{none}");
-    let other = RunId::generate("os-snap-other");
-    let theirs = snapshots(&backend)
-        .fork(&snapshot, 1, &other.labels(), soon())
-        .await
-        .unwrap_err();
-    assert_eq!(theirs.kind(), ErrorKind::Invalid, "{theirs}");
-
-    snapshots(&backend)
-        .delete_snapshot(&snapshot)
-        .await
-        .unwrap();
-    // Deleted twice is deleted once.
-    snapshots(&backend)
-        .delete_snapshot(&snapshot)
-        .await
-        .unwrap();
-    let gone = snapshots(&backend)
-        .fork(&snapshot, 3, &run.labels(), soon())
-        .await
-        .unwrap_err();
-    assert_eq!(gone.kind(), ErrorKind::NotFound, "{gone}");
-    // Nothing was made and nothing is left but the source.
-    assert_eq!(emulator.live_sandboxes(), 1);
-    assert!(backend.list_owned(&run).await.unwrap().snapshots.is_empty());
-    backend.release(&source).await.unwrap();
     emulator.shutdown().await;
 }
 

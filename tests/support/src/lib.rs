@@ -3,14 +3,17 @@
 //! injectable faults (`scripted`), for testing the engine's retries,
 //! leases, breaker and release queue without processes, and the bundled
 //! quickstart's expected outcome (`quickstart`), a one-file SWE-bench
-//! repository for grading tests (`calc`), and new versions of a
-//! component (`salted`) and plugin files put in place (`install_plugin`).
+//! repository for grading tests (`calc`), new versions of a component
+//! (`salted`) and plugin files put in place (`install_plugin`), and the
+//! snapshot contract's checks, run on every backend with snapshots
+//! (`snapshots`).
 
 pub mod calc;
 mod components;
 mod machine;
 pub mod quickstart;
 mod scripted;
+pub mod snapshots;
 
 pub use components::{install_plugin, salted};
 pub use machine::{processes_running, sandbox_dirs};

@@ -262,14 +262,23 @@ impl Snapshots for OpenSandboxBackend {
         deadline: Instant,
     ) -> Result<Vec<SandboxHandle>, BackendError> {
         if count == 0 {
-            return Err(self.error(ErrorKind::Invalid, "a fork of no sandboxes"));
+            return Err(self.error(
+                ErrorKind::Invalid,
+                format!(
+                    "a fork of snapshot {} needs a count of at least 1",
+                    snapshot.id
+                ),
+            ));
         }
         if let Some(max) = self.config.max_sandboxes
             && count > max
         {
             return Err(self.error(
                 ErrorKind::Invalid,
-                format!("a fork of {count} sandboxes, more than max_sandboxes ({max})"),
+                format!(
+                    "{count} forks of snapshot {} are more than max_sandboxes ({max})",
+                    snapshot.id
+                ),
             ));
         }
         if snapshot.cluster != self.name {
