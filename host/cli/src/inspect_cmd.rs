@@ -17,15 +17,20 @@ use sandfleet_fleet::setup;
 pub(crate) fn plan(config_path: &Path) -> anyhow::Result<ExitCode> {
     let config = FleetConfig::load(config_path)?;
     let plugins = setup::plugins(&config)?;
-    let tasks = setup::tasks(&config, &plugins.adapter)?;
+    let dataset = setup::dataset(&config, &plugins.adapter)?;
+    let tasks = &dataset.tasks;
     let clusters = setup::clusters(&config)?;
-    setup::check_images(&config, &clusters, &tasks)?;
+    setup::check_images(&config, &clusters, tasks)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async {
         let capacity = capacity(&clusters).await?;
-        let (images, counts) = plan::image_table(tasks.iter().map(|t| t.image.as_str()));
+        // A group's members each need a sandbox.
+        let (images, counts) = plan::image_table(tasks.iter().flat_map(|t| {
+            let members = dataset.group_size(&config, &t.id) as usize;
+            std::iter::repeat_n(t.image.as_str(), members)
+        }));
         let planned = plan::plan(
             &plugins.sizing,
             &config.fleet,

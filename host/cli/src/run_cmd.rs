@@ -21,11 +21,11 @@ pub(crate) fn run(
 ) -> anyhow::Result<ExitCode> {
     let config = FleetConfig::load(config_path)?;
     let plugins = setup::plugins(&config)?;
-    let tasks = setup::tasks(&config, &plugins.adapter)?;
+    let dataset = setup::dataset(&config, &plugins.adapter)?;
     let clusters = setup::clusters(&config)?;
-    setup::check_images(&config, &clusters, &tasks)?;
+    setup::check_images(&config, &clusters, &dataset.tasks)?;
     let solutions = setup::solutions(config.run.solutions.as_deref())?;
-    let items = setup::work_items(&config, tasks, &solutions);
+    let items = setup::work_items(&config, &dataset, &solutions);
     let out_dir = out
         .or_else(|| config.run.out.clone())
         .context("no output directory: pass --out DIR or set [run] out")?;
@@ -147,6 +147,7 @@ pub(crate) fn canary(
         solution: solutions.get(&task.id).cloned().flatten(),
         task,
         epoch: 0,
+        member: None,
     };
     let run_id = RunId::generate("canary");
     let out_dir = match out {

@@ -61,6 +61,7 @@ async fn overhead_per_task(pool: u32, label: &str) {
                 task: adapter.load_blocking(&row.to_string(), &[]).unwrap(),
                 solution: None,
                 epoch: 0,
+                member: None,
             }
         })
         .collect();

@@ -165,6 +165,7 @@ fn noop_tasks(registry: &Registry, tasks: usize) -> Vec<WorkItem> {
                 task: adapter.load_blocking(&row.to_string(), &[]).unwrap(),
                 solution: None,
                 epoch: 0,
+                member: None,
             }
         })
         .collect()

@@ -78,6 +78,7 @@ pub(crate) enum EvaluationError {
 }
 
 /// The adapter's setup, run in a work sandbox for one task.
+#[derive(Clone)]
 pub(crate) struct SetUp {
     task_id: String,
     /// The adapter version that set it up, pinned: the evaluations of the
@@ -320,6 +321,28 @@ impl Evaluation {
     /// before (no sandbox could be had).
     pub(crate) fn infra(error: StepError, adapter: &TaskAdapter) -> Self {
         Outcome::Infra(error).into_evaluation(Details::default(), adapter)
+    }
+
+    /// An evaluation whose set-up failed: `failed` when the adapter
+    /// declined the task or the work cannot be evaluated, `infra_error`
+    /// otherwise, as if the set-up had run in [`Evaluator::evaluate`].
+    pub(crate) fn unset_up(error: EvaluationError, adapter: &TaskAdapter) -> Self {
+        let outcome = match error {
+            EvaluationError::Infra(StepError::Plugin { source, .. })
+                if !source.is_plugin_fault() =>
+            {
+                Outcome::Ungraded {
+                    error: format!("the adapter cannot prepare this task: {source}"),
+                    timed_out: false,
+                }
+            }
+            EvaluationError::Infra(error) => Outcome::Infra(error),
+            EvaluationError::Unusable(error) => Outcome::Ungraded {
+                error,
+                timed_out: false,
+            },
+        };
+        outcome.into_evaluation(Details::default(), adapter)
     }
 }
 

@@ -108,6 +108,10 @@ pub(crate) struct FleetCounts {
     /// Recycled sandboxes reset by restoring their snapshot (the rest of
     /// the resets were the reset check's).
     pub(crate) restored: AtomicU64,
+    /// Set-ups run for group members.
+    pub(crate) group_set_ups: AtomicU64,
+    /// Group members that ran in a fork of their group's set-up.
+    pub(crate) group_forks: AtomicU64,
 }
 
 pub(crate) struct Fleet {

@@ -22,6 +22,7 @@ mod evaluation;
 mod fleet;
 mod forks;
 mod fresh;
+mod groups;
 mod images;
 mod lease;
 mod logs;
@@ -53,6 +54,7 @@ pub use checks::images_made as check_images;
 pub use error::{RunError, StepError};
 pub use evaluation::Evaluation;
 pub use fleet::Cluster;
+pub use groups::{GroupCounts, Member};
 pub use observed::{BackendCall, CallObserver, Observed, Operation};
 pub use phases::{Phase, PhaseStats};
 pub use plugins::{PluginServed, Plugins};
@@ -65,8 +67,8 @@ pub use report::{
     TaskCounts, WarmCounts,
 };
 pub use results::{
-    AttemptRecord, GradeRecord, InfraFailureRecord, PluginUse, RESULTS_FILE, ResultsStore,
-    TaskPlugins, TaskRecord, TaskStatus, TestRecord, Timings,
+    AttemptRecord, GradeRecord, GroupRecord, InfraFailureRecord, PluginUse, RESULTS_FILE,
+    ResultKey, ResultsStore, TaskPlugins, TaskRecord, TaskStatus, TestRecord, Timings,
 };
 pub use run::{REPORT_FILE, RunSpec, run};
 pub use session::{

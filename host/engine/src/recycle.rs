@@ -66,6 +66,17 @@ struct CheckBaseline {
 }
 
 impl Held {
+    /// A sandbox that serves one task, whatever the recycling: it is
+    /// released when its holder moves on.
+    pub(crate) fn once(claimed: Claimed, lease: LeaseKeeper) -> Held {
+        Held {
+            claimed,
+            served: 0,
+            baseline: None,
+            lease,
+        }
+    }
+
     /// Why the sandbox is gone, when its renewals failed or a call on it
     /// said so.
     pub(crate) fn lost(&self) -> Option<&str> {

@@ -8,9 +8,10 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::fleet::FleetCounts;
+use crate::groups::GroupCounts;
 use crate::phases::{Phase, PhaseStats};
 use crate::plugins::PluginServed;
-use crate::results::{TaskRecord, TaskStatus};
+use crate::results::{ResultKey, TaskRecord, TaskStatus};
 use crate::run::Engine;
 
 /// Task outcomes.
@@ -151,6 +152,8 @@ pub struct RunReport {
     /// Sandboxes started from their image's prepared snapshot, with no
     /// hook of their own to run (clusters with snapshots).
     pub forked: u64,
+    /// Tasks run as groups of rollouts (`group_size`).
+    pub groups: GroupCounts,
     /// Timing per phase.
     pub phases: BTreeMap<&'static str, PhaseStats>,
     /// Where it ran.
@@ -162,11 +165,11 @@ pub struct RunReport {
     pub error: Option<String>,
 }
 
-/// The latest record of each task and epoch.
-fn latest(records: &[TaskRecord]) -> BTreeMap<(&str, u32), &TaskRecord> {
+/// The latest record of each task, epoch and group member.
+fn latest(records: &[TaskRecord]) -> BTreeMap<ResultKey<'_>, &TaskRecord> {
     records
         .iter()
-        .map(|record| ((record.task_id.as_str(), record.epoch), record))
+        .map(|record| (record.key(), record))
         .collect()
 }
 
@@ -272,6 +275,14 @@ impl RunReport {
                 "prepared {} sandboxes ({} released: prepare_failed); {} forked from a prepared \
                  snapshot",
                 self.prepared, self.prepare_failed, self.forked
+            )
+            .expect("write to String");
+        }
+        if self.groups.set_ups > 0 {
+            writeln!(
+                out,
+                "groups: {} set-ups, {} members forked from a set-up",
+                self.groups.set_ups, self.groups.forked
             )
             .expect("write to String");
         }
@@ -401,6 +412,10 @@ impl Engine {
             prepared: fleet_count(|c| &c.prepared),
             prepare_failed: fleet_count(|c| &c.prepare_failed),
             forked: fleet_count(|c| &c.forked),
+            groups: GroupCounts {
+                set_ups: fleet_count(|c| &c.group_set_ups),
+                forked: fleet_count(|c| &c.group_forks),
+            },
             phases,
             environment: self.environment(),
             plugins: self.calls_at_start.served(&self.spec.plugins),

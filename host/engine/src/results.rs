@@ -219,8 +219,43 @@ pub struct TaskRecord {
     /// sandbox, each pinned when the task (or the sandbox) started.
     #[serde(default)]
     pub plugins: TaskPlugins,
+    /// Which rollout of its task's group it was, when the task ran as a
+    /// group (`group_size`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<GroupRecord>,
     /// When it finished (RFC 3339).
     pub finished_at: String,
+}
+
+/// A group member's place in its group: the group is the record's task and
+/// epoch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupRecord {
+    /// Rollouts in the group.
+    pub size: u32,
+    /// This one, from 0.
+    pub member: u32,
+    /// The snapshot of the group's set-up the member ran from (its own
+    /// sandbox's, or the one it is a fork of); absent where the cluster
+    /// could not snapshot and every member set up its own sandbox.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<String>,
+    /// The set-up ran in this member's sandbox.
+    pub set_up_here: bool,
+}
+
+/// What identifies a result: a task, an epoch and, in a group, a member.
+pub type ResultKey<'a> = (&'a str, u32, Option<u32>);
+
+impl TaskRecord {
+    /// The task, epoch and group member this is the result of.
+    pub fn key(&self) -> ResultKey<'_> {
+        (
+            &self.task_id,
+            self.epoch,
+            self.group.as_ref().map(|group| group.member),
+        )
+    }
 }
 
 /// One plugin version a task used.
@@ -279,7 +314,7 @@ pub struct TaskPlugins {
 pub struct ResultsStore {
     path: PathBuf,
     file: Mutex<File>,
-    finished: HashSet<(String, u32)>,
+    finished: HashSet<(String, u32, Option<u32>)>,
     previous: Vec<TaskRecord>,
 }
 
@@ -322,7 +357,10 @@ impl ResultsStore {
         let finished = previous
             .iter()
             .filter(|r| r.status != TaskStatus::InfraError)
-            .map(|r| (r.task_id.clone(), r.epoch))
+            .map(|r| {
+                let (task, epoch, member) = r.key();
+                (task.to_string(), epoch, member)
+            })
             .collect();
         Ok(ResultsStore {
             path,
@@ -337,9 +375,11 @@ impl ResultsStore {
         &self.path
     }
 
-    /// True when an earlier run finished this task in this epoch.
-    pub fn is_finished(&self, task_id: &str, epoch: u32) -> bool {
-        self.finished.contains(&(task_id.to_string(), epoch))
+    /// True when an earlier run finished this task in this epoch (as
+    /// this member of its group).
+    pub fn is_finished(&self, (task_id, epoch, member): ResultKey<'_>) -> bool {
+        self.finished
+            .contains(&(task_id.to_string(), epoch, member))
     }
 
     /// Records found when the store was opened.
@@ -383,6 +423,7 @@ mod tests {
             infra_failure: None,
             attempts: Vec::new(),
             plugins: TaskPlugins::default(),
+            group: None,
             finished_at: "2026-01-01T00:00:00Z".to_string(),
         }
     }
@@ -397,10 +438,10 @@ mod tests {
         drop(store);
 
         let store = ResultsStore::open(dir.path()).unwrap();
-        assert!(store.is_finished("a", 0));
-        assert!(store.is_finished("b", 0));
-        assert!(!store.is_finished("c", 0));
-        assert!(!store.is_finished("a", 1));
+        assert!(store.is_finished(("a", 0, None)));
+        assert!(store.is_finished(("b", 0, None)));
+        assert!(!store.is_finished(("c", 0, None)));
+        assert!(!store.is_finished(("a", 1, None)));
         assert_eq!(store.previous().len(), 3);
     }
 
@@ -416,11 +457,11 @@ mod tests {
         std::fs::write(&path, text).unwrap();
 
         let store = ResultsStore::open(dir.path()).unwrap();
-        assert!(store.is_finished("a", 0));
-        assert!(!store.is_finished("b", 0));
+        assert!(store.is_finished(("a", 0, None)));
+        assert!(!store.is_finished(("b", 0, None)));
         store.append(&record("b", TaskStatus::Ok)).unwrap();
         drop(store);
         let store = ResultsStore::open(dir.path()).unwrap();
-        assert!(store.is_finished("b", 0));
+        assert!(store.is_finished(("b", 0, None)));
     }
 }

@@ -15,6 +15,7 @@ use tracing::Instrument;
 use crate::error::{RunError, StepError};
 use crate::evaluation::Evaluator;
 use crate::fleet::{Cluster, Fleet, FleetSpec};
+use crate::groups::Groups;
 use crate::phases::{Phase, PhaseTimes};
 use crate::plan::{self, Plan};
 use crate::plugins::{CallsAtStart, Plugins};
@@ -69,7 +70,7 @@ pub async fn run(spec: RunSpec, items: Vec<WorkItem>) -> Result<RunReport, RunEr
         let total = items.len();
         let pending: Vec<WorkItem> = items
             .into_iter()
-            .filter(|item| !results.is_finished(&item.task.id, item.epoch))
+            .filter(|item| !results.is_finished(item.key()))
             .collect();
         let resumed = total - pending.len();
         spec.progress.started(pending.len(), resumed);
@@ -203,6 +204,7 @@ impl Engine {
             },
             adapter: self.spec.plugins.adapter.clone(),
             logs,
+            groups: Groups::of(&pending),
         });
         let cancel = self.spec.cancel.clone();
         let result = tokio::select! {
@@ -269,11 +271,12 @@ impl Engine {
         pending: &[WorkItem],
         capacity: &[sandfleet_core::Capacity],
     ) -> Result<Plan, RunError> {
-        // Size for one pass: each task counts once, whatever its epochs.
+        // Size for one pass: each task (each member of a group) counts
+        // once, whatever its epochs.
         let mut seen = HashSet::new();
         let images = pending
             .iter()
-            .filter(|item| seen.insert(item.task.id.as_str()))
+            .filter(|item| seen.insert((item.task.id.as_str(), item.member)))
             .map(|item| item.task.image.as_str());
         let (images, tasks) = plan::image_table(images);
         Ok(plan::plan(

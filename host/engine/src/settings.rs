@@ -64,6 +64,12 @@ pub struct FleetSettings {
     /// Passes over the dataset (from `[run] epochs`).
     #[serde(skip)]
     pub epochs: u32,
+    /// Rollouts of each task, run as one group from one set-up (set up
+    /// once, snapshotted, forked) where the cluster can snapshot; a
+    /// dataset row's own `group_size` overrides it. Whoever makes the work
+    /// items applies it ([`crate::WorkItem::group`]), as for epochs.
+    #[serde(deserialize_with = "de::positive")]
+    pub group_size: u32,
     /// Keep pools warm until the run ends instead of releasing them per
     /// window and epoch.
     pub keep_warm: bool,
@@ -141,6 +147,7 @@ impl Default for FleetSettings {
             recycle: false,
             max_reuses: 8,
             reset_by_snapshot: true,
+            group_size: 1,
             claim_timeout: Duration::from_secs(120),
             pool_ready_timeout: Duration::from_secs(300),
             breaker_interval: Duration::from_secs(1),

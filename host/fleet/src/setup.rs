@@ -1,6 +1,7 @@
 //! What `run`, `plan` and `preflight` share: plugins, the dataset, the
 //! solutions and the clusters, each checked before anything is created.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -139,6 +140,35 @@ pub fn tasks(
     config: &FleetConfig,
     adapter: &TaskAdapter,
 ) -> anyhow::Result<Vec<sandfleet_plugin::adapter::Task>> {
+    dataset(config, adapter).map(|dataset| dataset.tasks)
+}
+
+/// The dataset's tasks, and the group sizes its rows set for themselves.
+pub struct Dataset {
+    /// The tasks, in row order.
+    pub tasks: Vec<sandfleet_plugin::adapter::Task>,
+    /// The `group_size` of each row that gives one, by task id.
+    pub group_sizes: HashMap<String, u32>,
+}
+
+impl Dataset {
+    /// Rollouts of `task` per epoch: its row's `group_size`, else the
+    /// fleet's.
+    pub fn group_size(&self, config: &FleetConfig, task: &str) -> u32 {
+        self.group_sizes
+            .get(task)
+            .copied()
+            .unwrap_or(config.fleet.group_size)
+    }
+}
+
+/// Loads the dataset as [`tasks`] does, with each row's own `group_size`.
+///
+/// # Errors
+///
+/// As [`tasks`], and for a `group_size` that is not a positive whole
+/// number, naming the file and line.
+pub fn dataset(config: &FleetConfig, adapter: &TaskAdapter) -> anyhow::Result<Dataset> {
     let path = &config.run.dataset;
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("{}: cannot read the dataset", path.display()))?;
@@ -149,6 +179,7 @@ pub fn tasks(
         &format!("{}: [adapter] settings", config.path.display()),
     )?;
     let mut tasks = Vec::new();
+    let mut group_sizes = HashMap::new();
     let mut errors = Vec::new();
     let mut seen: HashMap<String, usize> = HashMap::new();
     for (index, row) in text.lines().enumerate() {
@@ -156,7 +187,14 @@ pub fn tasks(
         if row.trim().is_empty() {
             continue;
         }
-        match adapter.load_blocking(row, &settings) {
+        let (row, group_size) = match host_fields(row) {
+            Ok(split) => split,
+            Err(message) => {
+                errors.push(format!("{}:{line}: {message}", path.display()));
+                continue;
+            }
+        };
+        match adapter.load_blocking(&row, &settings) {
             Ok(task) => {
                 if let Some(first) = seen.insert(task.id.clone(), line) {
                     errors.push(format!(
@@ -164,6 +202,9 @@ pub fn tasks(
                         path.display(),
                         task.id
                     ));
+                }
+                if let Some(size) = group_size {
+                    group_sizes.insert(task.id.clone(), size);
                 }
                 tasks.push(task);
             }
@@ -192,7 +233,30 @@ pub fn tasks(
     if tasks.is_empty() {
         bail!("{}: the dataset has no rows", path.display());
     }
-    Ok(tasks)
+    Ok(Dataset { tasks, group_sizes })
+}
+
+/// A row's fields for the host rather than the adapter: the row without
+/// them, which the adapter loads, and the row's `group_size`.
+fn host_fields(row: &str) -> Result<(Cow<'_, str>, Option<u32>), String> {
+    const GROUP_SIZE: &str = "group_size";
+    if !row.contains(GROUP_SIZE) {
+        return Ok((Cow::Borrowed(row), None));
+    }
+    let mut value: serde_json::Value = match serde_json::from_str(row) {
+        Ok(value) => value,
+        // The adapter names what is wrong with the row.
+        Err(_) => return Ok((Cow::Borrowed(row), None)),
+    };
+    let Some(size) = value.as_object_mut().and_then(|row| row.remove(GROUP_SIZE)) else {
+        return Ok((Cow::Borrowed(row), None));
+    };
+    let size = size
+        .as_u64()
+        .and_then(|size| u32::try_from(size).ok())
+        .filter(|&size| size > 0)
+        .ok_or_else(|| format!("`{GROUP_SIZE}` must be a positive whole number, not {size}"))?;
+    Ok((Cow::Owned(value.to_string()), Some(size)))
 }
 
 /// Solutions by task id, from JSONL rows with an id field (`id`, `task_id`
@@ -230,18 +294,24 @@ pub fn solutions(path: Option<&Path>) -> anyhow::Result<HashMap<String, Option<S
     Ok(solutions)
 }
 
-/// The work of a run: every task in every epoch, with its solution.
+/// The work of a run: every task in every epoch, with its solution, as a
+/// group of its row's `group_size` (else `[fleet] group_size`) rollouts.
 pub fn work_items(
     config: &FleetConfig,
-    tasks: Vec<sandfleet_plugin::adapter::Task>,
+    dataset: &Dataset,
     solutions: &HashMap<String, Option<String>>,
 ) -> Vec<WorkItem> {
     (0..config.run.epochs)
         .flat_map(|epoch| {
-            tasks.iter().map(move |task| WorkItem {
-                task: task.clone(),
-                solution: solutions.get(&task.id).cloned().flatten(),
-                epoch,
+            dataset.tasks.iter().flat_map(move |task| {
+                let size = dataset.group_size(config, &task.id);
+                WorkItem {
+                    task: task.clone(),
+                    solution: solutions.get(&task.id).cloned().flatten(),
+                    epoch,
+                    member: None,
+                }
+                .group(size)
             })
         })
         .collect()
@@ -418,5 +488,77 @@ mod tests {
         assert!(clusters_with(&config, &unpaced).unwrap()[0].pace.is_none());
         let error = Connections::new(Some(0.0)).err().unwrap().to_string();
         assert_eq!(error, "a create rate must be positive, not 0");
+    }
+
+    #[test]
+    fn a_row_sets_its_own_group_size_over_the_fleets_and_a_bad_one_names_its_line() {
+        let quickstart =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/quickstart.toml");
+        let mut config = FleetConfig::load(&quickstart).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let rows = dir.path().join("tasks.jsonl");
+        std::fs::write(
+            &rows,
+            concat!(
+                r#"{"id": "a", "image": "calc", "test": "true"}"#,
+                "\n",
+                r#"{"id": "b", "image": "calc", "test": "true", "group_size": 3}"#,
+                "\n",
+                r#"{"id": "c", "group_size": 1, "image": "calc", "test": "true"}"#,
+                "\n",
+            ),
+        )
+        .unwrap();
+        config.run.dataset = rows.clone();
+        config.run.epochs = 2;
+        config.fleet.group_size = 2;
+        let plugins = plugins(&config).unwrap();
+        // The generic adapter refuses fields it does not know: the host
+        // takes its own before the adapter sees the row.
+        let dataset = dataset(&config, &plugins.adapter).unwrap();
+        let items = work_items(&config, &dataset, &HashMap::new());
+
+        let members = |task: &str, epoch: u32| -> Vec<Option<(u32, u32)>> {
+            items
+                .iter()
+                .filter(|item| item.task.id == task && item.epoch == epoch)
+                .map(|item| item.member.map(|m| (m.index, m.size)))
+                .collect()
+        };
+        for epoch in 0..2 {
+            assert_eq!(members("a", epoch), [Some((0, 2)), Some((1, 2))]);
+            assert_eq!(
+                members("b", epoch),
+                [Some((0, 3)), Some((1, 3)), Some((2, 3))]
+            );
+            assert_eq!(members("c", epoch), [None]);
+        }
+        assert_eq!(items.len(), 2 * (2 + 3 + 1));
+
+        std::fs::write(
+            &rows,
+            concat!(
+                r#"{"id": "a", "image": "calc", "test": "true"}"#,
+                "\n",
+                r#"{"id": "b", "image": "calc", "test": "true", "group_size": 0}"#,
+                "\n",
+                r#"{"id": "c", "image": "calc", "test": "true", "group_size": "8"}"#,
+                "\n",
+            ),
+        )
+        .unwrap();
+        let error = format!(
+            "{:#}",
+            super::dataset(&config, &plugins.adapter).err().unwrap()
+        );
+        let at = rows.display();
+        assert!(
+            error.contains(&format!(
+                "{at}:2: `group_size` must be a positive whole number, not 0"
+            )) && error.contains(&format!(
+                "{at}:3: `group_size` must be a positive whole number, not \"8\""
+            )),
+            "{error}"
+        );
     }
 }

@@ -51,9 +51,9 @@ struct Loaded {
 fn load() -> Loaded {
     let config = FleetConfig::load(&repo().join("examples/quickstart-opensandbox.toml")).unwrap();
     let plugins = setup::plugins(&config).unwrap();
-    let tasks = setup::tasks(&config, &plugins.adapter).unwrap();
+    let dataset = setup::dataset(&config, &plugins.adapter).unwrap();
     let solutions = setup::solutions(config.run.solutions.as_deref()).unwrap();
-    let items = setup::work_items(&config, tasks, &solutions);
+    let items = setup::work_items(&config, &dataset, &solutions);
     Loaded {
         config,
         plugins,

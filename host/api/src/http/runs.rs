@@ -28,11 +28,11 @@ fn load(
     Vec<sandfleet_engine::WorkItem>,
 )> {
     let plugins = setup::plugins(&config)?;
-    let tasks = setup::tasks(&config, &plugins.adapter)?;
+    let dataset = setup::dataset(&config, &plugins.adapter)?;
     let clusters = setup::clusters_with(&config, &state.connections)?;
-    setup::check_images(&config, &clusters, &tasks)?;
+    setup::check_images(&config, &clusters, &dataset.tasks)?;
     let solutions = setup::solutions(config.run.solutions.as_deref())?;
-    let items = setup::work_items(&config, tasks, &solutions);
+    let items = setup::work_items(&config, &dataset, &solutions);
     Ok((config, plugins, clusters, items))
 }
 

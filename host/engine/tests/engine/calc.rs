@@ -71,6 +71,7 @@ impl Harness {
                     task: adapter.load_blocking(&row.to_string(), &settings).unwrap(),
                     solution: Some(FIX.to_owned()),
                     epoch: 0,
+                    member: None,
                 }
             })
             .collect()

@@ -122,6 +122,7 @@ impl Fixture {
                 task: adapter.load_blocking(row, &[]).unwrap(),
                 solution: None,
                 epoch: 0,
+                member: None,
             })
             .collect()
     }

@@ -8,6 +8,7 @@ mod calc;
 mod contract;
 mod fixture;
 mod grading;
+mod groups;
 mod hostile;
 mod observed;
 mod prepare;
