@@ -1,15 +1,15 @@
 //! The [`Backend`] for one Kubernetes cluster (a kubeconfig context and a
 //! namespace) running agent-sandbox.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Pod;
+use kube::Resource;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::{Resource, ResourceExt};
 use sandfleet_core::{
     Backend, BackendError, Capabilities, Capacity, ErrorKind, ExecGuarantees, ExecRequest,
     ExecResult, ImagePulls, Images, LABEL_RUN_ID, Labels, OutputSink, Owned, Preflight, Reaped,
@@ -26,15 +26,16 @@ use crate::objects;
 use crate::preflight::MANAGER;
 mod ahead;
 mod claiming;
+mod owned;
 
-use crate::resources::{Sandbox, SandboxClaim, SandboxTemplate, SandboxWarmPool};
+use crate::resources::{SandboxClaim, SandboxTemplate, SandboxWarmPool};
 
 /// How long a reap waits for the sandboxes it removed to be gone.
-const REAP_WAIT: Duration = Duration::from_secs(60);
+pub(super) const REAP_WAIT: Duration = Duration::from_secs(60);
 
 /// Pause between looks while a reap waits for garbage collection, and
 /// before a failed watch resumes.
-const REAP_PAUSE: Duration = Duration::from_millis(200);
+pub(super) const REAP_PAUSE: Duration = Duration::from_millis(200);
 
 /// What the driver keeps on a handle.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -220,6 +221,87 @@ impl K8sBackend {
         })
     }
 
+    /// Runs `request` in the pod: on the sandbox's exec session when it
+    /// has one free (opened on first use), else on a websocket of its own.
+    async fn exec_in(
+        &self,
+        sandbox: &SandboxHandle,
+        data: &HandleData,
+        target: &Target,
+        request: &ExecRequest,
+        output: Option<&OutputSink>,
+    ) -> Result<ExecResult, Failure> {
+        if self.config.exec == ExecMode::Session {
+            let slot = self.session_slot(&data.claim);
+            // A sandbox busy with another command runs this one on its own.
+            if let Ok(mut session) = slot.try_lock() {
+                if session.is_none() {
+                    match Session::open(target, &self.config.shell).await {
+                        Ok(opened) => *session = Some(opened),
+                        Err(error) => {
+                            tracing::debug!(cluster = %self.name, sandbox = %sandbox.id, %error, "no exec session; one websocket per command");
+                        }
+                    }
+                }
+                if let Some(open) = session.as_mut() {
+                    let ran = open.run(target, request, output).await;
+                    if ran.is_err() {
+                        *session = None;
+                    }
+                    match ran {
+                        // Never read, so never run: it runs on its own
+                        // websocket instead.
+                        Err(Failure::Unread) => {
+                            tracing::info!(cluster = %self.name, sandbox = %sandbox.id, "the exec session ended before reading a command; running it alone");
+                        }
+                        other => return other,
+                    }
+                }
+            }
+        }
+        one_shot(target, request, output).await
+    }
+
+    /// `error`, or the sandbox lost when the server `refused` the exec
+    /// because the pod has ended or is gone: the engine replaces a lost
+    /// sandbox, where it would give up on an invalid request.
+    async fn lost_if_ended(
+        &self,
+        target: &Target,
+        sandbox: &SandboxHandle,
+        refused: bool,
+        error: BackendError,
+    ) -> BackendError {
+        if !refused || error.kind() == ErrorKind::SandboxLost {
+            return error;
+        }
+        match target.ended().await {
+            Some(why) => self.error(
+                ErrorKind::SandboxLost,
+                format!("sandbox {}: {why}", sandbox.id),
+            ),
+            None => error,
+        }
+    }
+
+    /// A file move's result as the engine sees it.
+    async fn file_outcome<T>(
+        &self,
+        target: &Target,
+        sandbox: &SandboxHandle,
+        path: &str,
+        moved: Result<T, crate::files::FileError>,
+    ) -> Result<T, BackendError> {
+        match moved {
+            Ok(value) => Ok(value),
+            Err(failure) => {
+                let refused = failure.not_started();
+                let error = failure.into_error(&self.name, sandbox, path);
+                Err(self.lost_if_ended(target, sandbox, refused, error).await)
+            }
+        }
+    }
+
     async fn target(&self, data: &HandleData) -> Result<Target, BackendError> {
         Ok(Target {
             // Retrying: a refused exec upgrade ran nothing, and the engine
@@ -244,7 +326,7 @@ impl K8sBackend {
         }
     }
 
-    /// Deletes a claim that will not be used, logging a failure.
+    /// The exec session slot of `claim`'s sandbox, made on first use.
     fn session_slot(&self, claim: &str) -> SessionSlot {
         self.sessions
             .lock()
@@ -253,98 +335,6 @@ impl K8sBackend {
             .or_default()
             .clone()
     }
-
-    /// What `run` owns: its templates, pools and claims by label, and the
-    /// sandboxes owned by those claims and pools (pods and sandboxes lose
-    /// `agents.x-k8s.io/*` labels, so ownership is read from owner
-    /// references).
-    async fn owned(&self, run: &RunId) -> Result<OwnedObjects, BackendError> {
-        let selector = ListParams::default().labels(&format!("{LABEL_RUN_ID}={}", run.as_str()));
-        let what = |kind: &str| format!("list {kind} of run {run}");
-        let templates = self
-            .api::<SandboxTemplate>()
-            .await?
-            .list(&selector)
-            .await
-            .map_err(|e| self.api_error(&what("templates"), e))?;
-        let pools = self
-            .api::<SandboxWarmPool>()
-            .await?
-            .list(&selector)
-            .await
-            .map_err(|e| self.api_error(&what("warm pools"), e))?;
-        let claims = self
-            .api::<SandboxClaim>()
-            .await?
-            .list(&selector)
-            .await
-            .map_err(|e| self.api_error(&what("claims"), e))?;
-        let owners: HashSet<String> = pools
-            .items
-            .iter()
-            .map(|p| p.uid())
-            .chain(claims.items.iter().map(|c| c.uid()))
-            .flatten()
-            .collect();
-        let sandboxes = self
-            .api::<Sandbox>()
-            .await?
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| self.api_error(&what("sandboxes"), e))?;
-        let sandboxes = sandboxes
-            .items
-            .into_iter()
-            .filter(|s| s.owner_references().iter().any(|o| owners.contains(&o.uid)))
-            .map(|s| s.name_any())
-            .collect();
-        Ok(OwnedObjects {
-            templates: templates.items.iter().map(|t| t.name_any()).collect(),
-            pools: pools.items.iter().map(|p| p.name_any()).collect(),
-            claims: claims.items.iter().map(|c| c.name_any()).collect(),
-            sandboxes,
-        })
-    }
-
-    /// Waits until none of `names` exists, or [`REAP_WAIT`].
-    async fn wait_gone(&self, names: &[String]) -> Result<(), BackendError> {
-        if names.is_empty() {
-            return Ok(());
-        }
-        let sandboxes = self.api::<Sandbox>().await?;
-        let until = Instant::now() + REAP_WAIT;
-        loop {
-            let listed = sandboxes
-                .list_metadata(&ListParams::default())
-                .await
-                .map_err(|e| self.api_error("list sandboxes", e))?;
-            let left = listed
-                .items
-                .iter()
-                .filter(|s| s.metadata.name.as_ref().is_some_and(|n| names.contains(n)))
-                .count();
-            if left == 0 {
-                return Ok(());
-            }
-            if Instant::now() >= until {
-                return Err(self.error(
-                    ErrorKind::Timeout,
-                    format!(
-                        "{left} sandboxes were still being removed after {}",
-                        humantime::format_duration(REAP_WAIT)
-                    ),
-                ));
-            }
-            tokio::time::sleep(REAP_PAUSE).await;
-        }
-    }
-}
-
-struct OwnedObjects {
-    templates: Vec<String>,
-    pools: Vec<String>,
-    claims: Vec<String>,
-    sandboxes: Vec<String>,
 }
 
 #[async_trait]
@@ -457,40 +447,16 @@ impl Backend for K8sBackend {
         }
         let data = self.handle_data(sandbox)?;
         let target = self.target(&data).await?;
-        let program = request.argv[0].clone();
-        if self.config.exec == ExecMode::Session {
-            let slot = self.session_slot(&data.claim);
-            // A sandbox busy with another command runs this one on its own.
-            if let Ok(mut session) = slot.try_lock() {
-                if session.is_none() {
-                    match Session::open(&target, &self.config.shell).await {
-                        Ok(opened) => *session = Some(opened),
-                        Err(error) => {
-                            tracing::debug!(cluster = %self.name, sandbox = %sandbox.id, %error, "no exec session; one websocket per command");
-                        }
-                    }
-                }
-                if let Some(open) = session.as_mut() {
-                    let ran = open.run(&target, request, output).await;
-                    if ran.is_err() {
-                        *session = None;
-                    }
-                    match ran {
-                        // Never read, so never run: it runs on its own
-                        // websocket instead.
-                        Err(Failure::Unread) => {
-                            tracing::info!(cluster = %self.name, sandbox = %sandbox.id, "the exec session ended before reading a command; running it alone");
-                        }
-                        other => {
-                            return other.map_err(|f| f.into_error(&self.name, sandbox, &program));
-                        }
-                    }
-                }
+        let program = &request.argv[0];
+        let ran = self.exec_in(sandbox, &data, &target, request, output).await;
+        match ran {
+            Ok(result) => Ok(result),
+            Err(failure) => {
+                let refused = failure.not_started();
+                let error = failure.into_error(&self.name, sandbox, program);
+                Err(self.lost_if_ended(&target, sandbox, refused, error).await)
             }
         }
-        one_shot(&target, request, output)
-            .await
-            .map_err(|f| f.into_error(&self.name, sandbox, &program))
     }
 
     async fn put_file(
@@ -502,22 +468,23 @@ impl Backend for K8sBackend {
     ) -> Result<(), BackendError> {
         let data = self.handle_data(sandbox)?;
         let target = self.target(&data).await?;
-        tokio::time::timeout(
+        let moved = tokio::time::timeout(
             crate::files::FILE_TIMEOUT,
             crate::files::put(&target, path, contents, mode),
         )
         .await
-        .map_err(|_| crate::files::timed_out(&self.name, sandbox, path))?
-        .map_err(|f| f.into_error(&self.name, sandbox, path))
+        .map_err(|_| crate::files::timed_out(&self.name, sandbox, path))?;
+        self.file_outcome(&target, sandbox, path, moved).await
     }
 
     async fn get_file(&self, sandbox: &SandboxHandle, path: &str) -> Result<Vec<u8>, BackendError> {
         let data = self.handle_data(sandbox)?;
         let target = self.target(&data).await?;
-        tokio::time::timeout(crate::files::FILE_TIMEOUT, crate::files::get(&target, path))
-            .await
-            .map_err(|_| crate::files::timed_out(&self.name, sandbox, path))?
-            .map_err(|f| f.into_error(&self.name, sandbox, path))
+        let moved =
+            tokio::time::timeout(crate::files::FILE_TIMEOUT, crate::files::get(&target, path))
+                .await
+                .map_err(|_| crate::files::timed_out(&self.name, sandbox, path))?;
+        self.file_outcome(&target, sandbox, path, moved).await
     }
 
     async fn release(&self, sandbox: &SandboxHandle) -> Result<(), BackendError> {
@@ -616,7 +583,7 @@ impl Backend for K8sBackend {
                 sessions.remove(claim);
             }
         }
-        self.wait_gone(&owned.sandboxes).await?;
+        self.wait_gone(&owned).await?;
         self.watches
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -17,17 +17,31 @@ use futures_util::StreamExt;
 use kube::api::Api;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
+use sandfleet_core::ErrorKind;
 use tokio::sync::watch;
 
 use crate::resources::{SandboxClaim, condition};
 
-/// Ready=False reasons after which a claim never becomes ready.
-const TERMINAL: [&str; 4] = [
-    "TemplateNotFound",
-    "WarmPoolNotFound",
-    "ClaimExpired",
-    "SandboxExpired",
-];
+/// What failure a claim's `Ready=False` reason is when the claim can never
+/// become ready; `None` while it still may. Each of these is waited out by
+/// nothing: the controller does not retry them, so the wait ends at once.
+pub(crate) fn never_ready(reason: &str) -> Option<ErrorKind> {
+    match reason {
+        // Nothing to claim from: the run's template or pool is gone.
+        "TemplateNotFound" | "WarmPoolNotFound" => Some(ErrorKind::NotFound),
+        // The claim asks what its template refuses; a new claim would ask
+        // the same.
+        "InvalidMetadata" | "EnvVarsInjectionRejected" | "VolumeClaimTemplatesError" => {
+            Some(ErrorKind::Invalid)
+        }
+        // Its sandbox has ended, and a failed pod is never recreated
+        // (upstream #729): a new claim is the way on.
+        "ClaimExpired" | "SandboxExpired" | "PodFailed" | "PodSucceeded" => {
+            Some(ErrorKind::SandboxLost)
+        }
+        _ => None,
+    }
+}
 
 /// What the watch has shown of one claim.
 #[derive(Debug, Clone, Default)]
@@ -44,8 +58,9 @@ pub(crate) enum Seen {
 /// How a wait for a claim ended without a ready sandbox.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum NotReady {
-    /// A reason it will never be ready (`reason`: `message`).
-    Terminal(String, String),
+    /// A reason it will never be ready: the failure it is, and the
+    /// controller's `reason` and `message`.
+    Terminal(ErrorKind, String, String),
     /// It was deleted.
     Deleted,
     /// The deadline passed; the last reason it gave, if any.
@@ -154,11 +169,23 @@ pub(crate) fn judge(claim: &SandboxClaim) -> Result<bool, NotReady> {
     let ready = condition(&status.conditions, "Ready");
     if let Some(ready) = ready
         && ready.status == "False"
-        && TERMINAL.contains(&ready.reason.as_str())
+        && let Some(kind) = never_ready(&ready.reason)
     {
         return Err(NotReady::Terminal(
+            kind,
             ready.reason.clone(),
             ready.message.clone(),
+        ));
+    }
+    // Mirrored from the sandbox while its pod is terminal, whatever Ready
+    // says meanwhile.
+    if let Some(finished) = condition(&status.conditions, "Finished")
+        && finished.status == "True"
+    {
+        return Err(NotReady::Terminal(
+            ErrorKind::SandboxLost,
+            format!("Finished ({})", finished.reason),
+            finished.message.clone(),
         ));
     }
     let bound = status.sandbox.as_ref().is_some_and(|s| !s.name.is_empty());
@@ -252,12 +279,43 @@ mod tests {
 
     #[test]
     fn terminal_reasons_and_deletion_end_the_wait() {
-        for reason in TERMINAL {
-            assert!(matches!(
+        let never = [
+            ("TemplateNotFound", ErrorKind::NotFound),
+            ("WarmPoolNotFound", ErrorKind::NotFound),
+            ("InvalidMetadata", ErrorKind::Invalid),
+            ("EnvVarsInjectionRejected", ErrorKind::Invalid),
+            ("VolumeClaimTemplatesError", ErrorKind::Invalid),
+            ("ClaimExpired", ErrorKind::SandboxLost),
+            ("SandboxExpired", ErrorKind::SandboxLost),
+            ("PodFailed", ErrorKind::SandboxLost),
+            ("PodSucceeded", ErrorKind::SandboxLost),
+        ];
+        for (reason, kind) in never {
+            assert_eq!(
                 judge(&claim(Some(("False", reason)), None)),
-                Err(NotReady::Terminal(r, _)) if r == reason
-            ));
+                Err(NotReady::Terminal(kind, reason.into(), "m".into())),
+                "{reason}"
+            );
         }
+        // A pod terminal while Ready still says otherwise.
+        let mut finished = claim(Some(("True", "DependenciesReady")), Some("sb"));
+        finished
+            .status
+            .as_mut()
+            .unwrap()
+            .conditions
+            .push(Condition {
+                type_: "Finished".into(),
+                status: "True".into(),
+                reason: "PodFailed".into(),
+                message: "Pod failed".into(),
+                last_transition_time: Time(jiff::Timestamp::UNIX_EPOCH),
+                observed_generation: None,
+            });
+        assert!(matches!(
+            judge(&finished),
+            Err(NotReady::Terminal(ErrorKind::SandboxLost, reason, _)) if reason.contains("PodFailed")
+        ));
         let mut deleting = claim(Some(("True", "DependenciesReady")), Some("sb"));
         deleting.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
         assert_eq!(judge(&deleting), Err(NotReady::Deleted));
@@ -304,5 +362,114 @@ mod tests {
             matches!(outcome, Err(NotReady::Timeout(Some(r))) if r.starts_with("SandboxCreatePending"))
         );
         drop(sender);
+    }
+
+    /// The reasons a claim's own request gives the controller, as the
+    /// emulator's controller writes them: the run's watch ends each wait
+    /// on its reason, not on its deadline.
+    #[tokio::test]
+    async fn claims_the_template_refuses_end_their_wait_on_the_controllers_reason() {
+        use kube::api::{Api, DynamicObject, PostParams};
+        use kube::core::{ApiResource, GroupVersionKind};
+        use sandfleet_emulator_k8s::{Config as Emulated, Emulator};
+
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let emulator = Emulator::start(Emulated {
+            with_agent_sandbox: true,
+            ..Emulated::default()
+        })
+        .await
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = dir.path().join("kubeconfig");
+        emulator.write_kubeconfig(&kubeconfig).unwrap();
+        let (clients, _) = crate::client::connect(&crate::client::Source::Kubeconfig {
+            path: Some(kubeconfig),
+            context: None,
+        })
+        .await
+        .unwrap();
+        let client = clients.retrying;
+        let api = |kind: &str, plural: &str| {
+            let gvk = GroupVersionKind::gvk("extensions.agents.x-k8s.io", "v1beta1", kind);
+            Api::<DynamicObject>::namespaced_with(
+                client.clone(),
+                "default",
+                &ApiResource::from_gvk_with_plural(&gvk, plural),
+            )
+        };
+        let create = |api: Api<DynamicObject>, body: serde_json::Value| async move {
+            api.create(
+                &PostParams::default(),
+                &serde_json::from_value(body).unwrap(),
+            )
+            .await
+            .unwrap()
+        };
+        let selector = "sandfleet.test/run=refused";
+        let labels = serde_json::json!({"sandfleet.test/run": "refused"});
+        create(
+            api("SandboxTemplate", "sandboxtemplates"),
+            serde_json::json!({
+                "apiVersion": "extensions.agents.x-k8s.io/v1beta1", "kind": "SandboxTemplate",
+                "metadata": {"name": "t"},
+                "spec": {"podTemplate": {"spec": {"containers": [{"name": "main", "image": "calc"}]}}},
+            }),
+        )
+        .await;
+        create(
+            api("SandboxWarmPool", "sandboxwarmpools"),
+            serde_json::json!({
+                "apiVersion": "extensions.agents.x-k8s.io/v1beta1", "kind": "SandboxWarmPool",
+                "metadata": {"name": "t"},
+                "spec": {"replicas": 0, "sandboxTemplateRef": {"name": "t"}},
+            }),
+        )
+        .await;
+        let claims = api("SandboxClaim", "sandboxclaims");
+        let watch = ClaimWatch::start(Api::namespaced(client.clone(), "default"), selector);
+        let asks = [
+            (
+                "InvalidMetadata",
+                serde_json::json!({"additionalPodMetadata": {"labels": {"agents.x-k8s.io/pod-name": "x"}}}),
+            ),
+            (
+                "EnvVarsInjectionRejected",
+                serde_json::json!({"env": [{"name": "TASK", "value": "1"}]}),
+            ),
+            (
+                "VolumeClaimTemplatesError",
+                serde_json::json!({"volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}]}),
+            ),
+        ];
+        for (reason, ask) in asks {
+            let name = format!("refused-{}", reason.to_lowercase());
+            let mut seen = watch.follow(&name);
+            let mut spec = serde_json::json!({"warmPoolRef": {"name": "t"}});
+            spec.as_object_mut()
+                .unwrap()
+                .extend(ask.as_object().unwrap().clone());
+            create(
+                claims.clone(),
+                serde_json::json!({
+                    "apiVersion": "extensions.agents.x-k8s.io/v1beta1", "kind": "SandboxClaim",
+                    "metadata": {"name": name, "labels": labels},
+                    "spec": spec,
+                }),
+            )
+            .await;
+            // A deadline no test reaches: a timeout would mean the reason
+            // was waited out.
+            let outcome = wait_ready(
+                &mut seen,
+                tokio::time::Instant::now() + std::time::Duration::from_secs(300),
+            )
+            .await;
+            assert!(
+                matches!(&outcome, Err(NotReady::Terminal(ErrorKind::Invalid, r, _)) if r == reason),
+                "{reason}: {outcome:?}"
+            );
+        }
+        emulator.shutdown().await;
     }
 }

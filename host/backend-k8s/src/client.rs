@@ -41,7 +41,7 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What identifies a client: the same key is the same client.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-enum Source {
+pub(crate) enum Source {
     /// A kubeconfig (`None`: `$KUBECONFIG` or `~/.kube/config`) and context
     /// (`None`: its current context).
     Kubeconfig {
@@ -170,7 +170,7 @@ impl ClientSlot {
     }
 }
 
-async fn connect(source: &Source) -> Result<(Clients, String), String> {
+pub(crate) async fn connect(source: &Source) -> Result<(Clients, String), String> {
     let config = match source {
         Source::InCluster => {
             kube::Config::incluster().map_err(|e| format!("in-cluster configuration: {e}"))?

@@ -24,23 +24,34 @@ pub(crate) fn said(error: &kube::Error) -> String {
 /// What kind of failure `error` is.
 pub(crate) fn kind_of(error: &kube::Error) -> ErrorKind {
     match error {
-        kube::Error::Api(status) => match status.code {
-            404 => ErrorKind::NotFound,
-            409 => ErrorKind::Conflict,
-            429 => ErrorKind::Throttled {
-                retry_after: status
-                    .details
-                    .as_ref()
-                    .map(|d| std::time::Duration::from_secs(u64::from(d.retry_after_seconds)))
-                    .filter(|d| !d.is_zero()),
-            },
-            400 | 401 | 403 | 405 | 415 | 422 => ErrorKind::Invalid,
-            500 | 502 | 503 | 504 => ErrorKind::Unavailable,
-            _ => ErrorKind::Failed,
-        },
+        kube::Error::Api(status) => kind_of_code(
+            status.code,
+            status
+                .details
+                .as_ref()
+                .map(|d| std::time::Duration::from_secs(u64::from(d.retry_after_seconds)))
+                .filter(|d| !d.is_zero()),
+        ),
+        // An exec or attach the server answered without switching to a
+        // websocket: kube keeps only the status code.
+        kube::Error::UpgradeConnection(kube::client::UpgradeConnectionError::ProtocolSwitch(
+            code,
+        )) => kind_of_code(code.as_u16(), None),
         kube::Error::HyperError(_) | kube::Error::Service(_) => ErrorKind::Transport {
             sent: !never_sent(error),
         },
+        _ => ErrorKind::Failed,
+    }
+}
+
+/// What kind of failure an answer with HTTP status `code` is.
+fn kind_of_code(code: u16, retry_after: Option<std::time::Duration>) -> ErrorKind {
+    match code {
+        404 => ErrorKind::NotFound,
+        409 => ErrorKind::Conflict,
+        429 => ErrorKind::Throttled { retry_after },
+        400 | 401 | 403 | 405 | 415 | 422 => ErrorKind::Invalid,
+        500 | 502 | 503 | 504 => ErrorKind::Unavailable,
         _ => ErrorKind::Failed,
     }
 }

@@ -48,6 +48,11 @@ pub(crate) enum Failure {
 }
 
 impl Failure {
+    /// Whether nothing was sent to the pod: the server refused the exec.
+    pub(crate) fn not_started(&self) -> bool {
+        matches!(self, Failure::NotStarted(_))
+    }
+
     /// The failure as the engine sees it: whether the command may have
     /// run decides whether it may be sent again.
     pub(crate) fn into_error(
@@ -107,6 +112,33 @@ pub(crate) struct Target {
 }
 
 impl Target {
+    /// Why the pod can take no more commands, when it has ended or is
+    /// gone; `None` while it runs or when the server cannot say. A failed
+    /// pod is never restarted (upstream #729), and the API server refuses
+    /// an exec into a completed pod with a 400 as it refuses a malformed
+    /// one: only the pod's phase tells the two apart.
+    pub(crate) async fn ended(&self) -> Option<String> {
+        match self.pods.get_opt(&self.pod).await {
+            Ok(None) => Some(format!("its pod {} is gone", self.pod)),
+            Ok(Some(pod)) => {
+                let status = pod.status.unwrap_or_default();
+                let phase = status.phase.unwrap_or_default();
+                matches!(phase.as_str(), "Failed" | "Succeeded").then(|| {
+                    let said = [status.reason, status.message]
+                        .into_iter()
+                        .flatten()
+                        .collect::<Vec<_>>()
+                        .join(": ");
+                    match said.is_empty() {
+                        true => format!("its pod {} has ended ({phase})", self.pod),
+                        false => format!("its pod {} has ended ({phase}, {said})", self.pod),
+                    }
+                })
+            }
+            Err(_) => None,
+        }
+    }
+
     fn params(&self, stdin: bool) -> AttachParams {
         AttachParams::default()
             .container(CONTAINER)

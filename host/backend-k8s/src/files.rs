@@ -33,6 +33,11 @@ pub(crate) enum FileError {
 }
 
 impl FileError {
+    /// Whether nothing was sent to the pod: the server refused the exec.
+    pub(crate) fn not_started(&self) -> bool {
+        matches!(self, FileError::NotStarted(_))
+    }
+
     /// The failure as the engine sees it, naming the sandbox and the path.
     pub(crate) fn into_error(
         self,

@@ -239,6 +239,15 @@ pub(crate) fn claim(
     claim
 }
 
+/// agent-sandbox's `NameHash`: FNV-1a, 32 bits, in 8 hex digits. The
+/// controller labels objects with it, and it makes short stable names.
+pub(crate) fn name_hash(name: &str) -> String {
+    let hash = name.bytes().fold(0x811c_9dc5_u32, |hash, byte| {
+        (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193)
+    });
+    format!("{hash:08x}")
+}
+
 /// An RFC 3339 time `after` from now, to the second.
 pub(crate) fn time_after(after: std::time::Duration) -> String {
     let at = jiff::Timestamp::now()
@@ -323,6 +332,14 @@ mod tests {
                 .unwrap_err()
                 .starts_with("pod_spec")
         );
+    }
+
+    #[test]
+    fn name_hash_is_fnv1a_32_in_eight_hex_digits() {
+        // The offset basis, and FNV-1a's published vectors.
+        assert_eq!(name_hash(""), "811c9dc5");
+        assert_eq!(name_hash("a"), "e40c292c");
+        assert_eq!(name_hash("foobar"), "bf9cf968");
     }
 
     #[test]

@@ -15,6 +15,7 @@ use kube::runtime::watcher;
 use sandfleet_core::{LABEL_RUN_ID, RunId};
 
 use crate::config::K8sConfig;
+use crate::objects::name_hash;
 
 /// Label naming a pre-pull DaemonSet's pods.
 pub(crate) const LABEL_PREPULL: &str = "sandfleet.io/prepull";
@@ -22,7 +23,7 @@ pub(crate) const LABEL_PREPULL: &str = "sandfleet.io/prepull";
 /// The DaemonSet that pulls `image` for `run`: its one container runs the
 /// image's entrypoint, which a pod must for its node to count as holding it.
 pub(crate) fn daemon_set(run: &RunId, image: &str, config: &K8sConfig) -> DaemonSet {
-    let name = format!("sf-prepull-{:08x}", fnv(&format!("{run}/{image}")));
+    let name = format!("sf-prepull-{}", name_hash(&format!("{run}/{image}")));
     let mut labels = run.labels();
     labels.insert(LABEL_PREPULL.into(), name.clone());
     let pod = PodSpec {
@@ -65,13 +66,6 @@ pub(crate) fn daemon_set(run: &RunId, image: &str, config: &K8sConfig) -> Daemon
         }),
         ..DaemonSet::default()
     }
-}
-
-/// FNV-1a, 32 bits: a short stable name from a run id.
-fn fnv(text: &str) -> u32 {
-    text.bytes().fold(0x811c_9dc5u32, |hash, byte| {
-        (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193)
-    })
 }
 
 /// Why a pre-pull failed.
@@ -172,6 +166,5 @@ mod tests {
             name
         );
         assert_eq!(value["metadata"]["labels"][LABEL_RUN_ID], "r1");
-        assert_eq!(fnv("a"), 0xe40c292c);
     }
 }

@@ -19,6 +19,14 @@ pub(crate) const VERSION: &str = "v1beta1";
 /// The Sandbox annotation naming its pod.
 pub(crate) const POD_NAME_ANNOTATION: &str = "agents.x-k8s.io/pod-name";
 
+/// The label the controller puts on a claimed sandbox (cold or adopted):
+/// its claim's uid.
+pub(crate) const CLAIM_UID_LABEL: &str = "agents.x-k8s.io/claim-uid";
+
+/// The label the controller puts on a warm pool's unclaimed member: the
+/// pool's name hash.
+pub(crate) const WARM_POOL_SANDBOX_LABEL: &str = "agents.x-k8s.io/warm-pool-sandbox";
+
 /// The four CRDs a cluster must serve, by name.
 pub(crate) const CRDS: [&str; 4] = [
     "sandboxes.agents.x-k8s.io",

@@ -721,3 +721,182 @@ async fn a_session_shell_that_ends_cleanly_before_reading_a_command_hands_it_to_
     );
     backend.reap(&run).await.unwrap();
 }
+
+/// A deadline no test reaches: a claim that ends before it ended on what
+/// the controller said, not on time.
+fn never() -> Instant {
+    Instant::now() + Duration::from_secs(600)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_whose_pod_is_evicted_ends_at_once_as_the_sandbox_lost_and_is_deleted() {
+    let cluster = Cluster::start(Config {
+        with_agent_sandbox: true,
+        faults: "evict=1".into(),
+        ..Config::default()
+    })
+    .await;
+    let backend = cluster.backend(K8sConfig {
+        bind_timeout: Some(Duration::from_secs(600)),
+        ..cluster.config()
+    });
+    let run = RunId::new("run-evicted").unwrap();
+    let template = warm_template(&backend, &run, 0).await;
+    let error = backend
+        .claim(&template, &run.labels(), never())
+        .await
+        .unwrap_err();
+    // Lost, so the engine claims again; a failed pod is never restarted.
+    assert_eq!(error.kind(), ErrorKind::SandboxLost, "{error}");
+    assert!(error.message().contains("PodFailed"), "{error}");
+    let claims: kube::Api<kube::api::DynamicObject> = kube::Api::namespaced_with(
+        cluster.client().await,
+        "default",
+        &kube::api::ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk(
+                "extensions.agents.x-k8s.io",
+                "v1beta1",
+                "SandboxClaim",
+            ),
+            "sandboxclaims",
+        ),
+    );
+    let left = claims
+        .list(&kube::api::ListParams::default())
+        .await
+        .unwrap();
+    assert!(
+        left.items
+            .iter()
+            .all(|c| c.metadata.deletion_timestamp.is_some()),
+        "the lost claim is deleted: {:?}",
+        left.items
+            .iter()
+            .map(|c| &c.metadata.name)
+            .collect::<Vec<_>>()
+    );
+    backend.reap(&run).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_into_a_pod_that_has_failed_finds_the_sandbox_lost() {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::runtime::wait::await_condition;
+
+    let cluster = Cluster::agent_sandbox().await;
+    let backend = cluster.backend(K8sConfig {
+        exec: ExecMode::Oneshot,
+        ..cluster.config()
+    });
+    let run = RunId::new("run-failed").unwrap();
+    let template = warm_template(&backend, &run, 0).await;
+    let handle = backend
+        .claim(&template, &run.labels(), soon())
+        .await
+        .unwrap();
+    // The pod's main process (the driver's keep-alive) ends in error, and
+    // with it the pod. This command may be cut by the pod's end: its
+    // outcome is not the point.
+    let _ = backend
+        .exec(
+            &handle,
+            &sh("for p in /proc/[0-9]*; do \
+                 case \"$(tr '\\0' ' ' < $p/cmdline 2>/dev/null)\" in 'tail -f /dev/null '*) kill ${p#/proc/};; esac; \
+                 done"),
+            None,
+        )
+        .await;
+    let pods: kube::Api<Pod> = kube::Api::namespaced(cluster.client().await, "default");
+    let failed = |pod: Option<&Pod>| {
+        pod.and_then(|p| p.status.as_ref())
+            .and_then(|s| s.phase.as_deref())
+            == Some("Failed")
+    };
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        await_condition(pods, &handle.hostname, failed),
+    )
+    .await
+    .expect("the pod fails")
+    .unwrap();
+    let error = backend
+        .exec(&handle, &command(&["true"]), None)
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::SandboxLost, "{error}");
+    assert!(error.message().contains("has ended (Failed"), "{error}");
+    let error = backend
+        .get_file(&handle, "/etc/hostname")
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::SandboxLost, "{error}");
+    backend.release(&handle).await.unwrap();
+    backend.reap(&run).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reap_in_a_namespace_of_5000_foreign_sandboxes_reads_only_its_own() {
+    use futures_util::{StreamExt, TryStreamExt};
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
+
+    const FOREIGN: usize = 5000;
+    const SANDBOXES: &str = "sandboxes.agents.x-k8s.io";
+    let cluster = Cluster::agent_sandbox().await;
+    let backend = cluster.backend(cluster.config());
+    let run = RunId::new("run-among-many").unwrap();
+    let template = warm_template(&backend, &run, 1).await;
+    backend
+        .claim(&template, &run.labels(), soon())
+        .await
+        .unwrap();
+    // Another team's sandboxes, suspended (no pods), in the same namespace.
+    let sandboxes: kube::Api<DynamicObject> = kube::Api::namespaced_with(
+        cluster.client().await,
+        "default",
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("agents.x-k8s.io", "v1beta1", "Sandbox"),
+            "sandboxes",
+        ),
+    );
+    futures_util::stream::iter(0..FOREIGN)
+        .map(|n| {
+            let sandboxes = sandboxes.clone();
+            async move {
+                let body = serde_json::json!({
+                    "apiVersion": "agents.x-k8s.io/v1beta1", "kind": "Sandbox",
+                    "metadata": {"name": format!("foreign-{n}"), "labels": {"team": "other"}},
+                    "spec": {
+                        "operatingMode": "Suspended",
+                        "podTemplate": {"spec": {"containers": [{"name": "main", "image": IMAGE}]}},
+                    },
+                });
+                sandboxes
+                    .create(
+                        &PostParams::default(),
+                        &serde_json::from_value(body).unwrap(),
+                    )
+                    .await
+                    .map(drop)
+            }
+        })
+        .buffer_unordered(16)
+        .try_collect::<()>()
+        .await
+        .unwrap();
+
+    let before = cluster.emulator.listed_objects(SANDBOXES);
+    let owned = backend.list_owned(&run).await.unwrap();
+    // The claimed sandbox and the pool's replacement for it.
+    assert_eq!(owned.sandboxes.len(), 2, "{owned:?}");
+    let reaped = backend.reap(&run).await.unwrap();
+    assert_eq!(reaped.sandboxes, 2, "{reaped:?}");
+    let read = cluster.emulator.listed_objects(SANDBOXES) - before;
+    // Its own two, a few times over while the reap waits for them to go;
+    // listing the namespace would read 5,000 at each look.
+    assert!(read < 100, "the driver read {read} Sandboxes");
+    let left = sandboxes
+        .list_metadata(&ListParams::default().labels("team=other"))
+        .await
+        .unwrap();
+    assert_eq!(left.items.len(), FOREIGN);
+}

@@ -1,7 +1,9 @@
 //! Fault injection (`--faults a,b,…`): `latency=MS` on every call, `conflict=P` 409 on a
 //! fraction of updates and patches, `watch-drop=S` to close every watch after S seconds,
 //! `gone-burst` to answer 410 to the watch that follows a drop, `flaky=P` 503s, and
-//! `throttle=QPS` 429s with `Retry-After` above that rate.
+//! `throttle=QPS` 429s with `Retry-After` above that rate, and `evict=P` to have the
+//! kubelet evict a fraction of pods as they start (phase `Failed`, reason `Evicted`, as
+//! under node pressure: such a pod is never started again).
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -24,6 +26,8 @@ pub(crate) struct Faults {
     pub(crate) flaky: f64,
     /// Calls per second above which calls get 429.
     pub(crate) throttle: Option<f64>,
+    /// Fraction of pods evicted as they start.
+    pub(crate) evict: f64,
     rng: AtomicU64,
     pending_gone: AtomicBool,
     window: Mutex<(Instant, f64)>,
@@ -38,6 +42,7 @@ impl Default for Faults {
             gone_burst: false,
             flaky: 0.0,
             throttle: None,
+            evict: 0.0,
             rng: AtomicU64::new(1),
             pending_gone: AtomicBool::new(false),
             window: Mutex::new((Instant::now(), 0.0)),
@@ -87,8 +92,9 @@ impl Faults {
                 "gone-burst" => faults.gone_burst = true,
                 "flaky" => faults.flaky = fraction(key, value)?,
                 "throttle" => faults.throttle = Some(secs(value)?),
+                "evict" => faults.evict = fraction(key, value)?,
                 other => anyhow::bail!(
-                    "unknown fault {other:?} (known: latency, conflict, watch-drop, gone-burst, flaky, throttle)"
+                    "unknown fault {other:?} (known: latency, conflict, watch-drop, gone-burst, flaky, throttle, evict)"
                 ),
             }
         }
@@ -143,6 +149,11 @@ impl Faults {
         self.chance(self.conflict)
     }
 
+    /// Whether the pod starting now is evicted instead.
+    pub(crate) fn evict_now(&self) -> bool {
+        self.chance(self.evict)
+    }
+
     /// Record that a watch was dropped (so the next one may get 410).
     pub(crate) fn dropped(&self) {
         if self.gone_burst {
@@ -162,9 +173,11 @@ mod tests {
 
     #[test]
     fn parses_every_fault_and_names_a_bad_one() {
-        let f =
-            Faults::parse("latency=20,conflict=0.5,watch-drop=3,gone-burst,flaky=0,throttle=10")
-                .unwrap();
+        let f = Faults::parse(
+            "latency=20,conflict=0.5,watch-drop=3,gone-burst,flaky=0,throttle=10,evict=1",
+        )
+        .unwrap();
+        assert!(f.evict_now());
         assert_eq!(f.latency, Some(Duration::from_millis(20)));
         assert_eq!(f.watch_drop, Some(Duration::from_secs(3)));
         assert!(f.gone_burst);

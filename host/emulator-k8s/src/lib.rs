@@ -34,6 +34,7 @@ mod fields;
 mod gc;
 mod kubeconfig;
 mod kubelet;
+mod listed;
 mod log;
 mod pods;
 mod registry;
@@ -227,6 +228,7 @@ impl Emulator {
             runtime: Arc::new(runtime),
             connections: std::sync::atomic::AtomicUsize::new(0),
             executions: executions::Counters::default(),
+            listed: listed::ListedObjects::default(),
         });
         seed::seed(&state.store, &config.nodes);
         if config.with_agent_sandbox {
@@ -274,6 +276,14 @@ impl Emulator {
     /// What pods/exec has started so far.
     pub fn executions(&self) -> Executions {
         self.state.executions.snapshot()
+    }
+
+    /// Objects of `resource` (`sandboxes.agents.x-k8s.io`, or `pods` for the
+    /// core group) that list requests have returned so far, as
+    /// kube-apiserver's `apiserver_storage_list_returned_objects_total`
+    /// counts them.
+    pub fn listed_objects(&self, resource: &str) -> u64 {
+        self.state.listed.of(resource)
     }
 
     /// Pods running as local sandboxes now.
@@ -385,7 +395,7 @@ pub struct K8sArgs {
     /// The local backend's state directory for pod sandboxes (default: a temporary one).
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
-    /// Injected faults: `latency=MS,conflict=P,watch-drop=S,gone-burst,flaky=P,throttle=QPS`.
+    /// Injected faults: `latency=MS,conflict=P,watch-drop=S,gone-burst,flaky=P,throttle=QPS,evict=P`.
     #[arg(long, default_value = "")]
     pub faults: String,
     /// Forbid the user a verb on a resource, as RBAC would: `VERB:RESOURCE[.GROUP][/SUB]`

@@ -8,6 +8,7 @@ use crate::authz::Authorizer;
 use crate::executions::Counters;
 use crate::faults::Faults;
 use crate::kubelet::runtime::Runtime;
+use crate::listed::ListedObjects;
 use crate::registry::Registry;
 use crate::store::Store;
 
@@ -33,4 +34,6 @@ pub(crate) struct State {
     pub(crate) connections: AtomicUsize,
     /// What pods/exec has started.
     pub(crate) executions: Counters,
+    /// Objects lists have returned.
+    pub(crate) listed: ListedObjects,
 }

@@ -181,16 +181,10 @@ impl K8sBackend {
 
     fn not_ready(&self, claim: &str, template: &str, not_ready: NotReady) -> BackendError {
         match not_ready {
-            NotReady::Terminal(reason, message) => {
-                let kind = match reason.as_str() {
-                    "TemplateNotFound" | "WarmPoolNotFound" => ErrorKind::NotFound,
-                    _ => ErrorKind::SandboxLost,
-                };
-                self.error(
-                    kind,
-                    format!("claim {claim} of {template}: {reason}: {message}"),
-                )
-            }
+            NotReady::Terminal(kind, reason, message) => self.error(
+                kind,
+                format!("claim {claim} of {template}: {reason}: {message}"),
+            ),
             NotReady::Deleted => self.error(
                 ErrorKind::SandboxLost,
                 format!("claim {claim} of {template} was deleted before it was ready"),

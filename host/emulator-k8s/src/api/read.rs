@@ -164,6 +164,7 @@ pub(crate) fn list(state: &State, target: &Target, query: &Query) -> ApiResult<V
         .iter()
         .map(|o| present(target, o))
         .collect();
+    state.listed.add(&target.resource, page.len());
     let mut metadata = json!({"resourceVersion": list_rv.to_string()});
     if take < total {
         let last = sort_key(&page[take - 1]);

@@ -50,6 +50,14 @@ impl Kubelet {
         if self.runtime.node_images(&node).len() != pulls_before {
             self.publish_node_images(&node);
         }
+        if self.state.faults.evict_now() {
+            let message = "The node was low on resource: memory. (injected fault: evict)";
+            let status = json!({"phase": "Failed", "reason": "Evicted", "message": message});
+            if let Some(p) = self.patch_status(&pod, status) {
+                c.event(&p, "Warning", "Evicted", message);
+            }
+            return;
+        }
         let Some(first) = main.first() else { return };
         let env: Vec<(String, String)> = first["env"]
             .as_array()
