@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use sandfleet_backend_k8s::PREFLIGHT_ACCESS;
+use sandfleet_backend_k8s::{PREFLIGHT_ACCESS, PREPULL_ACCESS};
 use serde_json::Value;
 
 use crate::k8s::{Devcluster, kubectl};
@@ -73,7 +73,9 @@ fn the_manifests_apply_to_a_devcluster_and_grant_what_the_driver_needs() {
         .iter()
         .flat_map(|r| r["rules"].as_array().unwrap().clone())
         .collect();
-    for (group, resource, subresource, verbs) in PREFLIGHT_ACCESS {
+    for (group, resource, subresource, verbs) in
+        PREFLIGHT_ACCESS.into_iter().chain([PREPULL_ACCESS])
+    {
         let resource = if subresource.is_empty() {
             resource.to_string()
         } else {

@@ -370,7 +370,13 @@ impl Backend for K8sBackend {
     async fn preflight(&self) -> Preflight {
         match self.slot.get().await {
             Ok((clients, server)) => {
-                crate::preflight::check(&clients.retrying, &self.config, server).await
+                crate::preflight::check(
+                    &clients.retrying,
+                    &self.config,
+                    server,
+                    self.prepull.is_some(),
+                )
+                .await
             }
             Err(error) => Preflight {
                 failures: vec![error.to_string()],

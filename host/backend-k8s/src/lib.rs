@@ -29,7 +29,7 @@ mod scrub;
 pub use backend::K8sBackend;
 pub use client::K8sClients;
 pub use config::{ExecMode, K8sConfig, Limits};
-pub use preflight::PREFLIGHT_ACCESS;
+pub use preflight::{PREFLIGHT_ACCESS, PREPULL_ACCESS};
 pub use resources::{
     Sandbox, SandboxClaim, SandboxClaimSpec, SandboxClaimStatus, SandboxSpec, SandboxStatus,
     SandboxTemplate, SandboxTemplateSpec, SandboxWarmPool, SandboxWarmPoolSpec,

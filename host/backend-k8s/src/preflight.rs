@@ -49,8 +49,28 @@ pub const PREFLIGHT_ACCESS: [(&str, &str, &str, &[&str]); 7] = [
     ("", "nodes", "", &["list"]),
 ];
 
-/// Runs every check of `config` on `client`, for the cluster's namespace.
-pub(crate) async fn check(client: &kube::Client, config: &K8sConfig, server: &str) -> Preflight {
+/// The verbs a run with `[fleet] prepull` adds: a DaemonSet per image,
+/// watched until every node has it, then deleted.
+pub const PREPULL_ACCESS: (&str, &str, &str, &[&str]) = (
+    "apps",
+    "daemonsets",
+    "",
+    &["get", "list", "watch", "create", "delete"],
+);
+
+/// Which agent-sandbox releases the driver runs against, and why: v1beta1,
+/// the only version it speaks, first shipped in v0.5.0; 1.0 serves nothing
+/// else (its v1alpha1 and conversion webhook are gone).
+const SUPPORTED: &str = "agent-sandbox v0.5.0 to 1.0.x (v1beta1, first served by v0.5.0)";
+
+/// Runs every check of `config` on `client`, for the cluster's namespace;
+/// `prepull` when the run pre-pulls its images.
+pub(crate) async fn check(
+    client: &kube::Client,
+    config: &K8sConfig,
+    server: &str,
+    prepull: bool,
+) -> Preflight {
     let mut found = Preflight::default();
     match client.apiserver_version().await {
         Ok(version) => found.notes.push(format!(
@@ -96,7 +116,7 @@ pub(crate) async fn check(client: &kube::Client, config: &K8sConfig, server: &st
                 .push(missing("pull_secret", "Secret", secret, &error));
         }
     }
-    access(client, config, &mut found).await;
+    access(client, config, prepull, &mut found).await;
     if crds_served && found.failures.is_empty() {
         dry_run(client, config, &mut found).await;
     }
@@ -156,7 +176,7 @@ async fn crds(client: &kube::Client, found: &mut Preflight) -> bool {
         return true;
     }
     found.failures.push(format!(
-        "agent-sandbox CRDs {} (install agent-sandbox v0.4 or later with its extensions)",
+        "agent-sandbox CRDs {} (install {SUPPORTED}, with its extensions)",
         wrong.join("; ")
     ));
     false
@@ -170,6 +190,23 @@ async fn controller(client: &kube::Client, config: &K8sConfig, found: &mut Prefl
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
     match deployments.get(name).await {
         Ok(deployment) => {
+            let extensions = deployment
+                .spec
+                .as_ref()
+                .and_then(|s| s.template.spec.as_ref())
+                .is_some_and(|pod| {
+                    pod.containers
+                        .iter()
+                        .any(|c| extensions_enabled(c.command.iter().flatten().chain(c.args.iter().flatten())))
+                });
+            if !extensions {
+                found.failures.push(format!(
+                    "the agent-sandbox controller {namespace}/{name} runs without --extensions: \
+                     nothing would answer a SandboxClaim, SandboxWarmPool or SandboxTemplate, \
+                     and every claim would wait out its bind timeout (apply the release's \
+                     extensions.yaml, or helm --set controller.extensions=true)"
+                ));
+            }
             let available = deployment
                 .status
                 .and_then(|s| s.available_replicas)
@@ -192,11 +229,33 @@ async fn controller(client: &kube::Client, config: &K8sConfig, found: &mut Prefl
     }
 }
 
+/// Whether a controller started with `argv` runs the extensions'
+/// controllers: its `--extensions` flag is a Go bool flag (`-extensions`
+/// or `--extensions`, with `=VALUE` as `strconv.ParseBool` reads it), the
+/// last one given winning, off when absent.
+fn extensions_enabled<'a>(argv: impl Iterator<Item = &'a String>) -> bool {
+    let mut enabled = false;
+    for arg in argv {
+        let Some(flag) = arg.strip_prefix("--").or_else(|| arg.strip_prefix('-')) else {
+            continue;
+        };
+        match flag.split_once('=') {
+            None if flag == "extensions" => enabled = true,
+            Some(("extensions", value)) => {
+                enabled = matches!(value, "1" | "t" | "T" | "TRUE" | "true" | "True");
+            }
+            _ => {}
+        }
+    }
+    enabled
+}
+
 /// One SelfSubjectAccessReview per verb the run needs.
-async fn access(client: &kube::Client, config: &K8sConfig, found: &mut Preflight) {
+async fn access(client: &kube::Client, config: &K8sConfig, prepull: bool, found: &mut Preflight) {
     let reviews: Api<SelfSubjectAccessReview> = Api::all(client.clone());
     let mut asked = Vec::new();
-    for (group, resource, subresource, verbs) in PREFLIGHT_ACCESS {
+    let prepull = prepull.then_some(PREPULL_ACCESS);
+    for (group, resource, subresource, verbs) in PREFLIGHT_ACCESS.into_iter().chain(prepull) {
         for verb in verbs {
             let review = SelfSubjectAccessReview {
                 spec: SelfSubjectAccessReviewSpec {
@@ -378,4 +437,23 @@ pub(crate) async fn capacity(
         }
     }
     Ok(capacity)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_extensions_flag_is_read_as_go_reads_a_bool_flag() {
+        let enabled = |argv: &[&str]| {
+            let argv: Vec<String> = argv.iter().map(ToString::to_string).collect();
+            extensions_enabled(argv.iter())
+        };
+        assert!(enabled(&["--leader-elect=true", "--extensions"]));
+        assert!(enabled(&["-extensions=true"]));
+        assert!(enabled(&["--extensions=false", "--extensions=1"]));
+        assert!(!enabled(&["--leader-elect=true"]));
+        assert!(!enabled(&["--extensions", "--extensions=false"]));
+        assert!(!enabled(&["--extensions-off", "extensions"]));
+    }
 }

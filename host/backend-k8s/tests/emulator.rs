@@ -414,6 +414,62 @@ async fn bad_input_is_one_preflight_line_before_anything_is_created() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preflight_finds_a_controller_without_extensions_and_a_prepull_the_account_may_not_make() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use kube::api::{Patch, PatchParams};
+
+    // A pre-pull's DaemonSets are reviewed only for a run that pre-pulls.
+    let cluster = Cluster::start(Config {
+        with_agent_sandbox: true,
+        deny: vec!["create:daemonsets.apps".parse::<DenyRule>().unwrap()],
+        ..Config::default()
+    })
+    .await;
+    let found = cluster.backend(cluster.config()).preflight().await;
+    assert!(found.failures.is_empty(), "{found:?}");
+    let found = cluster
+        .backend(cluster.config())
+        .pre_pulling(Duration::from_secs(60))
+        .preflight()
+        .await;
+    assert_eq!(found.failures.len(), 1, "{found:?}");
+    assert!(
+        found.failures[0]
+            .starts_with("RBAC forbids create on daemonsets.apps in namespace `default`"),
+        "{found:?}"
+    );
+
+    // The controller as sandbox.yaml alone deploys it, or with the flag
+    // turned off again: nothing would answer a claim.
+    let deployments: kube::Api<Deployment> =
+        kube::Api::namespaced(cluster.client().await, "agent-sandbox-system");
+    for args in [
+        serde_json::json!(["--leader-elect=true"]),
+        serde_json::json!(["--extensions", "--leader-elect=true", "-extensions=false"]),
+    ] {
+        let patch = serde_json::json!({"spec": {"template": {"spec": {"containers": [
+            {"name": "agent-sandbox-controller", "args": args},
+        ]}}}});
+        deployments
+            .patch(
+                "agent-sandbox-controller",
+                &PatchParams::default(),
+                &Patch::Strategic(patch),
+            )
+            .await
+            .unwrap();
+        let found = cluster.backend(cluster.config()).preflight().await;
+        assert_eq!(found.failures.len(), 1, "{args}: {found:?}");
+        assert!(
+            found.failures[0].contains(
+                "agent-sandbox-system/agent-sandbox-controller runs without --extensions"
+            ),
+            "{found:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_prepull_puts_the_images_on_every_matching_node_and_leaves_no_daemon_set() {
     let cluster = Cluster::agent_sandbox().await;
     // Without being asked to, a cluster pulls nothing ahead.

@@ -66,7 +66,10 @@ pub use kubeconfig::{CONTEXT, Kubeconfig};
 pub use sandfleet_emulator_runtime::{ImageMap, Isolation as PodRuntime, MARKER_ENV, OciMap};
 pub use seed::NodeShape;
 
-/// The four agent-sandbox CRDs (kubernetes-sigs/agent-sandbox, v1beta1), embedded.
+/// The four agent-sandbox CRDs as agent-sandbox 1.0 installs them (upstream
+/// #1393 and #1404): v1beta1 alone, served and stored, with no v1alpha1 and
+/// no conversion webhook. The schemas are upstream's v1beta1 ones, unchanged
+/// from v0.5.6 to 1.0.3.
 pub const AGENT_SANDBOX_CRDS: [(&str, &str); 4] = [
     (
         "agents.x-k8s.io_sandboxes.yaml",

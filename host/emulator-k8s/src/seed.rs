@@ -80,7 +80,13 @@ fn controller_deployment() -> Value {
         "spec": {
             "replicas": 1,
             "selector": {"matchLabels": labels},
-            "template": {"metadata": {"labels": labels}, "spec": {"containers": [{"name": "controller", "image": "sandfleet/agent-sandbox-controller:emulated"}]}},
+            // As agent-sandbox 1.0.3's extensions.yaml deploys it: one
+            // controller, the extensions' controllers on by its flag.
+            "template": {"metadata": {"labels": labels}, "spec": {"containers": [{
+                "name": "agent-sandbox-controller",
+                "image": "registry.k8s.io/agent-sandbox/agent-sandbox-controller:v1.0.3",
+                "args": ["--leader-elect=true", "--extensions"],
+            }]}},
         },
         "status": {
             "observedGeneration": 1, "replicas": 1, "readyReplicas": 1, "availableReplicas": 1, "updatedReplicas": 1,
