@@ -19,6 +19,21 @@ use crate::fleet::Fleet;
 use crate::lifecycle::{self, App};
 use crate::random::Rng;
 
+/// One sandbox's create request, as the emulator took it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Created {
+    /// The sandbox's id.
+    pub id: String,
+    /// Its image (of a snapshot's sandbox: the image the snapshot came of).
+    pub image: String,
+    /// `resourceLimits`.
+    pub limits: BTreeMap<String, String>,
+    /// `resourceRequests` (the limits when the request left them out).
+    pub requests: BTreeMap<String, String>,
+    /// `networkPolicy` (honoured only when it denies all egress).
+    pub network_policy: Option<serde_json::Value>,
+}
+
 /// What an [`Emulator`] serves.
 #[derive(Debug, Clone)]
 pub struct EmulatorConfig {
@@ -161,6 +176,22 @@ impl Emulator {
             .all()
             .iter()
             .map(|s| (s.id.clone(), s.spec.extensions.get("poolRef").cloned()))
+            .collect()
+    }
+
+    /// What each sandbox that exists now was created with, as the
+    /// emulator took the request.
+    pub fn created(&self) -> Vec<Created> {
+        self.fleet
+            .all()
+            .iter()
+            .map(|s| Created {
+                id: s.id.clone(),
+                image: s.spec.image.clone(),
+                limits: s.spec.limits.clone(),
+                requests: s.spec.requests.clone(),
+                network_policy: s.spec.network_policy.clone(),
+            })
             .collect()
     }
 

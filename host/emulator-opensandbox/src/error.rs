@@ -78,6 +78,11 @@ impl ApiError {
     pub(crate) fn status(&self) -> StatusCode {
         self.status
     }
+
+    #[cfg(test)]
+    pub(crate) fn body(&self) -> &Value {
+        &self.body
+    }
 }
 
 impl IntoResponse for ApiError {

@@ -65,6 +65,7 @@ pub(crate) fn router(exec: Arc<SandboxExec>, tail: Tail) -> Router {
         .route("/command/{id}/logs", get(logs))
         .route("/files/upload", post(upload))
         .route("/files/download", get(download))
+        .route("/files", axum::routing::delete(remove_files))
         .layer(DefaultBodyLimit::max(MAX_UPLOAD))
         .with_state(Execd { exec, tail })
 }
@@ -389,6 +390,52 @@ async fn upload(
                     format!("writing {path}: {e}"),
                 )
             })?;
+    }
+    Ok(StatusCode::OK)
+}
+
+/// `DELETE /files?path=A&path=B`: removes files (never directories); a
+/// path that is gone is no failure.
+async fn remove_files(
+    State(execd): State<Execd>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+) -> Result<StatusCode, ApiError> {
+    let paths: Vec<String> = form_urlencoded::parse(query.unwrap_or_default().as_bytes())
+        .filter(|(key, value)| key == "path" && !value.is_empty())
+        .map(|(_, value)| sandbox_path(&value))
+        .collect();
+    if paths.is_empty() {
+        return Err(bad_request("missing query parameter path"));
+    }
+    let mut argv = vec!["rm".to_string(), "-f".to_string(), "--".to_string()];
+    argv.extend(paths.iter().cloned());
+    let request = sandfleet_core::ExecRequest {
+        argv,
+        timeout: Duration::from_secs(60),
+        ..sandfleet_core::ExecRequest::default()
+    };
+    let removed = execd
+        .exec
+        .backend
+        .exec(&execd.exec.handle, &request, None)
+        .await
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "RUNTIME_ERROR",
+                format!("removing {}: {e}", paths.join(", ")),
+            )
+        })?;
+    if removed.exit_code != 0 {
+        return Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "RUNTIME_ERROR",
+            format!(
+                "removing {}: {}",
+                paths.join(", "),
+                String::from_utf8_lossy(&removed.stderr).trim()
+            ),
+        ));
     }
     Ok(StatusCode::OK)
 }

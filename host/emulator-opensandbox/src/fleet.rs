@@ -52,6 +52,9 @@ pub(crate) struct CreateSpec {
     pub(crate) limits: BTreeMap<String, String>,
     pub(crate) requests: BTreeMap<String, String>,
     pub(crate) pooled: bool,
+    /// The egress policy asked for (one that denies all egress: the
+    /// emulator's sandboxes have no network, with or without one).
+    pub(crate) network_policy: Option<serde_json::Value>,
 }
 
 /// One sandbox.

@@ -23,6 +23,16 @@
 //! the local backend has none, a snapshot create answers 501
 //! `SNAPSHOT::NOT_IMPLEMENTED`, as a runtime without them does.
 //!
+//! A create's `networkPolicy` is honoured when it denies all egress (the
+//! sandboxes have no network) and refused with a 422 naming it when it would
+//! let anything out; `platform` is honoured when it names the host's and
+//! refused otherwise; `volumes` and `lifecycle` hooks are refused. Without a
+//! `networkPolicy` the real runtime's sandbox has a network and the
+//! emulator's still has none. An `ephemeral-storage` quantity in
+//! `resourceLimits` or `resourceRequests` is checked as the server checks
+//! cpu and memory, but not enforced: every sandbox gets the shared
+//! runtime's disk. execd's `DELETE /files?path=…` removes files.
+//!
 //! Not emulated: pause and resume, templates, pools' CRUD,
 //! the egress sidecar's API (its endpoint, port 18080, resolves), running
 //! the entrypoint (sandboxes are idle until commands come), `uid`/`gid` and
@@ -49,7 +59,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 
 pub use counters::Executions;
-pub use emulator::{Emulator, EmulatorConfig};
+pub use emulator::{Created, Emulator, EmulatorConfig};
 pub use execd::{EGRESS_PORT, EXECD_PORT};
 pub use faults::{DEFAULT_GRACE_TAIL, Faults};
 pub use lifecycle::SERVER_VERSION;

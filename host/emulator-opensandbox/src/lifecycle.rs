@@ -570,6 +570,7 @@ async fn debug_sandboxes(State(app): AppState) -> axum::Json<Value> {
                 "resourceLimits": s.spec.limits,
                 "resourceRequests": s.spec.requests,
                 "pooled": s.spec.pooled,
+                "networkPolicy": s.spec.network_policy,
                 "execd": format!("{}:{}", s.execd_ip, crate::execd::EXECD_PORT),
             })
         })

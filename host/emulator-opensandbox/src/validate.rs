@@ -40,13 +40,7 @@ fn string_map(
             }
             Value::Null if nullable => {}
             other => {
-                return Err(ApiError::validation(pydantic(
-                    "string_type",
-                    &["body", field, key],
-                    "Input should be a valid string",
-                    other.clone(),
-                    None,
-                )));
+                return Err(not_a_string(&["body", field, key], other));
             }
         }
     }
@@ -147,6 +141,233 @@ fn memory_mib(text: &str) -> Option<u32> {
     (bytes > 0.0 && bytes < 1e18).then(|| (bytes / (1024.0 * 1024.0)).ceil().max(1.0) as u32)
 }
 
+/// pydantic's `string_type` at `loc`.
+fn not_a_string(loc: &[&str], input: &Value) -> ApiError {
+    ApiError::validation(pydantic(
+        "string_type",
+        loc,
+        "Input should be a valid string",
+        input.clone(),
+        None,
+    ))
+}
+
+/// pydantic's `missing` at `loc`, in the object `input`.
+fn missing(loc: &[&str], input: &Value) -> ApiError {
+    ApiError::validation(pydantic(
+        "missing",
+        loc,
+        "Field required",
+        input.clone(),
+        None,
+    ))
+}
+
+/// pydantic's `model_type` at `loc`: `input` is not an object of model
+/// `class`.
+fn not_a_model(loc: &[&str], class: &str, input: &Value) -> ApiError {
+    ApiError::validation(pydantic(
+        "model_type",
+        loc,
+        &format!("Input should be a valid dictionary or instance of {class}"),
+        input.clone(),
+        Some(json!({"class_name": class})),
+    ))
+}
+
+/// A refusal of something the request may ask for but the emulator cannot
+/// give: FastAPI's 422 naming the field, so a client learns that its
+/// request was not honoured instead of getting a sandbox without it.
+fn not_honoured(field: &str, input: &Value, why: &str) -> ApiError {
+    ApiError::validation(pydantic(
+        "value_error",
+        &["body", field],
+        &format!("Value error, {field} is not supported by the sandfleet emulator: {why}"),
+        input.clone(),
+        Some(json!({"error": {}})),
+    ))
+}
+
+/// `networkPolicy`, checked as the egress sidecar reads it (an empty or
+/// missing `defaultAction` is `deny`, rules need an `allow` or `deny`
+/// action and a target) and honoured when it denies all egress, which is
+/// what the emulator's sandboxes are (they have no network); a policy that
+/// lets anything out is refused. Returns the policy to keep.
+fn network_policy(object: &Map<String, Value>, pooled: bool) -> Result<Option<Value>, ApiError> {
+    const FIELD: &str = "networkPolicy";
+    let Some(policy) = object.get(FIELD).filter(|v| !v.is_null()) else {
+        return Ok(None);
+    };
+    let Some(fields) = policy.as_object() else {
+        return Err(not_a_model(&["body", FIELD], "NetworkPolicy", policy));
+    };
+    let action = |value: Option<&Value>, loc: &[&str]| -> Result<String, ApiError> {
+        match value {
+            None | Some(Value::Null) => Ok("deny".into()),
+            Some(Value::String(text)) => match text.trim().to_ascii_lowercase().as_str() {
+                "" | "deny" => Ok("deny".into()),
+                "allow" => Ok("allow".into()),
+                _ => Err(ApiError::validation(pydantic(
+                    "value_error",
+                    loc,
+                    &format!("Value error, unsupported action {text:?} (allow | deny)"),
+                    Value::String(text.clone()),
+                    Some(json!({"error": {}})),
+                ))),
+            },
+            Some(other) => Err(not_a_string(loc, other)),
+        }
+    };
+    let default = action(
+        fields.get("defaultAction"),
+        &["body", FIELD, "defaultAction"],
+    )?;
+    let rules = match fields.get("egress") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(rules)) => rules.clone(),
+        Some(other) => {
+            return Err(ApiError::validation(pydantic(
+                "list_type",
+                &["body", FIELD, "egress"],
+                "Input should be a valid list",
+                other.clone(),
+                None,
+            )));
+        }
+    };
+    let mut allowed = Vec::new();
+    for (i, rule) in rules.iter().enumerate() {
+        let index = i.to_string();
+        let loc = |key: &'static str| -> Vec<&str> { vec!["body", FIELD, "egress", &index, key] };
+        let Some(rule) = rule.as_object() else {
+            return Err(not_a_model(
+                &["body", FIELD, "egress", &index],
+                "NetworkRule",
+                rule,
+            ));
+        };
+        for key in ["action", "target"] {
+            if !rule.contains_key(key) {
+                return Err(missing(&loc(key), &Value::Object(rule.clone())));
+            }
+        }
+        let target = match &rule["target"] {
+            Value::String(target) if !target.is_empty() => target.clone(),
+            Value::String(_) => {
+                return Err(ApiError::validation(pydantic(
+                    "string_too_short",
+                    &loc("target"),
+                    "String should have at least 1 character",
+                    rule["target"].clone(),
+                    Some(json!({"min_length": 1})),
+                )));
+            }
+            other => return Err(not_a_string(&loc("target"), other)),
+        };
+        if action(rule.get("action"), &loc("action"))? == "allow" {
+            allowed.push(target);
+        }
+    }
+    if pooled {
+        // The server's own rule: a pool's pods exist before the request.
+        return Err(ApiError::bad_request(
+            "SANDBOX::INVALID_PARAMETER",
+            "networkPolicy is not supported together with extensions.poolRef: pooled pods are \
+             pre-created",
+        ));
+    }
+    if default == "allow" {
+        return Err(not_honoured(
+            FIELD,
+            policy,
+            "its sandboxes have no network, so only a policy that denies all egress is honoured \
+             (defaultAction \"allow\" lets traffic out)",
+        ));
+    }
+    if !allowed.is_empty() {
+        return Err(not_honoured(
+            FIELD,
+            policy,
+            &format!(
+                "its sandboxes have no network, so only a policy that denies all egress is \
+                 honoured (an allow rule for {} lets traffic out)",
+                allowed.join(", ")
+            ),
+        ));
+    }
+    Ok(Some(policy.clone()))
+}
+
+/// The host's platform in the API's words (`linux`, `amd64`/`arm64`).
+fn host_platform() -> (&'static str, &'static str) {
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    };
+    (std::env::consts::OS, arch)
+}
+
+/// `platform`: honoured when it names the host's (the only platform the
+/// emulator's sandboxes run on), refused otherwise, as the API asks ("If
+/// specified, runtime must satisfy this platform or fail explicitly").
+fn platform(object: &Map<String, Value>) -> Result<(), ApiError> {
+    const FIELD: &str = "platform";
+    let Some(platform) = object.get(FIELD).filter(|v| !v.is_null()) else {
+        return Ok(());
+    };
+    let Some(fields) = platform.as_object() else {
+        return Err(not_a_model(&["body", FIELD], "PlatformSpec", platform));
+    };
+    let mut named = Vec::new();
+    for key in ["os", "arch"] {
+        match fields.get(key) {
+            Some(Value::String(text)) => named.push(text.trim().to_ascii_lowercase()),
+            Some(other) => return Err(not_a_string(&["body", FIELD, key], other)),
+            None => return Err(missing(&["body", FIELD, key], platform)),
+        }
+    }
+    let (os, arch) = host_platform();
+    if named != [os, arch] {
+        return Err(not_honoured(
+            FIELD,
+            platform,
+            &format!(
+                "its sandboxes run on {os}/{arch} only, not {}/{}",
+                named[0], named[1]
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Fields the emulator cannot honour at all: `volumes` (host, PVC and
+/// OSSFS mounts) and `lifecycle` (hooks execd would run). Empty values ask
+/// for nothing and pass.
+fn unsupported(object: &Map<String, Value>) -> Result<(), ApiError> {
+    let asks = |value: &Value| match value {
+        Value::Null => false,
+        Value::Array(items) => !items.is_empty(),
+        Value::Object(fields) => fields.values().any(|v| !v.is_null()),
+        _ => true,
+    };
+    if let Some(volumes) = object.get("volumes").filter(|v| asks(v)) {
+        return Err(not_honoured(
+            "volumes",
+            volumes,
+            "its sandboxes mount no host, PVC or OSSFS storage; leave volumes out",
+        ));
+    }
+    if let Some(lifecycle) = object.get("lifecycle").filter(|v| asks(v)) {
+        return Err(not_honoured(
+            "lifecycle",
+            lifecycle,
+            "its execd runs no preStart or periodic hooks; leave lifecycle out",
+        ));
+    }
+    Ok(())
+}
+
 /// The create request `body` (already JSON), checked.
 pub(crate) fn create_request(body: &Value) -> Result<CreateSpec, ApiError> {
     let Some(object) = body.as_object() else {
@@ -191,34 +412,15 @@ pub(crate) fn create_request(body: &Value) -> Result<CreateSpec, ApiError> {
         None | Some(Value::Null) => None,
         Some(Value::Object(image)) => match image.get("uri") {
             Some(Value::String(uri)) => Some(uri.clone()),
-            Some(other) => {
-                return Err(ApiError::validation(pydantic(
-                    "string_type",
-                    &["body", "image", "uri"],
-                    "Input should be a valid string",
-                    other.clone(),
-                    None,
-                )));
-            }
+            Some(other) => return Err(not_a_string(&["body", "image", "uri"], other)),
             None => {
-                return Err(ApiError::validation(pydantic(
-                    "missing",
+                return Err(missing(
                     &["body", "image", "uri"],
-                    "Field required",
-                    Value::Object(image.clone()),
-                    None,
-                )));
+                    &Value::Object(image.clone()),
+                ));
             }
         },
-        Some(other) => {
-            return Err(ApiError::validation(pydantic(
-                "model_type",
-                &["body", "image"],
-                "Input should be a valid dictionary or instance of ImageSpec",
-                other.clone(),
-                Some(json!({"class_name": "ImageSpec"})),
-            )));
-        }
+        Some(other) => return Err(not_a_model(&["body", "image"], "ImageSpec", other)),
     };
     let entrypoint = match object.get("entrypoint") {
         None | Some(Value::Null) => None,
@@ -238,13 +440,7 @@ pub(crate) fn create_request(body: &Value) -> Result<CreateSpec, ApiError> {
                     Some(word) => words.push(word.to_string()),
                     None => {
                         let index = i.to_string();
-                        return Err(ApiError::validation(pydantic(
-                            "string_type",
-                            &["body", "entrypoint", &index],
-                            "Input should be a valid string",
-                            item.clone(),
-                            None,
-                        )));
+                        return Err(not_a_string(&["body", "entrypoint", &index], item));
                     }
                 }
             }
@@ -309,6 +505,9 @@ pub(crate) fn create_request(body: &Value) -> Result<CreateSpec, ApiError> {
     for (key, value) in &metadata {
         metadata_label(key, value)?;
     }
+    let network_policy = network_policy(object, pooled)?;
+    platform(object)?;
+    unsupported(object)?;
     let limits = limits.unwrap_or_default();
     let quantity =
         |field: &str, map: &BTreeMap<String, String>, key: &str| -> Result<Option<u32>, ApiError> {
@@ -327,10 +526,13 @@ pub(crate) fn create_request(body: &Value) -> Result<CreateSpec, ApiError> {
                 )
             })
         };
+    for (field, map) in [("resourceLimits", &limits), ("resourceRequests", &requests)] {
+        for key in ["cpu", "memory", "ephemeral-storage"] {
+            quantity(field, map, key)?;
+        }
+    }
     let cpu = quantity("resourceLimits", &limits, "cpu")?;
     let memory = quantity("resourceLimits", &limits, "memory")?;
-    quantity("resourceRequests", &requests, "cpu")?;
-    quantity("resourceRequests", &requests, "memory")?;
     // Requests default to the limits (Guaranteed QoS) unless given apart.
     let requests = if requests.is_empty() {
         limits.clone()
@@ -358,6 +560,7 @@ pub(crate) fn create_request(body: &Value) -> Result<CreateSpec, ApiError> {
         limits,
         requests,
         pooled,
+        network_policy,
     })
 }
 
@@ -390,6 +593,24 @@ mod tests {
     }
 
     #[test]
+    fn an_ephemeral_storage_quantity_is_checked_like_memory() {
+        let mut disk = valid();
+        disk["resourceLimits"]["ephemeral-storage"] = json!("2Gi");
+        disk["resourceRequests"] =
+            json!({"cpu": "250m", "memory": "256Mi", "ephemeral-storage": "1Gi"});
+        let spec = create_request(&disk).unwrap();
+        assert_eq!(spec.limits["ephemeral-storage"], "2Gi");
+        assert_eq!(spec.requests["ephemeral-storage"], "1Gi");
+        disk["resourceRequests"]["ephemeral-storage"] = json!("plenty");
+        let error = create_request(&disk).unwrap_err();
+        assert_eq!(error.status(), axum::http::StatusCode::BAD_REQUEST);
+        assert_eq!(
+            error.body()["message"],
+            "resourceRequests.ephemeral-storage `plenty` is not a valid quantity"
+        );
+    }
+
+    #[test]
     fn quantities_parse_like_kubernetes() {
         assert_eq!(cpu_milli("1"), Some(1000));
         assert_eq!(cpu_milli("0.25"), Some(250));
@@ -414,6 +635,148 @@ mod tests {
         ] {
             let error = metadata_label(key, value).unwrap_err();
             assert_eq!(error.status(), axum::http::StatusCode::BAD_REQUEST, "{key}");
+        }
+    }
+
+    fn with(field: &str, value: Value) -> Value {
+        let mut body = valid();
+        body[field] = value;
+        body
+    }
+
+    /// The 422's single entry: where it points and what it says.
+    fn refusal(body: &Value) -> (Vec<String>, String) {
+        let error = create_request(body).unwrap_err();
+        assert_eq!(
+            error.status(),
+            axum::http::StatusCode::UNPROCESSABLE_ENTITY,
+            "{body}"
+        );
+        let detail = &error.body()["detail"][0];
+        let loc = detail["loc"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect();
+        (loc, detail["msg"].as_str().unwrap().to_string())
+    }
+
+    #[test]
+    fn a_policy_that_denies_all_egress_is_honoured_and_one_that_lets_anything_out_is_refused() {
+        for policy in [
+            json!({"defaultAction": "deny", "egress": []}),
+            json!({"defaultAction": " DENY "}),
+            // The sidecar's defaults: an empty policy and a missing
+            // default are deny.
+            json!({}),
+            json!({"egress": [{"action": "deny", "target": "pypi.org"}]}),
+        ] {
+            let spec = create_request(&with("networkPolicy", policy.clone())).unwrap();
+            assert_eq!(spec.network_policy, Some(policy));
+        }
+        assert_eq!(
+            create_request(&with("networkPolicy", Value::Null))
+                .unwrap()
+                .network_policy,
+            None
+        );
+        let (loc, msg) = refusal(&with("networkPolicy", json!({"defaultAction": "allow"})));
+        assert_eq!(loc, ["body", "networkPolicy"]);
+        assert!(msg.contains("networkPolicy is not supported"), "{msg}");
+        assert!(msg.contains("defaultAction \"allow\""), "{msg}");
+        let (loc, msg) = refusal(&with(
+            "networkPolicy",
+            json!({"defaultAction": "deny", "egress": [{"action": "allow", "target": "pypi.org"}]}),
+        ));
+        assert_eq!(loc, ["body", "networkPolicy"]);
+        assert!(msg.contains("allow rule for pypi.org"), "{msg}");
+    }
+
+    #[test]
+    fn a_malformed_policy_is_refused_where_it_is_wrong() {
+        let cases = [
+            (json!("deny"), vec!["body", "networkPolicy"]),
+            (
+                json!({"defaultAction": "maybe"}),
+                vec!["body", "networkPolicy", "defaultAction"],
+            ),
+            (
+                json!({"egress": {}}),
+                vec!["body", "networkPolicy", "egress"],
+            ),
+            (
+                json!({"egress": [{"target": "x.org"}]}),
+                vec!["body", "networkPolicy", "egress", "0", "action"],
+            ),
+            (
+                json!({"egress": [{"action": "deny", "target": ""}]}),
+                vec!["body", "networkPolicy", "egress", "0", "target"],
+            ),
+            (
+                json!({"egress": [{"action": "deny", "target": "a.org"}, {"action": "block", "target": "b.org"}]}),
+                vec!["body", "networkPolicy", "egress", "1", "action"],
+            ),
+        ];
+        for (policy, at) in cases {
+            let (loc, _) = refusal(&with("networkPolicy", policy.clone()));
+            assert_eq!(loc, at, "{policy}");
+        }
+    }
+
+    #[test]
+    fn a_policy_with_a_pool_is_refused_as_the_server_refuses_it() {
+        let mut pooled = json!({"image": {"uri": "calc"}, "entrypoint": ["x"],
+            "extensions": {"poolRef": "p"}, "networkPolicy": {"defaultAction": "deny"}});
+        let error = create_request(&pooled).unwrap_err();
+        assert_eq!(error.status(), axum::http::StatusCode::BAD_REQUEST);
+        assert!(
+            error.body()["message"]
+                .as_str()
+                .unwrap()
+                .contains("extensions.poolRef"),
+            "{:?}",
+            error.body()
+        );
+        pooled["networkPolicy"] = Value::Null;
+        assert!(create_request(&pooled).unwrap().pooled);
+    }
+
+    #[test]
+    fn the_hosts_platform_is_honoured_and_any_other_is_refused() {
+        let (os, arch) = host_platform();
+        assert!(create_request(&with("platform", json!({"os": os, "arch": arch}))).is_ok());
+        assert!(create_request(&with("platform", Value::Null)).is_ok());
+        let (loc, msg) = refusal(&with("platform", json!({"os": "linux", "arch": "s390x"})));
+        assert_eq!(loc, ["body", "platform"]);
+        assert!(
+            msg.contains(&format!("run on {os}/{arch} only, not linux/s390x")),
+            "{msg}"
+        );
+        let (loc, _) = refusal(&with("platform", json!({"os": "linux"})));
+        assert_eq!(loc, ["body", "platform", "arch"]);
+    }
+
+    #[test]
+    fn volumes_and_lifecycle_hooks_are_refused_unless_they_ask_for_nothing() {
+        let volume = json!([{"name": "data", "mountPath": "/data", "host": {"path": "/srv"}}]);
+        let (loc, msg) = refusal(&with("volumes", volume));
+        assert_eq!(loc, ["body", "volumes"]);
+        assert!(msg.contains("volumes is not supported"), "{msg}");
+        let hooks = json!({"preStart": {"command": ["touch", "/ready"]}});
+        let (loc, msg) = refusal(&with("lifecycle", hooks));
+        assert_eq!(loc, ["body", "lifecycle"]);
+        assert!(msg.contains("lifecycle is not supported"), "{msg}");
+        for (field, nothing) in [
+            ("volumes", json!([])),
+            ("volumes", Value::Null),
+            ("lifecycle", json!({})),
+            ("lifecycle", json!({"preStart": null, "periodic": null})),
+        ] {
+            assert!(
+                create_request(&with(field, nothing.clone())).is_ok(),
+                "{field}: {nothing}"
+            );
         }
     }
 

@@ -292,7 +292,39 @@ async fn bad_creates_get_the_real_shapes() {
         .send()
         .await;
     assert_eq!(junk.status, StatusCode::UNPROCESSABLE_ENTITY);
+    // What the emulator cannot honour is FastAPI's 422, naming the field.
+    for (field, value) in [
+        ("networkPolicy", json!({"defaultAction": "allow"})),
+        (
+            "volumes",
+            json!([{"name": "d", "mountPath": "/d", "pvc": {"claimName": "c"}}]),
+        ),
+        ("platform", json!({"os": "windows", "arch": "amd64"})),
+        ("lifecycle", json!({"preStart": {"command": ["true"]}})),
+    ] {
+        let mut body = create_body();
+        body[field] = value;
+        let reply = fx.api(Method::POST, "/v1/sandboxes", Some(&body)).await;
+        assert_eq!(reply.status, StatusCode::UNPROCESSABLE_ENTITY, "{field}");
+        let detail = &reply.json()["detail"][0];
+        assert_eq!(detail["type"], "value_error", "{field}");
+        assert_eq!(detail["loc"], json!(["body", field]));
+        assert!(
+            detail["msg"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("Value error, {field} is not supported")),
+            "{detail}"
+        );
+    }
     assert_eq!(fx.emulator.live_sandboxes(), 0);
+    let mut offline = create_body();
+    offline["networkPolicy"] = json!({"defaultAction": "deny", "egress": []});
+    fx.create(&offline).await;
+    assert_eq!(
+        fx.emulator.created()[0].network_policy,
+        Some(offline["networkPolicy"].clone())
+    );
     fx.emulator.shutdown().await;
 }
 
@@ -632,6 +664,26 @@ async fn files_upload_in_pairs_and_download_with_ranges() {
     .send()
     .await;
     assert_eq!(missing.status, StatusCode::NOT_FOUND);
+    // Removing takes several paths; one already gone is no failure.
+    let removed = call(
+        &fx.http,
+        Method::DELETE,
+        &format!("{execd}/files?path=/workspace/dir/f.txt&path=/workspace/gone"),
+    )
+    .send()
+    .await;
+    assert_eq!(
+        removed.status,
+        StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&removed.body)
+    );
+    let after = call(&fx.http, Method::GET, &url).send().await;
+    assert_eq!(after.status, StatusCode::NOT_FOUND);
+    let nameless = call(&fx.http, Method::DELETE, &format!("{execd}/files"))
+        .send()
+        .await;
+    assert_eq!(nameless.status, StatusCode::BAD_REQUEST);
     fx.emulator.shutdown().await;
 }
 
