@@ -956,3 +956,55 @@ async fn a_reap_in_a_namespace_of_5000_foreign_sandboxes_reads_only_its_own() {
         .unwrap();
     assert_eq!(left.items.len(), FOREIGN);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_that_times_out_says_what_the_scheduler_or_the_kubelet_said() {
+    let cluster = Cluster::agent_sandbox().await;
+    let backend = cluster.backend(K8sConfig {
+        bind_timeout: Some(Duration::from_secs(6)),
+        ..cluster.config()
+    });
+    let run = RunId::new("run-waiting").unwrap();
+    // More scratch space than any node has, and an image no registry has.
+    let too_big = TemplateSpec {
+        disk_mib: 1024 * 1024,
+        ..spec(&run)
+    };
+    let unknown = TemplateSpec {
+        name: template_name(&run, "nowhere"),
+        image: "nowhere".into(),
+        ..spec(&run)
+    };
+    // The kubelet says ErrImagePull, then ImagePullBackOff until it tries
+    // again.
+    let cases: [(TemplateSpec, &[&str]); 2] = [
+        (
+            too_big,
+            &["its pod: Unschedulable: 0/3 nodes are available: 3 Insufficient ephemeral-storage"],
+        ),
+        (
+            unknown,
+            &[
+                "its pod: ErrImagePull: rpc error",
+                "its pod: ImagePullBackOff: Back-off pulling image \"nowhere\"",
+            ],
+        ),
+    ];
+    for (template, said) in cases {
+        let template = backend.ensure_template(&template).await.unwrap();
+        let error = backend
+            .claim(
+                &template,
+                &run.labels(),
+                Instant::now() + Duration::from_secs(8),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::Timeout, "{error}");
+        assert!(
+            said.iter().any(|said| error.message().contains(said)),
+            "{error}"
+        );
+    }
+    backend.reap(&run).await.unwrap();
+}

@@ -473,6 +473,31 @@ async fn a_claim_that_does_not_bind_in_time_is_deleted_and_the_next_one_is_made_
 }
 
 #[tokio::test(start_paused = true)]
+async fn no_try_at_a_claim_is_shorter_than_the_controllers_cold_start_needs() {
+    let scripted = Scripted::serving(as_served());
+    scripted.server().unbound = usize::MAX;
+    let started = tokio::time::Instant::now();
+    // Half of 7 s would be a 3.5 s try and then another of 1.75 s, both
+    // over before a cold sandbox's pod could say why it does not start.
+    let error = scripted
+        .backend
+        .claim(
+            &scripted.template(),
+            &scripted.run.labels(),
+            Instant::now() + Duration::from_secs(7),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Timeout, "{error}");
+    assert!(
+        started.elapsed() >= Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(scripted.server().posted_claims().len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_claim_deleted_while_its_watch_was_expired_is_found_gone_by_the_relist() {
     let scripted = Scripted::serving(as_served());
     {

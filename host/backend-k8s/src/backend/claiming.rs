@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::PostParams;
 use sandfleet_core::{
@@ -11,14 +12,17 @@ use sandfleet_core::{
 };
 
 use super::{HandleData, K8sBackend};
-use crate::claims::{NotReady, wait_ready};
+use crate::claims::{NotReady, Seen, wait_ready};
 use crate::errors::is_not_found;
 use crate::objects;
 use crate::preflight::MANAGER;
 use crate::resources::{POD_NAME_ANNOTATION, Sandbox, SandboxClaim};
 
-/// Below this much time left, a claim that did not bind is not made again.
-const MIN_RETRY: Duration = Duration::from_secs(2);
+/// The shortest try at a claim worth making: the controller waits 2 s for
+/// a warm sandbox before it makes a cold one, whose pod must then be
+/// scheduled and started. A shorter try could only time out before the
+/// scheduler or the kubelet had said why.
+const MIN_TRY: Duration = Duration::from_secs(5);
 
 impl K8sBackend {
     /// A claim of `template` that binds by `deadline`, or an error saying
@@ -35,10 +39,15 @@ impl K8sBackend {
                 format!("claim of {}: {e}", template.name),
             )
         })?;
-        let now = Instant::now();
+        // Tokio's clock, which is the std clock except under a test's
+        // paused time, where the waits below advance it.
+        let now = tokio::time::Instant::now().into_std();
+        let left = deadline.saturating_duration_since(now);
         let bind_by = match self.config.bind_timeout {
             Some(bind) => deadline.min(now + bind),
-            None => now + deadline.saturating_duration_since(now) / 2,
+            // Half of what is left, so the engine may claim again, but never
+            // a try too short to bind.
+            None => now + (left / 2).max(MIN_TRY.min(left)),
         };
         match self.claim_once(template, labels, bind_by).await {
             // Did not bind (upstream #1367: cold creates lost under load):
@@ -46,7 +55,9 @@ impl K8sBackend {
             // for it, under the run's retry budget.
             Err(error)
                 if error.kind() == ErrorKind::Timeout
-                    && deadline.saturating_duration_since(Instant::now()) > MIN_RETRY =>
+                    && deadline
+                        .saturating_duration_since(tokio::time::Instant::now().into_std())
+                        >= MIN_TRY =>
             {
                 Err(self.error(
                     ErrorKind::Unavailable,
@@ -112,10 +123,17 @@ impl K8sBackend {
         let ready = match wait_ready(seen, bind_by.into()).await {
             Ok(ready) => ready,
             Err(not_ready) => {
+                let waiting_on = match &not_ready {
+                    NotReady::Timeout(_) => {
+                        let last = seen.borrow().clone();
+                        self.pod_waiting_on(name, &last).await
+                    }
+                    _ => None,
+                };
                 if not_ready != NotReady::Deleted {
                     self.discard_claim(name).await;
                 }
-                return Err(self.not_ready(name, &template.name, not_ready));
+                return Err(self.not_ready(name, &template.name, not_ready, waiting_on));
             }
         };
         let sandbox_name = ready
@@ -179,7 +197,45 @@ impl K8sBackend {
         })
     }
 
-    fn not_ready(&self, claim: &str, template: &str, not_ready: NotReady) -> BackendError {
+    /// What the pod of claim `claim`'s sandbox was waiting on when the
+    /// claim gave up (`last`: the claim as the watch last showed it): the
+    /// scheduler's or the kubelet's reason, which the claim's own `Ready`
+    /// condition does not carry. `None` when there is no pod yet or it
+    /// waits on nothing it names.
+    async fn pod_waiting_on(&self, claim: &str, last: &Seen) -> Option<String> {
+        // A cold sandbox is named like its claim; an adopted one is named
+        // in the claim's status.
+        let sandbox = match last {
+            Seen::Present(seen) => seen
+                .status
+                .as_ref()
+                .and_then(|s| s.sandbox.as_ref())
+                .map(|s| s.name.clone())
+                .filter(|name| !name.is_empty()),
+            _ => None,
+        }
+        .unwrap_or_else(|| claim.to_string());
+        let sandboxes = self.api::<Sandbox>().await.ok()?;
+        let pod = match sandboxes.get_opt(&sandbox).await {
+            Ok(Some(found)) => found
+                .annotations()
+                .get(POD_NAME_ANNOTATION)
+                .cloned()
+                .unwrap_or(sandbox),
+            _ => return None,
+        };
+        let pods = self.api::<Pod>().await.ok()?;
+        let pod = pods.get_opt(&pod).await.ok()??;
+        waiting_on(&pod)
+    }
+
+    fn not_ready(
+        &self,
+        claim: &str,
+        template: &str,
+        not_ready: NotReady,
+        waiting_on: Option<String>,
+    ) -> BackendError {
         match not_ready {
             NotReady::Terminal(kind, reason, message) => self.error(
                 kind,
@@ -189,13 +245,23 @@ impl K8sBackend {
                 ErrorKind::SandboxLost,
                 format!("claim {claim} of {template} was deleted before it was ready"),
             ),
-            NotReady::Timeout(reason) => self.error(
-                ErrorKind::Timeout,
-                format!(
-                    "claim {claim} of {template} did not bind in time ({}); deleted",
-                    reason.unwrap_or_else(|| "no status yet".into())
-                ),
-            ),
+            NotReady::Timeout(reason) => {
+                let said: Vec<String> = reason
+                    .into_iter()
+                    .chain(waiting_on.map(|pod| format!("its pod: {pod}")))
+                    .collect();
+                self.error(
+                    ErrorKind::Timeout,
+                    format!(
+                        "claim {claim} of {template} did not bind in time ({}); deleted",
+                        if said.is_empty() {
+                            "no status yet".to_string()
+                        } else {
+                            said.join("; ")
+                        }
+                    ),
+                )
+            }
         }
     }
 
@@ -204,5 +270,75 @@ impl K8sBackend {
         if let Err(error) = self.delete_claim(name, false).await {
             tracing::warn!(cluster = %self.name, claim = name, %error, "cannot delete a claim that was not used");
         }
+    }
+}
+
+/// Why `pod` is not running, as the scheduler or the kubelet said it:
+/// `Unschedulable: 0/3 nodes are available: …` while it has no node,
+/// else the first container (init containers first) waiting on something
+/// other than its own creation (`ErrImagePull: …`).
+fn waiting_on(pod: &Pod) -> Option<String> {
+    let status = pod.status.as_ref()?;
+    let said = |reason: &str, message: Option<&String>| match message {
+        Some(message) if !message.is_empty() => format!("{reason}: {message}"),
+        _ => reason.to_string(),
+    };
+    if let Some(scheduled) = status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+    {
+        let reason = scheduled.reason.as_deref().unwrap_or("Unschedulable");
+        return Some(said(reason, scheduled.message.as_ref()));
+    }
+    status
+        .init_container_statuses
+        .iter()
+        .flatten()
+        .chain(status.container_statuses.iter().flatten())
+        .filter_map(|c| c.state.as_ref()?.waiting.as_ref())
+        .find_map(|waiting| {
+            let reason = waiting.reason.as_deref()?;
+            (reason != "ContainerCreating" && reason != "PodInitializing")
+                .then(|| said(reason, waiting.message.as_ref()))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(status: serde_json::Value) -> Pod {
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "p"}, "status": status}))
+            .unwrap()
+    }
+
+    #[test]
+    fn a_pod_says_what_the_scheduler_or_the_kubelet_waits_on() {
+        let unschedulable = pod(serde_json::json!({"conditions": [{
+            "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+            "message": "0/3 nodes are available: 3 Insufficient ephemeral-storage.",
+        }]}));
+        assert_eq!(
+            waiting_on(&unschedulable).as_deref(),
+            Some("Unschedulable: 0/3 nodes are available: 3 Insufficient ephemeral-storage.")
+        );
+        let pulling = pod(serde_json::json!({
+            "conditions": [{"type": "PodScheduled", "status": "True"}],
+            "initContainerStatuses": [{"name": "i", "image": "x", "imageID": "", "ready": false, "restartCount": 0,
+                "state": {"waiting": {"reason": "PodInitializing"}}}],
+            "containerStatuses": [{"name": "c", "image": "x", "imageID": "", "ready": false, "restartCount": 0,
+                "state": {"waiting": {"reason": "ErrImagePull", "message": "pull access denied"}}}],
+        }));
+        assert_eq!(
+            waiting_on(&pulling).as_deref(),
+            Some("ErrImagePull: pull access denied")
+        );
+        let starting = pod(
+            serde_json::json!({"containerStatuses": [{"name": "c", "image": "x", "imageID": "",
+            "ready": false, "restartCount": 0, "state": {"waiting": {"reason": "ContainerCreating"}}}]}),
+        );
+        assert_eq!(waiting_on(&starting), None);
     }
 }
