@@ -270,42 +270,6 @@ fn after_kill_9_a_restart_releases_what_the_old_daemon_held_and_reap_works_too()
 }
 
 #[test]
-fn the_python_client_drives_the_daemon() {
-    let dir = tempfile::tempdir().unwrap();
-    let fleet = fleet(dir.path(), "token_env = \"SANDFLEET_E2E_TOKEN\"");
-    let mut serving = Serving::start(&fleet);
-    let python = |args: &[&str]| {
-        Command::new("python3")
-            .args(args)
-            .current_dir(repo())
-            .env("SANDFLEET_URL", &serving.url)
-            .env("SANDFLEET_TOKEN", TOKEN)
-            .output()
-            .expect("python3 runs")
-    };
-    let tests = python(&["examples/python/test_client.py", "-v"]);
-    assert!(tests.status.success(), "{}", stderr(&tests));
-    let rollouts = python(&["examples/python/rollouts.py", "--rollouts", "64"]);
-    assert!(rollouts.status.success(), "{}", stderr(&rollouts));
-    let summary: Value = serde_json::from_slice(&rollouts.stdout).unwrap();
-    assert_eq!(summary["rollouts"], 64);
-    // Every rollout of a task got the grade a run gives it.
-    for (task, status, _) in sandfleet_test_support::quickstart::expected_statuses() {
-        let outcomes = summary["by_task"][&task].as_array().unwrap();
-        assert!(
-            outcomes.iter().all(|o| o[0] == status.as_str()),
-            "{task}: {outcomes:?}"
-        );
-    }
-    assert_eq!(
-        serving.call("GET", "/v1/leases", None, Some(TOKEN)).1["leases"],
-        json!([])
-    );
-    signal(&serving.child, "-TERM");
-    assert!(wait(&mut serving.child).success());
-}
-
-#[test]
 fn the_daemon_serves_an_opensandbox_devcluster_too() {
     let scratch = tempfile::tempdir().unwrap();
     let mut server = Command::new(env!("CARGO_BIN_EXE_sandfleet"))
