@@ -12,12 +12,13 @@ Infrastructure failures — an error of the :class:`sandfleet.InfraError`
 family, or a grade with ``infra`` set — mask the rollout: it is counted
 apart and left out of the rewards, never scored as a zero.
 
-    sandfleet serve examples/quickstart.toml &     # in the repository
+    sandfleet serve fleet.toml &      # the quickstart's, with room for 9 sandboxes a group
     python clients/python/examples/rollouts.py --rollouts 256
 
-The quickstart's daemon holds few sandboxes (4 per core); ``--groups-at-once``
-bounds how many groups hold theirs at a time (a group holds 9: its setup
-and 8 forks). The summary is one JSON line.
+A group holds 9 sandboxes at once (its setup and 8 forks): more than
+``examples/quickstart.toml`` holds (4 per core), so serve a copy with
+``max_sandboxes = 300`` under ``[clusters.local]``; ``--groups-at-once``
+bounds how many groups hold theirs at a time. The summary is one JSON line.
 """
 
 from __future__ import annotations
