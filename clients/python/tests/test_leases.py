@@ -191,3 +191,23 @@ def test_the_sync_client_has_the_same_shape(daemon: Daemon) -> None:
         assert [info.id for info in client.list_leases(mine)] == [held.id]
     with sandfleet.Client(daemon.url, token=daemon.token) as check:
         assert check.list_leases(mine) == []  # the first client's close released what it held
+
+
+async def test_an_idle_lease_is_renewed_for_its_holder(client: sandfleet.AsyncClient) -> None:
+    import asyncio
+
+    async with client.lease(image="calc", ttl_s=3) as lease:
+        first = lease.info.expires_at
+        await asyncio.sleep(5)  # idle past its 3 s of idle time: the waiting is what is tested
+        seen = {info.id: info for info in await client.list_leases(lease.info.run_id)}
+        assert lease.id in seen
+        assert (seen[lease.id].expires_at - first).total_seconds() >= 2  # renewed since, more than once
+        assert (await lease.exec("true")).exit_code == 0
+
+
+def test_a_throttled_answer_carries_its_retry_after() -> None:
+    error = sandfleet.errors.from_response(429, {"error": {"kind": "throttled", "message": "slow down"}}, "7")
+    assert isinstance(error, sandfleet.Throttled) and isinstance(error, sandfleet.InfraError)
+    assert (error.retry_after, error.status, error.kind) == (7.0, 429, "throttled")
+    unknown = sandfleet.errors.from_response(503, {"error": {"kind": "something_new", "message": "x"}})
+    assert isinstance(unknown, sandfleet.InfraError) and not isinstance(unknown, sandfleet.InvalidRequest)
