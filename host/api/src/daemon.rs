@@ -191,6 +191,14 @@ impl Opened {
                 format!("{}: shared pool `{}`", config.path.display(), pool.name)
             })?;
         }
+        let shared: u32 = config.shared_pools.iter().map(|pool| pool.size).sum();
+        if let Some(warning) = session.unschedulable(config.api.max_leases.saturating_add(shared)) {
+            tracing::warn!(
+                "{}: [api] max_leases and the shared pools: {warning} (lower max_leases, or the \
+                 sandboxes' size in [fleet])",
+                config.path.display()
+            );
+        }
         clean_up_previous(&session, &state_dir).await;
         std::fs::write(
             state_dir.join(DAEMON_FILE),

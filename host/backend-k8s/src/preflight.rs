@@ -401,6 +401,7 @@ pub(crate) async fn capacity(
         memory_mib: Some(0),
         disk_mib_per_node: None,
         sandbox_slots: Some(0),
+        reserves_requests: true,
     };
     for node in listed.items {
         if node

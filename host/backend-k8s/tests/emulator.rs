@@ -325,6 +325,8 @@ async fn capacity_counts_the_nodes_the_selector_matches() {
     assert_eq!(all.cpu_milli, Some(3 * 8000));
     assert_eq!(all.memory_mib, Some(3 * 32 * 1024));
     assert_eq!(all.sandbox_slots, Some(3 * 110));
+    // The scheduler reserves each pod's requests on a node.
+    assert!(all.reserves_requests);
     assert_eq!(all.disk_mib_per_node, Some(100 * 1024));
     let one = cluster
         .backend(K8sConfig {

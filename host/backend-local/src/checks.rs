@@ -192,6 +192,7 @@ impl Inner {
             memory_mib: Some(machine::memory_available_mib()?),
             disk_mib_per_node: Some(machine::disk_free_mib(self.site.state.root())?),
             sandbox_slots: Some(self.max_sandboxes),
+            reserves_requests: false,
         })
     }
 }

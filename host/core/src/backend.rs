@@ -49,6 +49,11 @@ pub struct Capacity {
     pub disk_mib_per_node: Option<u64>,
     /// Sandboxes that can exist at once.
     pub sandbox_slots: Option<u32>,
+    /// A scheduler reserves each sandbox's requests on a node (Kubernetes):
+    /// sandboxes beyond what the nodes' allocatable holds wait unscheduled.
+    /// Where false, sandboxes share the machine and their limits only cap
+    /// them (the local backend).
+    pub reserves_requests: bool,
 }
 
 /// What a backend's exec promises.

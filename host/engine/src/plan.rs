@@ -184,6 +184,10 @@ pub fn limits(settings: &FleetSettings, capacity: &[Capacity]) -> (Limits, Vec<S
             "sandbox slots not bounded: some cluster cannot tell how many it holds".to_string(),
         ),
     }
+    let at_once = max_concurrent.saturating_add(if warms { max_warmpool_size } else { 0 });
+    bounds.extend(unschedulable(settings, capacity, at_once).map(|said| {
+        format!("{said} (lower max_concurrent or max_warmpool_size, or the sandboxes' size)")
+    }));
     let disk = settings.disk().and_then(|disk| {
         let known: Vec<&Capacity> = capacity
             .iter()
@@ -227,6 +231,61 @@ pub fn limits(settings: &FleetSettings, capacity: &[Capacity]) -> (Limits, Vec<S
         disk,
     };
     (limits, bounds)
+}
+
+/// What the nodes' allocatable holds of sandboxes of `settings`' size,
+/// said when `at_once` is more: where a scheduler reserves each sandbox's
+/// requests, the rest would wait unscheduled until their claims time out.
+/// Said only when every cluster reserves and tells its resources (a local
+/// host shares its cores; its limits only cap).
+pub fn unschedulable(
+    settings: &FleetSettings,
+    capacity: &[Capacity],
+    at_once: u32,
+) -> Option<String> {
+    let asks = [
+        ("cpu", u64::from(settings.cpu_milli)),
+        ("memory", u64::from(settings.memory_mib)),
+        ("ephemeral-storage", u64::from(settings.disk_mib)),
+    ];
+    let mut fit = 0u64;
+    let mut scarcest: Option<(&str, u64)> = None;
+    for cluster in capacity {
+        if !cluster.reserves_requests {
+            return None;
+        }
+        let nodes = u64::from(cluster.nodes?);
+        let has = [
+            ("cpu", cluster.cpu_milli?),
+            ("memory", cluster.memory_mib?),
+            (
+                "ephemeral-storage",
+                cluster.disk_mib_per_node?.saturating_mul(nodes),
+            ),
+        ];
+        let (resource, room) = asks
+            .iter()
+            .zip(has)
+            .filter(|((_, ask), _)| *ask > 0)
+            .map(|((resource, ask), (_, total))| (*resource, total / ask))
+            .min_by_key(|(_, room)| *room)?;
+        let room = cluster
+            .sandbox_slots
+            .map_or(room, |slots| room.min(u64::from(slots)));
+        fit += room;
+        if scarcest.is_none_or(|(_, least)| room < least) {
+            scarcest = Some((resource, room));
+        }
+    }
+    let (resource, _) = scarcest?;
+    (u64::from(at_once) > fit).then(|| {
+        format!(
+            "up to {at_once} sandboxes at once ask {} millicores, {} MiB of memory and {} MiB of \
+             ephemeral storage each; the nodes' allocatable holds about {fit} ({resource} runs out \
+             first): the rest would wait unscheduled until their claims time out",
+            settings.cpu_milli, settings.memory_mib, settings.disk_mib
+        )
+    })
 }
 
 /// Why a plan cannot run on the clusters.
@@ -423,6 +482,7 @@ mod tests {
             memory_mib: Some(8192),
             disk_mib_per_node: Some(disk),
             sandbox_slots: Some(slots),
+            reserves_requests: false,
         }
     }
 
@@ -456,6 +516,49 @@ mod tests {
             ..settings
         };
         assert_eq!(limits_of(&none, &[known(8, 1000)]).max_concurrent, 8);
+    }
+
+    #[test]
+    fn sandboxes_the_nodes_cannot_hold_are_said_with_the_resource_that_runs_out() {
+        // Three nodes of 8 cores, 32 GiB and 100 GiB of scratch, as the
+        // Kubernetes devcluster's.
+        let nodes = Capacity {
+            nodes: Some(3),
+            cpu_milli: Some(3 * 8000),
+            memory_mib: Some(3 * 32 * 1024),
+            disk_mib_per_node: Some(100 * 1024),
+            sandbox_slots: Some(3 * 110),
+            reserves_requests: true,
+        };
+        let settings = FleetSettings {
+            strategy: Strategy::None,
+            max_concurrent: 128,
+            cpu_milli: 100,
+            memory_mib: 256,
+            disk_mib: 4096,
+            ..FleetSettings::default()
+        };
+        let (_, bounds) = limits(&settings, &[nodes]);
+        let said = bounds
+            .iter()
+            .find(|b| b.contains("unscheduled"))
+            .unwrap_or_else(|| panic!("{bounds:?}"));
+        assert!(
+            said.contains("up to 128 sandboxes")
+                && said.contains("holds about 75 (ephemeral-storage runs out first)"),
+            "{said}"
+        );
+        // What fits is not said; nor is anything where nothing is reserved.
+        let small = FleetSettings {
+            disk_mib: 1024,
+            ..settings.clone()
+        };
+        assert_eq!(unschedulable(&small, &[nodes], 128), None);
+        let shared = Capacity {
+            reserves_requests: false,
+            ..nodes
+        };
+        assert_eq!(unschedulable(&settings, &[shared], 128), None);
     }
 
     fn limits_of(settings: &FleetSettings, capacity: &[Capacity]) -> Limits {

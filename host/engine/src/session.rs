@@ -232,6 +232,13 @@ impl Session {
         })
     }
 
+    /// What the clusters' nodes can hold of `at_once` sandboxes of the
+    /// session's size, said when they cannot hold them all (see
+    /// [`crate::plan::unschedulable`]).
+    pub fn unschedulable(&self, at_once: u32) -> Option<String> {
+        crate::plan::unschedulable(&self.settings, &self.capacity, at_once)
+    }
+
     /// The registry the session's plugins come from.
     pub fn registry(&self) -> &Arc<Registry> {
         &self.plugins.registry

@@ -96,6 +96,7 @@ impl Scripted {
                 memory_mib: Some(262_144),
                 disk_mib_per_node: Some(1 << 20),
                 sandbox_slots: Some(1024),
+                reserves_requests: false,
             },
             responder: Box::new(|_| Reply::default()),
             state: Mutex::new(State::default()),
