@@ -159,13 +159,27 @@ impl OpenSandboxBackend {
     }
 
     /// Where execd is and which headers reach it: the server's own, plus
-    /// the API key only through the server's proxy.
+    /// the API key only through the server's proxy. The scheme is the
+    /// answer's when it names one; else a proxied endpoint (the server's
+    /// own route) takes the lifecycle URL's and a direct one
+    /// `direct_scheme` (execd's plain HTTP unless a gateway says otherwise),
+    /// never the lifecycle URL's.
     fn handle_data(&self, endpoint: Endpoint) -> HandleData {
-        let base = &self.server.base_url;
-        let scheme = if base.starts_with("https://") {
-            "https"
-        } else {
-            "http"
+        let named = endpoint.endpoint.trim().trim_end_matches('/');
+        let address = match named.split_once("://") {
+            Some((scheme, rest))
+                if matches!(scheme.to_ascii_lowercase().as_str(), "http" | "https") =>
+            {
+                format!("{}://{rest}", scheme.to_ascii_lowercase())
+            }
+            _ => {
+                let scheme = match self.config.endpoint_mode {
+                    EndpointMode::Proxy if self.server.base_url.starts_with("https://") => "https",
+                    EndpointMode::Proxy => "http",
+                    EndpointMode::Direct => self.config.direct_scheme.as_str(),
+                };
+                format!("{scheme}://{named}")
+            }
         };
         let mut headers = endpoint.headers;
         headers.remove(API_KEY);
@@ -175,7 +189,7 @@ impl OpenSandboxBackend {
             headers.insert(API_KEY.to_string(), key.clone());
         }
         HandleData {
-            execd: format!("{scheme}://{}", endpoint.endpoint.trim_end_matches('/')),
+            execd: address,
             headers,
         }
     }
@@ -409,6 +423,7 @@ impl Backend for OpenSandboxBackend {
         let run = spec
             .run_id()
             .map_err(|e| self.error(ErrorKind::Invalid, e))?;
+        self.check_network(spec)?;
         self.templates
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -629,6 +644,67 @@ mod tests {
                 ("OpenSandbox-Secure-Access".to_string(), "t".to_string()),
             ]
             .into(),
+        }
+    }
+
+    fn backend_at(base_url: &str, config: OpenSandboxConfig) -> OpenSandboxBackend {
+        OpenSandboxBackend::with_server("east", config, base_url, None, &Clients::new()).unwrap()
+    }
+
+    fn at(endpoint: &str) -> Endpoint {
+        Endpoint {
+            endpoint: endpoint.into(),
+            headers: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn a_direct_endpoint_takes_its_scheme_from_the_answer_never_from_the_lifecycle_url() {
+        let tls = backend_at("https://sandbox.example", OpenSandboxConfig::default());
+        let plain = backend_at("http://127.0.0.1:9", OpenSandboxConfig::default());
+        let gateway = backend_at(
+            "http://127.0.0.1:9",
+            OpenSandboxConfig {
+                direct_scheme: crate::Scheme::Https,
+                ..OpenSandboxConfig::default()
+            },
+        );
+        let proxied = backend_at(
+            "https://sandbox.example",
+            OpenSandboxConfig {
+                endpoint_mode: EndpointMode::Proxy,
+                ..OpenSandboxConfig::default()
+            },
+        );
+        let cases = [
+            // Without a scheme: execd's plain HTTP, though the API is HTTPS.
+            (&tls, "10.0.0.7:44772", "http://10.0.0.7:44772"),
+            // The answer's own scheme wins, either way round.
+            (
+                &tls,
+                "HTTPS://gw.example/s1/44772/",
+                "https://gw.example/s1/44772",
+            ),
+            (
+                &plain,
+                "https://gw.example/s1/44772",
+                "https://gw.example/s1/44772",
+            ),
+            // A TLS gateway that names no scheme is configured as one.
+            (
+                &gateway,
+                "s1-44772.gw.example",
+                "https://s1-44772.gw.example",
+            ),
+            // The server's proxy route is the server's: its scheme.
+            (
+                &proxied,
+                "sandbox.example/v1/sandboxes/s1/proxy/44772",
+                "https://sandbox.example/v1/sandboxes/s1/proxy/44772",
+            ),
+        ];
+        for (backend, endpoint, execd) in cases {
+            assert_eq!(backend.handle_data(at(endpoint)).execd, execd, "{endpoint}");
         }
     }
 

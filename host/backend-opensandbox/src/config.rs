@@ -9,7 +9,8 @@
 //! api_key_env = "OPENSANDBOX_API_KEY"   # never the key itself
 //! endpoint_mode = "direct"              # or "proxy" (through the server)
 //! timeout = "10m"                       # sandbox TTL; renewed while claimed
-//! limits = { cpu = "4", memory = "8Gi" }  # requests come from [fleet]
+//! limits = { cpu = "4", memory = "8Gi", ephemeral_storage = "20Gi" }  # requests come from [fleet]
+//! # direct_scheme = "https"            # execd endpoints behind a TLS gateway (default http)
 //! pools = { "python:3.12" = "py-pool" }  # a server pool (extensions.poolRef) per image
 //! # pool = "swe-pool"                   # every other image's (a pool is one image's pods)
 //! pool_fallback = true                  # create directly when a pool is full
@@ -42,6 +43,29 @@ pub struct ResourceLimits {
     pub cpu: Option<String>,
     /// Memory limit ("8Gi"); default: the request.
     pub memory: Option<String>,
+    /// Ephemeral storage limit ("20Gi"); default: the request
+    /// (`[fleet] disk_mib`).
+    pub ephemeral_storage: Option<String>,
+}
+
+/// The scheme of an execd endpoint the server names without one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Scheme {
+    /// execd's own plain HTTP (pod IPs, Docker's mapped ports).
+    #[default]
+    Http,
+    /// A gateway in front of the sandboxes that speaks TLS.
+    Https,
+}
+
+impl Scheme {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Scheme::Http => "http",
+            Scheme::Https => "https",
+        }
+    }
 }
 
 /// The `[clusters.opensandbox]` table.
@@ -56,6 +80,11 @@ pub struct OpenSandboxConfig {
     pub api_key_env: String,
     /// How commands reach execd.
     pub endpoint_mode: EndpointMode,
+    /// The scheme of a direct endpoint the server answers without one
+    /// (it never names one today): execd itself speaks plain HTTP, whatever
+    /// the lifecycle URL's scheme. A scheme in the answer wins; proxied
+    /// endpoints are the server's own and take the lifecycle URL's.
+    pub direct_scheme: Scheme,
     /// The sandbox's TTL (at least 60 s); claimed sandboxes are renewed.
     #[serde(deserialize_with = "duration")]
     pub timeout: Duration,
@@ -99,6 +128,7 @@ impl Default for OpenSandboxConfig {
             url_env: "OPENSANDBOX_BASE_URL".into(),
             api_key_env: "OPENSANDBOX_API_KEY".into(),
             endpoint_mode: EndpointMode::Direct,
+            direct_scheme: Scheme::Http,
             timeout: Duration::from_secs(600),
             ready_timeout: Duration::from_secs(30),
             limits: ResourceLimits::default(),

@@ -23,7 +23,7 @@ mod files;
 mod wire;
 
 pub use backend::OpenSandboxBackend;
-pub use config::{EndpointMode, OpenSandboxConfig, ResourceLimits};
+pub use config::{EndpointMode, OpenSandboxConfig, ResourceLimits, Scheme};
 
 /// 64 bits from std's per-process random hasher keys: unique names for a
 /// claim and for multipart boundaries, not secrets.

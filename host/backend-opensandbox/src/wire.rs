@@ -21,6 +21,36 @@ pub(crate) struct CreateSandbox<'a> {
     pub(crate) metadata: &'a BTreeMap<String, String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) extensions: Option<Extensions<'a>>,
+    /// Egress through the server's sidecar: absent, the sandbox's network
+    /// is the runtime's (open).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) network_policy: Option<NetworkPolicy>,
+}
+
+/// The egress sidecar's policy (`NetworkPolicy` of the lifecycle API).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct NetworkPolicy {
+    /// `allow` or `deny`: what no rule matches gets.
+    pub(crate) default_action: &'static str,
+    /// Ordered rules; none with `deny` is deny-all.
+    pub(crate) egress: Vec<NetworkRule>,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct NetworkRule {
+    pub(crate) action: &'static str,
+    pub(crate) target: String,
+}
+
+impl NetworkPolicy {
+    /// No egress at all: what `[fleet] network = false` asks for.
+    pub(crate) fn deny_all() -> Self {
+        NetworkPolicy {
+            default_action: "deny",
+            egress: Vec::new(),
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -28,10 +58,14 @@ pub(crate) struct Image<'a> {
     pub(crate) uri: &'a str,
 }
 
+/// `resourceLimits` / `resourceRequests`: a map of Kubernetes quantities.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Resources {
     pub(crate) cpu: String,
     pub(crate) memory: String,
+    /// `[fleet] disk_mib`; left out when it is 0.
+    #[serde(rename = "ephemeral-storage", skip_serializing_if = "Option::is_none")]
+    pub(crate) ephemeral_storage: Option<String>,
 }
 
 #[derive(Debug, Serialize)]

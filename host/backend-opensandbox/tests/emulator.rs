@@ -4,16 +4,17 @@
 //! The emulator's counters say whether any command ran twice and whether
 //! any sandbox or snapshot was left.
 
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use sandfleet_backend_opensandbox::{OpenSandboxBackend, OpenSandboxConfig};
+use sandfleet_backend_opensandbox::{OpenSandboxBackend, OpenSandboxConfig, ResourceLimits};
 use sandfleet_core::{
     Backend, BackendError, ErrorKind, ExecRequest, RunId, SandboxHandle, Snapshots, TemplateRef,
     TemplateSpec,
 };
 use sandfleet_emulator_opensandbox::{
-    Emulator, EmulatorConfig, Faults, Runtime, images_from_fleet,
+    Created, Emulator, EmulatorConfig, Faults, Runtime, images_from_fleet,
 };
 use sandfleet_test_support::snapshots as contract;
 use sandfleet_transport::{Clients, TransportConfig};
@@ -52,18 +53,25 @@ async fn template(backend: &OpenSandboxBackend, run: &RunId) -> TemplateRef {
     template_of(backend, run, "calc").await
 }
 
+/// The template of `image` for `run`: 500m, 256 MiB, 512 MiB of disk.
+/// A server pool takes only a template with the network (an offline one
+/// asks for a policy the server refuses with a pool).
+fn spec(run: &RunId, image: &str, network: bool) -> TemplateSpec {
+    TemplateSpec {
+        name: format!("sf-{image}"),
+        image: image.into(),
+        cpu_milli: 500,
+        memory_mib: 256,
+        disk_mib: 512,
+        network,
+        env: Default::default(),
+        labels: run.labels(),
+    }
+}
+
 async fn template_of(backend: &OpenSandboxBackend, run: &RunId, image: &str) -> TemplateRef {
     backend
-        .ensure_template(&TemplateSpec {
-            name: format!("sf-{image}"),
-            image: image.into(),
-            cpu_milli: 500,
-            memory_mib: 256,
-            disk_mib: 512,
-            network: false,
-            env: Default::default(),
-            labels: run.labels(),
-        })
+        .ensure_template(&spec(run, image, false))
         .await
         .unwrap()
 }
@@ -77,7 +85,15 @@ async fn claim_of(
     run: &RunId,
     image: &str,
 ) -> Result<SandboxHandle, BackendError> {
-    let template = template_of(backend, run, image).await;
+    claim_spec(backend, &spec(run, image, false)).await
+}
+
+async fn claim_spec(
+    backend: &OpenSandboxBackend,
+    spec: &TemplateSpec,
+) -> Result<SandboxHandle, BackendError> {
+    let run = spec.run_id().unwrap();
+    let template = backend.ensure_template(spec).await?;
     backend
         .claim(
             &template,
@@ -243,8 +259,12 @@ async fn a_full_pool_falls_back_to_a_direct_create_or_says_so() {
     };
     let backend = backend_with(&emulator, pooled.clone());
     let run = RunId::generate("os-pool");
-    let first = claim(&backend, &run).await;
-    let second = claim(&backend, &run).await;
+    let first = claim_spec(&backend, &spec(&run, "calc", true))
+        .await
+        .unwrap();
+    let second = claim_spec(&backend, &spec(&run, "calc", true))
+        .await
+        .unwrap();
     assert_ne!(first.id, second.id);
 
     let strict = backend_with(
@@ -254,13 +274,7 @@ async fn a_full_pool_falls_back_to_a_direct_create_or_says_so() {
             ..pooled
         },
     );
-    let template = template(&strict, &run).await;
-    let error = strict
-        .claim(
-            &template,
-            &run.labels(),
-            Instant::now() + Duration::from_secs(30),
-        )
+    let error = claim_spec(&strict, &spec(&run, "calc", true))
         .await
         .unwrap_err();
     assert!(
@@ -292,10 +306,16 @@ async fn only_an_image_mapped_to_a_server_pool_takes_from_it_and_a_full_one_fall
     };
     let backend = backend_with(&emulator, mapped.clone());
     let run = RunId::generate("os-pools");
-    let pooled = claim_of(&backend, &run, "calc").await.unwrap();
-    let direct = claim_of(&backend, &run, "textkit").await.unwrap();
+    let pooled = claim_spec(&backend, &spec(&run, "calc", true))
+        .await
+        .unwrap();
+    let direct = claim_spec(&backend, &spec(&run, "textkit", true))
+        .await
+        .unwrap();
     // The pool holds one sandbox: the next of its image is created directly.
-    let fell_back = claim_of(&backend, &run, "calc").await.unwrap();
+    let fell_back = claim_spec(&backend, &spec(&run, "calc", true))
+        .await
+        .unwrap();
     let pool_refs = emulator.pool_refs();
     assert_eq!(pool_refs[&pooled.id].as_deref(), Some("calc-pool"));
     assert_eq!(pool_refs[&direct.id], None, "{pool_refs:?}");
@@ -308,7 +328,9 @@ async fn only_an_image_mapped_to_a_server_pool_takes_from_it_and_a_full_one_fall
             ..mapped
         },
     );
-    let error = claim_of(&strict, &run, "calc").await.unwrap_err();
+    let error = claim_spec(&strict, &spec(&run, "calc", true))
+        .await
+        .unwrap_err();
     assert!(
         matches!(error.kind(), ErrorKind::Throttled { .. }),
         "{error}"
@@ -320,10 +342,95 @@ async fn only_an_image_mapped_to_a_server_pool_takes_from_it_and_a_full_one_fall
     );
     assert!(message.contains("POOL_CAPACITY_EXHAUSTED"), "{message}");
     // A full pool is no concern of an image that has none.
-    let unmapped = claim_of(&strict, &run, "textkit").await.unwrap();
+    let unmapped = claim_spec(&strict, &spec(&run, "textkit", true))
+        .await
+        .unwrap();
     assert_eq!(emulator.pool_refs()[&unmapped.id], None);
     assert_eq!(emulator.executions().sandboxes_created, 4);
     backend.reap(&run).await.unwrap();
+    assert_eq!(emulator.live_sandboxes(), 0);
+    emulator.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_fleets_network_and_disk_reach_the_create_and_requests_stay_apart_from_limits() {
+    let emulator = emulator("").await;
+    let capped = backend_with(
+        &emulator,
+        OpenSandboxConfig {
+            limits: ResourceLimits {
+                cpu: Some("2".into()),
+                memory: Some("1Gi".into()),
+                ephemeral_storage: Some("4Gi".into()),
+            },
+            ..OpenSandboxConfig::default()
+        },
+    );
+    let run = RunId::generate("os-shape");
+    let offline = claim(&capped, &run).await;
+    let online = claim_spec(&backend(&emulator), &spec(&run, "textkit", true))
+        .await
+        .unwrap();
+    let created: HashMap<String, Created> = emulator
+        .created()
+        .into_iter()
+        .map(|c| (c.id.clone(), c))
+        .collect();
+    let quantities = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    // Requests are [fleet]'s; limits the cluster's, each defaulting to
+    // its request.
+    let asked = quantities(&[
+        ("cpu", "500m"),
+        ("memory", "256Mi"),
+        ("ephemeral-storage", "512Mi"),
+    ]);
+    let offline = &created[&offline.id];
+    assert_eq!(offline.requests, asked);
+    assert_eq!(
+        offline.limits,
+        quantities(&[
+            ("cpu", "2"),
+            ("memory", "1Gi"),
+            ("ephemeral-storage", "4Gi")
+        ])
+    );
+    assert_eq!(
+        offline.network_policy,
+        Some(serde_json::json!({"defaultAction": "deny", "egress": []}))
+    );
+    let online = &created[&online.id];
+    assert_eq!((&online.requests, &online.limits), (&asked, &asked));
+    assert_eq!(online.network_policy, None);
+
+    // Offline from a server pool cannot be kept: refused before any create.
+    let pooled = backend_with(
+        &emulator,
+        OpenSandboxConfig {
+            pools: [("calc".to_string(), "calc-pool".to_string())].into(),
+            ..OpenSandboxConfig::default()
+        },
+    );
+    let error = pooled
+        .ensure_template(&spec(&run, "calc", false))
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Invalid);
+    let message = error.to_string();
+    assert!(
+        message.starts_with("os: template sf-calc (calc): [fleet] network = false"),
+        "{message}"
+    );
+    assert!(
+        message.contains(r#"clusters.os.opensandbox.pools."calc" sends calc to pool `calc-pool`"#),
+        "{message}"
+    );
+    assert_eq!(emulator.executions().sandboxes_created, 2);
+    capped.reap(&run).await.unwrap();
     assert_eq!(emulator.live_sandboxes(), 0);
     emulator.shutdown().await;
 }

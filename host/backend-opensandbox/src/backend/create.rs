@@ -15,7 +15,7 @@ use sandfleet_core::{
 use sandfleet_transport::CallKind;
 
 use super::{LABEL_CLAIM, OpenSandboxBackend};
-use crate::wire::{CreateSandbox, Extensions, Image, Resources, Sandbox};
+use crate::wire::{CreateSandbox, Extensions, Image, NetworkPolicy, Resources, Sandbox};
 
 /// What a sandbox is made of.
 #[derive(Debug, Clone, Copy)]
@@ -44,6 +44,35 @@ impl OpenSandboxBackend {
                     format!("template {template} was never ensured"),
                 )
             })
+    }
+
+    /// Refuses a template whose `[fleet] network = false` cannot be kept:
+    /// the server takes no `networkPolicy` with a pool (a pool's pods are
+    /// made before the request), so a pooled sandbox would have whatever
+    /// network its pool gives it.
+    pub(super) fn check_network(&self, spec: &TemplateSpec) -> Result<(), BackendError> {
+        let Some(pool) = self
+            .config
+            .server_pool(&spec.image)
+            .filter(|_| !spec.network)
+        else {
+            return Ok(());
+        };
+        let key = if self.config.pools.contains_key(&spec.image) {
+            format!("pools.{:?}", spec.image)
+        } else {
+            "pool".to_string()
+        };
+        Err(self.error(
+            ErrorKind::Invalid,
+            format!(
+                "template {} ({}): [fleet] network = false asks for a networkPolicy that denies \
+                 all egress, which OpenSandbox refuses with a server pool, and \
+                 clusters.{}.opensandbox.{key} sends {} to pool `{pool}`: set [fleet] network = \
+                 true to take the pool's own network, or take the image out of the pool",
+                spec.name, spec.image, self.name, spec.image
+            ),
+        ))
     }
 
     /// Makes a sandbox of `spec` from `source` carrying `labels`, and
@@ -138,20 +167,22 @@ impl OpenSandboxBackend {
         let requests = Resources {
             cpu: format!("{}m", spec.cpu_milli),
             memory: format!("{}Mi", spec.memory_mib),
+            ephemeral_storage: (spec.disk_mib > 0).then(|| format!("{}Mi", spec.disk_mib)),
         };
+        let configured = &self.config.limits;
         let limits = Resources {
-            cpu: self
-                .config
-                .limits
+            cpu: configured
                 .cpu
                 .clone()
                 .unwrap_or_else(|| requests.cpu.clone()),
-            memory: self
-                .config
-                .limits
+            memory: configured
                 .memory
                 .clone()
                 .unwrap_or_else(|| requests.memory.clone()),
+            ephemeral_storage: configured
+                .ephemeral_storage
+                .clone()
+                .or_else(|| requests.ephemeral_storage.clone()),
         };
         let (image, snapshot_id) = match source {
             Source::Image => (Some(Image { uri: &spec.image }), None),
@@ -167,6 +198,10 @@ impl OpenSandboxBackend {
             env: spec.env.clone(),
             metadata: labels,
             extensions: pool.map(|pool_ref| Extensions { pool_ref }),
+            // Offline unless the fleet asks for the network: the server's
+            // egress sidecar denies everything. With the network, nothing
+            // is sent and the runtime's own network applies.
+            network_policy: (!spec.network).then(NetworkPolicy::deny_all),
         };
         let from = match (source, pool) {
             (Source::Snapshot(id), _) => format!(" from snapshot {id}"),
