@@ -28,6 +28,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -248,7 +249,7 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def start_daemon() -> tuple[subprocess.Popen[str], str, str]:
+def start_daemon() -> tuple[subprocess.Popen[str], str, str, Path]:
     """A daemon on loopback as the tests start it (tests/conftest.py)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     import conftest
@@ -266,7 +267,7 @@ def start_daemon() -> tuple[subprocess.Popen[str], str, str]:
     assert process.stdout is not None
     process.stdout.readline()
     url = process.stdout.readline().removeprefix("listening on ").strip()
-    return process, url, conftest.TOKEN
+    return process, url, conftest.TOKEN, directory
 
 
 def main() -> None:
@@ -276,16 +277,18 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--levels", default="1,64,512")
     args = parser.parse_args()
-    process = None
+    process = directory = None
     url, token = args.url, args.token
     if url is None:
-        process, url, token = start_daemon()
+        process, url, token, directory = start_daemon()
     try:
         rows = asyncio.run(bench(url, token, [int(level) for level in args.levels.split(",")], args.seconds))
     finally:
         if process is not None:
             process.send_signal(signal.SIGTERM)
             process.wait(timeout=120)
+        if directory is not None:
+            shutil.rmtree(directory, ignore_errors=True)
     print(table(rows))
 
 
