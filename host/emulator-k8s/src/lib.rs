@@ -27,6 +27,7 @@ mod api;
 mod authz;
 mod client;
 mod controllers;
+mod events;
 mod exec;
 mod executions;
 mod faults;
@@ -121,6 +122,9 @@ pub struct Config {
     pub state_dir: Option<PathBuf>,
     /// The controllers' time-based behaviour.
     pub tuning: Tuning,
+    /// How long an event is kept after it last occurred (kube-apiserver's
+    /// `--event-ttl`).
+    pub event_ttl: Duration,
     /// What the token's user may not do (RBAC that forbids it): 403s and denied
     /// access reviews.
     pub deny: Vec<DenyRule>,
@@ -148,6 +152,7 @@ impl Default for Config {
             pull_latency: Duration::ZERO,
             state_dir: None,
             tuning: Tuning::default(),
+            event_ttl: Duration::from_secs(3600),
             deny: Vec::new(),
         }
     }
@@ -241,6 +246,7 @@ impl Emulator {
         }
         let background = vec![
             tokio::spawn(gc::run(state.clone())),
+            tokio::spawn(events::expire(state.clone(), config.event_ttl)),
             tokio::spawn(controllers::run(state.clone(), config.tuning.clone())),
             tokio::spawn(kubelet::run(state.clone(), state.runtime.clone())),
         ];
@@ -411,6 +417,10 @@ pub struct K8sArgs {
     /// Pre-apply the four agent-sandbox CRDs (otherwise they are served once applied).
     #[arg(long)]
     pub with_agent_sandbox: bool,
+    /// How long an event is kept after it last occurred, as kube-apiserver's
+    /// `--event-ttl`.
+    #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
+    pub event_ttl: Duration,
 }
 
 impl K8sArgs {
@@ -440,6 +450,7 @@ impl K8sArgs {
             pull_latency: self.pull_latency,
             state_dir: self.state_dir.clone(),
             deny: self.deny.clone(),
+            event_ttl: self.event_ttl,
             ..Config::default()
         })
     }

@@ -710,3 +710,33 @@ async fn malformed_bodies_and_patches_get_a_status_and_the_server_keeps_serving(
     );
     emulator.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_older_than_the_event_ttl_are_deleted_and_newer_ones_kept() {
+    let emulator = Emulator::start(Config {
+        event_ttl: Duration::from_secs(20),
+        ..Config::default()
+    })
+    .await
+    .unwrap();
+    let api = Api::new(&emulator);
+    let event = |name: &str, at: std::time::SystemTime| {
+        let at = humantime::format_rfc3339_seconds(at).to_string();
+        json!({
+            "apiVersion": "v1", "kind": "Event", "metadata": {"name": name},
+            "involvedObject": {"kind": "Pod", "name": "p", "namespace": "default"},
+            "reason": "Tested", "message": "m", "type": "Normal",
+            "firstTimestamp": at, "lastTimestamp": at, "count": 1,
+        })
+    };
+    let now = std::time::SystemTime::now();
+    let events = "/api/v1/namespaces/default/events";
+    api.create(events, event("old", now - Duration::from_secs(7200)))
+        .await;
+    api.create(events, event("new", now)).await;
+    api.wait(&format!("{events}/old"), LIMIT, |event| event.is_none())
+        .await;
+    // The sweep that deleted the expired one kept it.
+    assert!(api.get(&format!("{events}/new")).await.is_some());
+    emulator.shutdown().await;
+}
