@@ -1,5 +1,6 @@
 //! `sandfleet serve` as a process: the token, SIGTERM with live leases,
-//! kill -9 and a restart, and the Python client driving it.
+//! kill -9 and a restart. The Python client's own suite
+//! (`clients/python/tests`, run by `.ci/run`) drives it over HTTP.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
