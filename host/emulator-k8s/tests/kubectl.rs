@@ -408,3 +408,65 @@ async fn wait_for_condition_and_scale_subresource() {
     assert!(err.contains("timed out waiting for the condition"), "{err}");
     cluster.emulator.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_create_sends_built_in_kinds_as_protobuf_and_they_are_stored() {
+    let cluster = Cluster::start(Config::default()).await;
+    let created = cluster.ok(&["create", "namespace", "team-a"]).await;
+    assert_eq!(created.trim(), "namespace/team-a created");
+    let phase = cluster
+        .ok(&[
+            "get",
+            "namespace",
+            "team-a",
+            "-o",
+            "jsonpath={.status.phase}",
+        ])
+        .await;
+    assert_eq!(phase, "Active");
+    cluster
+        .ok(&[
+            "create",
+            "configmap",
+            "settings",
+            "--from-literal=mode=fast",
+        ])
+        .await;
+    let mode = cluster
+        .ok(&[
+            "get",
+            "configmap",
+            "settings",
+            "-o",
+            "jsonpath={.data.mode}",
+        ])
+        .await;
+    assert_eq!(mode, "fast");
+    cluster
+        .ok(&[
+            "create",
+            "secret",
+            "generic",
+            "token",
+            "--from-literal=key=v",
+        ])
+        .await;
+    let secret = cluster
+        .ok(&[
+            "get",
+            "secret",
+            "token",
+            "-o",
+            "jsonpath={.data.key} {.type}",
+        ])
+        .await;
+    assert_eq!(secret, "dg== Opaque");
+    // A kind not decoded from protobuf says which are.
+    let refused = cluster
+        .fails(&["create", "deployment", "web", "--image=calc"])
+        .await;
+    assert!(
+        refused.contains("does not decode apps/v1 Deployment from protobuf"),
+        "{refused}"
+    );
+}

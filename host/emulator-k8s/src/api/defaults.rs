@@ -66,6 +66,22 @@ pub(super) fn defaults(state: &State, target: &Target, object: &mut Value) {
         ("", "persistentvolumeclaims") => {
             object["status"] = json!({"phase": "Pending"});
         }
+        ("", "secrets") => {
+            if object["type"].as_str().is_none_or(str::is_empty) {
+                object["type"] = json!("Opaque");
+            }
+            // Write-only: merged into data, never stored or served.
+            if let Some(Value::Object(strings)) =
+                object.as_object_mut().and_then(|o| o.remove("stringData"))
+            {
+                use base64::Engine;
+                let engine = base64::engine::general_purpose::STANDARD;
+                for (key, value) in strings {
+                    let text = value.as_str().unwrap_or_default();
+                    object["data"][key] = json!(engine.encode(text));
+                }
+            }
+        }
         ("apiextensions.k8s.io", "customresourcedefinitions") => crd_status(object),
         _ => {
             if target.has_status()

@@ -13,6 +13,7 @@ mod apply;
 mod defaults;
 mod delete;
 mod patch;
+mod protobuf;
 mod read;
 mod scale;
 mod validate;
@@ -157,7 +158,8 @@ pub(crate) struct Written {
     pub(crate) warnings: Vec<String>,
 }
 
-/// Decode a request body as JSON or YAML (by content type).
+/// Decode a request body as JSON, YAML or (for the built-in kinds kubectl's
+/// typed clients send so) protobuf, by content type.
 ///
 /// # Errors
 /// A 400 naming the decode error, or a 415 for an unknown type.
@@ -175,6 +177,7 @@ pub(crate) fn decode_body(content_type: &str, body: &[u8]) -> ApiResult<Value> {
         })?,
         "application/yaml" | "application/apply-patch+yaml" => serde_yaml_ng::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?,
+        protobuf::PROTOBUF => protobuf::decode(body)?,
         other => {
             return Err(ApiError::unsupported_media_type(
                 other,
