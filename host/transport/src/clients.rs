@@ -80,6 +80,20 @@ impl Transport {
             .http1_only()
             .tcp_nodelay(true)
             .tls_backend_rustls()
+            // reqwest strips only Authorization and cookies from a redirect
+            // to another origin, so the call's own headers (OpenSandbox's
+            // API key) would follow it: such a redirect is answered as it
+            // came, never followed.
+            .redirect(reqwest::redirect::Policy::custom(|attempt| {
+                let first = attempt.previous().first().map(reqwest::Url::origin);
+                if attempt.previous().len() > 10 {
+                    attempt.error("more than 10 redirects")
+                } else if first == Some(attempt.url().origin()) {
+                    attempt.follow()
+                } else {
+                    attempt.stop()
+                }
+            }))
             .build()
             .map_err(|e| format!("cannot build an HTTP client: {e}"))?;
         Ok(Transport {
