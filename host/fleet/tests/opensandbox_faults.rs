@@ -97,10 +97,21 @@ fn clusters(loaded: &Loaded, switch: &Switch, emulator: &Emulator) -> Vec<Cluste
         .collect()
 }
 
-fn spec(loaded: &Loaded, clusters: Vec<Cluster>, run_id: &RunId, out: &Path) -> RunSpec {
+fn spec(
+    loaded: &Loaded,
+    switch: &Switch,
+    clusters: Vec<Cluster>,
+    run_id: &RunId,
+    out: &Path,
+) -> RunSpec {
+    let mut settings = loaded.config.fleet.clone();
+    // A server pool's sandboxes keep the pool's network: OpenSandbox takes
+    // no networkPolicy with a poolRef, and the driver refuses an offline
+    // template of a pooled image.
+    settings.network |= switch.pooled;
     RunSpec {
         run_id: run_id.clone(),
-        settings: loaded.config.fleet.clone(),
+        settings,
         clusters,
         plugins: loaded.plugins.clone(),
         out_dir: out.to_path_buf(),
@@ -134,6 +145,7 @@ fn finishes_like_the_local_run(switch: Switch) {
         let run_id = RunId::generate(name);
         let spec = spec(
             &loaded,
+            &switch,
             clusters(&loaded, &switch, &emulator),
             &run_id,
             out.path(),
@@ -218,6 +230,7 @@ fn a_crash_loses_no_result_and_reap_leaves_nothing(switch: Switch) {
     let run = crashing.spawn(sandfleet_engine::run(
         spec(
             &loaded,
+            &switch,
             clusters(&loaded, &switch, &emulator),
             &run_id,
             out.path(),
@@ -341,6 +354,7 @@ fn a_throttled_release_is_sent_as_often_as_the_run_budget_pays_for() {
     let run_id = RunId::generate("os-throttled");
     let spec = spec(
         &loaded,
+        &switch,
         clusters(&loaded, &switch, &emulator),
         &run_id,
         out.path(),

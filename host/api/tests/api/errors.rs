@@ -8,7 +8,9 @@ use std::time::Instant;
 use sandfleet_test_support::processes_running;
 use serde_json::{Value, json};
 
-use crate::{PATIENCE, Served, fleet_file_on, image, opensandbox_cluster, opensandbox_emulator};
+use crate::{
+    PATIENCE, Served, fleet_file_on, image, online, opensandbox_cluster, opensandbox_emulator,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_throttled_claim_is_a_429_with_the_backends_retry_after() {
@@ -22,6 +24,7 @@ async fn a_throttled_claim_is_a_429_with_the_backends_retry_after() {
         "pools = { calc = \"calc-pool\" }\npool_fallback = false",
     );
     let path = fleet_file_on(dir.path(), "", "", &cluster);
+    online(&path);
     let text = std::fs::read_to_string(&path)
         .unwrap()
         .replace("recycle = true", "recycle = true\nretry_budget = 0");

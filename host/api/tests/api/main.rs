@@ -119,6 +119,20 @@ pub(crate) async fn opensandbox_emulator_on(runtime: Runtime, faults: &str) -> E
 
 /// The `[[clusters]]` table of cluster `os` on `emulator`; `table` is extra
 /// lines for its `[clusters.opensandbox]`.
+/// The fleet file at `path` with `[fleet] network = true`: a cluster that
+/// takes an image from a server pool must, since OpenSandbox takes no
+/// networkPolicy with a poolRef and the driver refuses an offline
+/// template of a pooled image.
+pub(crate) fn online(path: &std::path::Path) {
+    let text = std::fs::read_to_string(path).unwrap();
+    assert!(text.contains("[fleet]\n"), "{text}");
+    std::fs::write(
+        path,
+        text.replacen("[fleet]\n", "[fleet]\nnetwork = true\n", 1),
+    )
+    .unwrap();
+}
+
 pub(crate) fn opensandbox_cluster(emulator: &Emulator, table: &str) -> String {
     format!(
         r#"[[clusters]]

@@ -14,7 +14,8 @@ use sandfleet_test_support::processes_running;
 use serde_json::{Value, json};
 
 use crate::{
-    Served, eventually, fleet_file, fleet_file_on, opensandbox_cluster, opensandbox_emulator,
+    Served, eventually, fleet_file, fleet_file_on, online, opensandbox_cluster,
+    opensandbox_emulator,
 };
 
 /// A daemon on the local backend with `[fleet] create_rate = rate` and
@@ -529,6 +530,7 @@ async fn an_opensandbox_shared_pool_fills_from_its_images_server_pool_and_heals_
     let dir = tempfile::tempdir().unwrap();
     let cluster = opensandbox_cluster(&emulator, r#"pools = { calc = "py-pool" }"#);
     let path = fleet_file_on(dir.path(), "", "", &cluster);
+    online(&path);
     let served = serve_pools_in(dir, path, 20.0, &pool("py", 2, 8, "2s")).await;
     let before = slot_sandboxes(&served.wait_healthy("py", 2).await);
     let pool_refs = emulator.pool_refs();
