@@ -8,6 +8,7 @@
 //! sandbox (cold or adopted) with its claim's uid.
 
 use std::collections::HashSet;
+use std::fmt::Debug;
 use std::time::Instant;
 
 use kube::Resource;
@@ -15,6 +16,7 @@ use kube::ResourceExt;
 use kube::api::ListParams;
 use kube::core::{ObjectList, PartialObjectMeta};
 use sandfleet_core::{BackendError, ErrorKind, LABEL_RUN_ID, RunId};
+use serde::de::DeserializeOwned;
 
 use super::{K8sBackend, REAP_PAUSE, REAP_WAIT};
 use crate::objects::name_hash;
@@ -42,26 +44,9 @@ impl K8sBackend {
     /// controller gives them (ownership itself checked on the owner
     /// references).
     pub(super) async fn owned(&self, run: &RunId) -> Result<OwnedObjects, BackendError> {
-        let selector = ListParams::default().labels(&format!("{LABEL_RUN_ID}={}", run.as_str()));
-        let what = |kind: &str| format!("list {kind} of run {run}");
-        let templates = self
-            .api::<SandboxTemplate>()
-            .await?
-            .list_metadata(&selector)
-            .await
-            .map_err(|e| self.api_error(&what("templates"), e))?;
-        let pools = self
-            .api::<SandboxWarmPool>()
-            .await?
-            .list_metadata(&selector)
-            .await
-            .map_err(|e| self.api_error(&what("warm pools"), e))?;
-        let claims = self
-            .api::<SandboxClaim>()
-            .await?
-            .list_metadata(&selector)
-            .await
-            .map_err(|e| self.api_error(&what("claims"), e))?;
+        let templates = self.of_run::<SandboxTemplate>(run, "templates").await?;
+        let pools = self.of_run::<SandboxWarmPool>(run, "warm pools").await?;
+        let claims = self.of_run::<SandboxClaim>(run, "claims").await?;
         let owners: HashSet<String> = pools
             .items
             .iter()
@@ -98,6 +83,24 @@ impl K8sBackend {
             sandboxes,
             sandbox_selectors,
         })
+    }
+
+    /// The metadata of the `kind` objects carrying `run`'s label.
+    async fn of_run<K>(
+        &self,
+        run: &RunId,
+        kind: &str,
+    ) -> Result<ObjectList<PartialObjectMeta<K>>, BackendError>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope> + Clone + DeserializeOwned + Debug,
+        K::DynamicType: Default,
+    {
+        let selector = ListParams::default().labels(&format!("{LABEL_RUN_ID}={}", run.as_str()));
+        self.api::<K>()
+            .await?
+            .list_metadata(&selector)
+            .await
+            .map_err(|e| self.api_error(&format!("list {kind} of run {run}"), e))
     }
 
     /// The sandboxes `selector` selects (their metadata).
