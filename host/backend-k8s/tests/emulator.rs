@@ -949,6 +949,7 @@ async fn a_reap_in_a_namespace_of_5000_foreign_sandboxes_reads_only_its_own() {
     let reaped = backend.reap(&run).await.unwrap();
     assert_eq!(reaped.sandboxes, 2, "{reaped:?}");
     let read = cluster.emulator.listed_objects(SANDBOXES) - before;
+    eprintln!("list_owned + reap among {FOREIGN} foreign Sandboxes read {read} Sandboxes");
     // Its own two, a few times over while the reap waits for them to go;
     // listing the namespace would read 5,000 at each look.
     assert!(read < 100, "the driver read {read} Sandboxes");
