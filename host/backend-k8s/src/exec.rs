@@ -129,9 +129,10 @@ impl Target {
                         .flatten()
                         .collect::<Vec<_>>()
                         .join(": ");
-                    match said.is_empty() {
-                        true => format!("its pod {} has ended ({phase})", self.pod),
-                        false => format!("its pod {} has ended ({phase}, {said})", self.pod),
+                    if said.is_empty() {
+                        format!("its pod {} has ended ({phase})", self.pod)
+                    } else {
+                        format!("its pod {} has ended ({phase}, {said})", self.pod)
                     }
                 })
             }
