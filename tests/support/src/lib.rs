@@ -6,9 +6,11 @@
 //! repository for grading tests (`calc`), new versions of a component
 //! (`salted`) and plugin files put in place (`install_plugin`), and the
 //! snapshot contract's checks, run on every backend with snapshots
-//! (`snapshots`).
+//! (`snapshots`), and headless Chromium for pages drawn by their own
+//! scripts (`chromium`).
 
 pub mod calc;
+pub mod chromium;
 mod components;
 mod machine;
 pub mod quickstart;
