@@ -9,6 +9,7 @@ mod plugin_cmd;
 mod prepull_cmd;
 mod progress_ui;
 mod reap_cmd;
+mod report_cmd;
 mod run_cmd;
 mod serve_cmd;
 mod telemetry;
@@ -32,7 +33,7 @@ enum Command {
     Run {
         /// The fleet file.
         config: PathBuf,
-        /// Output directory for results.jsonl, report.json and logs/ (default:
+        /// Output directory for results.jsonl, report.json, report.html, events.jsonl and logs/ (default:
         /// `[run] out`). Rerunning into the same directory resumes.
         #[arg(long)]
         out: Option<PathBuf>,
@@ -93,6 +94,13 @@ enum Command {
     /// Inspect, test and list plugins.
     #[command(subcommand)]
     Plugin(plugin_cmd::PluginCommand),
+    /// Draw a run's report.html again from its output directory
+    /// (events.jsonl), for a finished run or one that crashed: open it in
+    /// any browser.
+    Report {
+        /// The run's output directory (its `--out`, or `[run] out`).
+        out_dir: PathBuf,
+    },
     /// Serve the HTTP API (leases, exec, grading, pools, batch runs) until
     /// SIGINT/SIGTERM; see /v1/openapi.json.
     Serve {
@@ -139,6 +147,7 @@ fn main() -> ExitCode {
         Command::Devcluster(command) => devcluster_cmd::run(command),
         Command::Images(args) => images_cmd::run(args),
         Command::Serve { config, listen } => serve_cmd::serve(&config, listen),
+        Command::Report { out_dir } => report_cmd::report(&out_dir),
     };
     match result {
         Ok(code) => code,

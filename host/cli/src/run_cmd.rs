@@ -66,6 +66,10 @@ pub(crate) fn run(
                 "report:  {}",
                 out_dir.join(sandfleet_engine::REPORT_FILE).display()
             );
+            let picture = out_dir.join(sandfleet_report::REPORT_HTML);
+            if picture.exists() {
+                println!("picture: {} (open it in a browser)", picture.display());
+            }
             Ok(ExitCode::SUCCESS)
         }
         Err(RunError::Interrupted) => {

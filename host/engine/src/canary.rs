@@ -73,6 +73,7 @@ async fn run_twice(spec: &RunSpec, item: &WorkItem) -> Result<CanaryReport, RunE
             images: vec![item.task.image.clone()],
             settings,
             placement: spec.plugins.placement.clone(),
+            timeline: std::sync::Arc::new(crate::timeline::Timeline::off()),
         },
         phases.clone(),
         retries.clone(),

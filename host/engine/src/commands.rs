@@ -3,10 +3,11 @@
 //! Commands are never retried: one that may have started could run twice.
 
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sandfleet_core::{ExecRequest, ExecResult};
 use sandfleet_plugin::adapter::{Command, CommandOutput, Script};
+use sandfleet_report::events::SegmentKind;
 use tracing::Instrument;
 
 use crate::error::StepError;
@@ -33,7 +34,7 @@ pub(crate) async fn execute(
     log: Option<&Path>,
 ) -> Result<Ran, StepError> {
     let env = environment(script);
-    let setup = run_commands(fleet, claimed, &script.setup, &script.workdir, &env, log).await?;
+    let setup = set_up(fleet, claimed, script, &env, log).await?;
     if let Some((index, failed)) = setup
         .outputs
         .iter()
@@ -42,6 +43,47 @@ pub(crate) async fn execute(
     {
         tracing::info!("setup command {index} exited {}", failed.exit_code);
     }
+    let started = Instant::now();
+    let evaluate = evaluate(fleet, claimed, script, &env, log).await;
+    fleet.timeline.segment(
+        SegmentKind::Run,
+        started,
+        fleet.on(claimed),
+        evaluate.is_ok(),
+    );
+    let evaluate = evaluate?;
+    Ok(Ran {
+        outputs: evaluate.outputs,
+        dropped: setup.dropped + evaluate.dropped,
+    })
+}
+
+/// Runs the script's setup commands, drawn as one step.
+pub(crate) async fn set_up(
+    fleet: &Fleet,
+    claimed: &Claimed,
+    script: &Script,
+    env: &[(String, String)],
+    log: Option<&Path>,
+) -> Result<Ran, StepError> {
+    let started = Instant::now();
+    let ran = run_commands(fleet, claimed, &script.setup, &script.workdir, env, log).await;
+    if !script.setup.is_empty() {
+        fleet
+            .timeline
+            .segment(SegmentKind::Setup, started, fleet.on(claimed), ran.is_ok());
+    }
+    ran
+}
+
+/// Writes the script's files, then runs its evaluate commands.
+async fn evaluate(
+    fleet: &Fleet,
+    claimed: &Claimed,
+    script: &Script,
+    env: &[(String, String)],
+    log: Option<&Path>,
+) -> Result<Ran, StepError> {
     // Files go in only now: they may hold hidden tests an agent working
     // after setup must not see.
     let backend = &fleet.clusters[claimed.cluster].backend;
@@ -54,12 +96,7 @@ pub(crate) async fn execute(
                 StepError::backend(format!("writing {}", file.path), e)
             })?;
     }
-    let evaluate =
-        run_commands(fleet, claimed, &script.evaluate, &script.workdir, &env, log).await?;
-    Ok(Ran {
-        outputs: evaluate.outputs,
-        dropped: setup.dropped + evaluate.dropped,
-    })
+    run_commands(fleet, claimed, &script.evaluate, &script.workdir, env, log).await
 }
 
 /// The script's environment as exec requests take it.

@@ -24,6 +24,8 @@ use sandfleet_plugin::adapter::{
     EvaluationSite, GradeResult, Script, Task, TaskAdapter, TimeoutRule,
 };
 
+use sandfleet_report::events::SegmentKind;
+
 use crate::commands::{self, Ran};
 use crate::error::StepError;
 use crate::fleet::{Claimed, Fleet};
@@ -165,15 +167,7 @@ impl Evaluator {
         log: &Path,
     ) -> Result<Option<WorkTree>, EvaluationError> {
         let env = commands::environment(script);
-        commands::run_commands(
-            &self.fleet,
-            work,
-            &script.setup,
-            &script.workdir,
-            &env,
-            Some(log),
-        )
-        .await?;
+        commands::set_up(&self.fleet, work, script, &env, Some(log)).await?;
         match script.evaluate_in {
             EvaluationSite::WorkSandbox => Ok(None),
             EvaluationSite::FreshSandbox => {
@@ -305,6 +299,12 @@ impl Evaluator {
         let graded = adapter.grade(task, solution.as_deref(), &outputs).await;
         details.grading = started.elapsed();
         self.fleet.phases.record(Phase::Grade, details.grading);
+        self.fleet.timeline.segment(
+            SegmentKind::Grade,
+            started,
+            self.fleet.on(&work.claimed),
+            graded.is_ok(),
+        );
         match graded {
             Ok(grade) => Outcome::Graded { grade, timed_out },
             Err(e) if !e.is_plugin_fault() => Outcome::Ungraded {

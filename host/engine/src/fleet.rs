@@ -13,6 +13,7 @@ use sandfleet_core::{
     TemplateRef, TemplateSpec, label_value, template_name,
 };
 use sandfleet_plugin::placement::{ClusterState, Clusters, Demand, DemandKind, PlacementPolicy};
+use sandfleet_report::events::SegmentKind;
 use tokio::sync::Mutex;
 use tracing::Instrument;
 
@@ -24,6 +25,7 @@ use crate::prepare::PreparedPools;
 use crate::rate::CreatePace;
 use crate::retry::Retries;
 use crate::settings::FleetSettings;
+use crate::timeline::{On, Timeline};
 
 /// Consecutive failures after which placement treats a cluster as
 /// unhealthy, until a request to it succeeds again.
@@ -123,6 +125,7 @@ pub(crate) struct Fleet {
     pub(crate) settings: FleetSettings,
     placement: PlacementPolicy,
     pub(crate) phases: Arc<PhaseTimes>,
+    pub(crate) timeline: Arc<Timeline>,
     pub(crate) retries: Arc<Retries>,
     books: Mutex<Books>,
     /// Pools of prepared sandboxes, for images with a prepare hook.
@@ -148,6 +151,8 @@ pub(crate) struct FleetSpec {
     pub(crate) images: Vec<String>,
     pub(crate) settings: FleetSettings,
     pub(crate) placement: PlacementPolicy,
+    /// Where its steps are drawn (a batch run's `events.jsonl`).
+    pub(crate) timeline: Arc<Timeline>,
 }
 
 impl Fleet {
@@ -159,6 +164,7 @@ impl Fleet {
             images,
             settings,
             placement,
+            timeline,
         } = spec;
         let books = Books {
             claimed: vec![0; clusters.len()],
@@ -174,6 +180,7 @@ impl Fleet {
             settings,
             placement,
             phases,
+            timeline,
             retries,
             books: Mutex::new(books),
             sequence: AtomicU64::new(0),
@@ -316,9 +323,26 @@ impl Fleet {
             self.retries
                 .idempotent("unwarm", || pools.unwarm(&template))
                 .await?;
+            self.timeline
+                .pool(&self.clusters[cluster].name, &self.images[image], 0);
             self.note_fewer_warm(replicas);
         }
         Ok(())
+    }
+
+    /// The backend warm pools kept now: cluster, image and template.
+    pub(crate) async fn warm_pools(&self) -> Vec<(usize, usize, TemplateRef)> {
+        let books = self.books.lock().await;
+        let mut pools: Vec<_> = books
+            .pools
+            .iter()
+            .filter_map(|(&image, &(cluster, _))| {
+                let template = books.templates.get(&(cluster, image))?;
+                Some((cluster, image, template.clone()))
+            })
+            .collect();
+        pools.sort_unstable_by_key(|(cluster, image, _)| (*cluster, *image));
+        pools
     }
 
     /// Images whose pools are warm now.
@@ -374,9 +398,12 @@ impl Fleet {
             self.books.lock().await.claimed[cluster] += 1;
             self.counts.claims.fetch_add(1, Ordering::Relaxed);
             self.phases.record(Phase::Claim, started.elapsed());
+            let claimed = Claimed::new(cluster, image, handle);
+            self.timeline
+                .segment(SegmentKind::Claim, started, self.on(&claimed), true);
             Ok(Claimed {
                 prepared,
-                ..Claimed::new(cluster, image, handle)
+                ..claimed
             })
         }
         .instrument(span)
@@ -557,6 +584,15 @@ impl Fleet {
         self.warm_now.fetch_sub(u64::from(fewer), Ordering::Relaxed);
     }
 
+    /// Where `claimed` is, by name.
+    pub(crate) fn on<'a>(&'a self, claimed: &'a Claimed) -> On<'a> {
+        On {
+            cluster: &self.clusters[claimed.cluster].name,
+            sandbox: &claimed.handle.id,
+            image: &self.images[claimed.image],
+        }
+    }
+
     async fn note_warm(&self, image: usize, cluster: usize, replicas: u32) {
         let mut books = self.books.lock().await;
         let before = books
@@ -564,6 +600,8 @@ impl Fleet {
             .insert(image, (cluster, replicas))
             .map_or(0, |(_, r)| r);
         drop(books);
+        self.timeline
+            .pool(&self.clusters[cluster].name, &self.images[image], replicas);
         self.note_more_warm(replicas - before);
     }
 }

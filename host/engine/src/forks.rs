@@ -13,6 +13,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use sandfleet_core::{Labels, SandboxHandle, SnapshotRef, Snapshots, TemplateRef};
+use sandfleet_report::events::SegmentKind;
 use tokio::sync::OnceCell;
 use tracing::Instrument;
 
@@ -130,6 +131,12 @@ impl Fleet {
                 tracing::info_span!("prepare", sandbox = %claimed.handle.id, snapshot = true);
             let prepared = self.run_hook(&claimed, &hook).instrument(span).await;
             self.phases.record(Phase::Prepare, started.elapsed());
+            self.timeline.segment(
+                SegmentKind::Prepare,
+                started,
+                self.on(&claimed),
+                prepared.is_ok(),
+            );
             let snapshot = match prepared {
                 Ok(()) => {
                     self.counts.prepared.fetch_add(1, Ordering::Relaxed);

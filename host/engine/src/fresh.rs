@@ -332,6 +332,7 @@ mod tests {
                 images: vec![calc::IMAGE.into()],
                 settings: FleetSettings::default(),
                 placement: registry.placement("least-loaded").unwrap(),
+                timeline: std::sync::Arc::new(crate::timeline::Timeline::off()),
             },
             phases.clone(),
             retries.clone(),

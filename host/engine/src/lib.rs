@@ -30,6 +30,7 @@ mod observed;
 mod phases;
 pub mod plan;
 mod plugins;
+mod pool_levels;
 mod prepare;
 mod progress;
 pub mod pulls;
@@ -47,6 +48,7 @@ mod session;
 mod settings;
 mod task;
 mod text;
+mod timeline;
 mod workers;
 
 pub use canary::{CanaryReport, canary};

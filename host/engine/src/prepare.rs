@@ -20,6 +20,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use sandfleet_core::ExecRequest;
+use sandfleet_report::events::SegmentKind;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -296,6 +297,12 @@ impl Fleet {
                 return Err(stopped());
             }
             self.phases.record(Phase::Prepare, started.elapsed());
+            self.timeline.segment(
+                SegmentKind::Prepare,
+                started,
+                self.on(&claimed),
+                prepared.is_ok(),
+            );
             match prepared {
                 Ok(()) => {
                     self.counts.prepared.fetch_add(1, Ordering::Relaxed);

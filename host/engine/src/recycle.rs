@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use sandfleet_core::SnapshotRef;
 use sandfleet_plugin::adapter::{Command, CommandOutput, Task};
 use sandfleet_plugin::reset::{ResetCheck, Verdict};
+use sandfleet_report::events::{MarkKind, SegmentKind};
 
 use crate::commands::run_commands;
 use crate::error::StepError;
@@ -176,11 +177,21 @@ impl Recycler {
                 let started = Instant::now();
                 let verdict = self.reset_and_verify(&current, task).await;
                 self.fleet.phases.record(Phase::Reset, started.elapsed());
+                let on = self.fleet.on(&current.claimed);
+                self.fleet
+                    .timeline
+                    .segment(SegmentKind::Reset, started, on, verdict.is_ok());
                 match verdict {
                     Ok(()) => return Ok(current),
                     Err(reason) => {
                         tracing::warn!(sandbox = %current.claimed.handle.id, task = %task.id, "quarantined: {reason}");
                         self.fleet.phases.record(Phase::Quarantine, Duration::ZERO);
+                        let on = self.fleet.on(&current.claimed);
+                        self.fleet.timeline.mark(
+                            MarkKind::Quarantined,
+                            Some(on),
+                            &reason.to_string(),
+                        );
                         self.release(current);
                     }
                 }

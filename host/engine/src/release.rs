@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
+use sandfleet_report::events::SegmentKind;
 use tokio::sync::{Mutex, Notify, mpsc};
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
@@ -91,6 +92,12 @@ impl ReleaseQueue {
                             .idempotent("release", || fleet.release_on_backend(&claimed))
                             .await;
                         fleet.forget_claim(&claimed).await;
+                        fleet.timeline.segment(
+                            SegmentKind::Release,
+                            started,
+                            fleet.on(&claimed),
+                            released.is_ok(),
+                        );
                         match released {
                             Ok(()) => counts.released.fetch_add(1, Ordering::Relaxed),
                             Err(error) => {

@@ -33,6 +33,15 @@ pub enum TaskStatus {
 }
 
 impl TaskStatus {
+    /// The name in results and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            TaskStatus::Ok => "ok",
+            TaskStatus::Failed => "failed",
+            TaskStatus::InfraError => "infra_error",
+        }
+    }
+
     /// How a graded task ended: `ok` when it passed, `infra_error` when the
     /// adapter judged that the environment failed (whatever the status),
     /// `failed` otherwise.

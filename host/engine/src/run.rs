@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use sandfleet_core::{BackendError, Reaped, RunId};
+use sandfleet_report::events::ClusterEvent;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -28,7 +29,8 @@ use crate::results::{ResultsStore, TaskRecord};
 use crate::retry::Retries;
 use crate::settings::{FleetSettings, Strategy};
 use crate::task::{self, TaskRunner, WorkItem};
-use crate::{breaker, checks, pulls};
+use crate::timeline::Timeline;
+use crate::{breaker, checks, pool_levels, pulls};
 
 /// The report file inside the output directory.
 pub const REPORT_FILE: &str = "report.json";
@@ -73,8 +75,10 @@ pub async fn run(spec: RunSpec, items: Vec<WorkItem>) -> Result<RunReport, RunEr
             .filter(|item| !results.is_finished(item.key()))
             .collect();
         let resumed = total - pending.len();
+        let timeline = Arc::new(start_timeline(&spec, started));
         spec.progress.started(pending.len(), resumed);
         let mut engine = Engine {
+            timeline,
             total: pending.len(),
             retries: Arc::new(Retries::new(spec.settings.retry_budget)),
             calls_at_start: CallsAtStart::take(&spec.plugins.registry),
@@ -99,6 +103,8 @@ pub async fn run(spec: RunSpec, items: Vec<WorkItem>) -> Result<RunReport, RunEr
         let json =
             serde_json::to_vec_pretty(&report).map_err(|e| RunError::Internal(e.to_string()))?;
         std::fs::write(engine.spec.out_dir.join(REPORT_FILE), json)?;
+        engine.timeline.end();
+        draw(&engine.spec.out_dir);
         engine.spec.progress.done();
         outcome?;
         teardown?;
@@ -108,8 +114,47 @@ pub async fn run(spec: RunSpec, items: Vec<WorkItem>) -> Result<RunReport, RunEr
     .await
 }
 
+/// The run's timeline in `out_dir/events.jsonl`; a run whose timeline
+/// cannot be written goes on without its picture.
+fn start_timeline(spec: &RunSpec, started: Instant) -> Timeline {
+    let clusters = spec
+        .clusters
+        .iter()
+        .map(|cluster| ClusterEvent {
+            name: cluster.name.clone(),
+            backend: cluster.kind.clone(),
+        })
+        .collect();
+    Timeline::open(
+        &spec.out_dir,
+        started,
+        &spec.run_id.to_string(),
+        clusters,
+        spec.plugins.serving(),
+    )
+    .unwrap_or_else(|error| {
+        tracing::warn!(%error, "no timeline, so no report.html, for this run");
+        Timeline::off()
+    })
+}
+
+/// Draws `out_dir/report.html` from the run's timeline.
+fn draw(out_dir: &std::path::Path) {
+    match sandfleet_report::write(out_dir) {
+        Ok(written) => tracing::debug!(
+            tasks = written.tasks,
+            segments = written.segments,
+            "drew {}",
+            written.path.display()
+        ),
+        Err(error) => tracing::warn!(%error, "report.html was not written"),
+    }
+}
+
 pub(crate) struct Engine {
     pub(crate) spec: RunSpec,
+    /// What the run did and when, for its picture.
+    pub(crate) timeline: Arc<Timeline>,
     /// Plugin calls before the run, so the report counts the run's own.
     pub(crate) calls_at_start: CallsAtStart,
     /// Each role's plugin version when the run started.
@@ -173,6 +218,7 @@ impl Engine {
                 images: plan.images.clone(),
                 settings: self.spec.settings.clone(),
                 placement: self.spec.plugins.placement.clone(),
+                timeline: self.timeline.clone(),
             },
             self.phases.clone(),
             self.retries.clone(),
@@ -185,6 +231,7 @@ impl Engine {
             plan.concurrent as usize,
         ));
         self.releases = Some(releases.clone());
+        let pool_levels = pool_levels::start(fleet.clone());
         let breaker = breaker::start(
             fleet.clone(),
             &plan,
@@ -212,6 +259,9 @@ impl Engine {
             () = cancel.cancelled() => Err(RunError::Interrupted),
         };
         breaker.abort();
+        if let Some(sampling) = pool_levels {
+            sampling.abort();
+        }
         match (result, self.tripped.get()) {
             (Err(RunError::Interrupted), Some(reason)) => Err(RunError::Breaker(reason.clone())),
             (result, _) => result,
@@ -293,6 +343,14 @@ impl Engine {
     /// Appends a finished task's record and reports it.
     pub(crate) fn record(&self, record: TaskRecord) -> Result<(), RunError> {
         self.results.append(&record)?;
+        let log = task::log_name(
+            &record.task_id,
+            record.epoch,
+            record.group.as_ref().map(|group| group.member),
+            self.spec.settings.epochs,
+        );
+        self.timeline
+            .task(&record, &std::path::Path::new("logs").join(log));
         let done = self.done.fetch_add(1, Ordering::Relaxed) + 1;
         self.spec.progress.finished(&record, done, self.total);
         self.records

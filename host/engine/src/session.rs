@@ -204,6 +204,7 @@ impl Session {
                 images: Vec::new(),
                 settings: settings.clone(),
                 placement: spec.plugins.placement.clone(),
+                timeline: std::sync::Arc::new(crate::timeline::Timeline::off()),
             },
             phases,
             retries.clone(),

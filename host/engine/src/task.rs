@@ -13,6 +13,7 @@ use std::time::Instant;
 
 use sandfleet_core::file_stem;
 use sandfleet_plugin::adapter::{Task, TaskAdapter};
+use sandfleet_report::events::{MarkKind, TaskKey};
 use tracing::Instrument;
 
 use crate::error::StepError;
@@ -25,6 +26,7 @@ use crate::results::{
     Timings,
 };
 use crate::text;
+use crate::timeline::{On, Timeline};
 
 /// Bytes of an error or grade detail kept in a result line.
 const MAX_ERROR: usize = 4096;
@@ -118,6 +120,15 @@ impl TaskRunner {
     /// and returns the task's record. Without recycling, a sandbox serves
     /// one task: the caller releases it once the record is written.
     pub(crate) async fn run(&self, item: &WorkItem, held: &mut Option<Held>) -> TaskRecord {
+        let key = TaskKey {
+            id: item.task.id.clone(),
+            epoch: item.epoch,
+            member: item.member.map(|member| member.index),
+        };
+        Timeline::for_task(key, self.run_unscoped(item, held)).await
+    }
+
+    async fn run_unscoped(&self, item: &WorkItem, held: &mut Option<Held>) -> TaskRecord {
         let span = tracing::info_span!("task", task = %item.task.id, epoch = item.epoch);
         let started = Instant::now();
         // One adapter version prepares and grades the task, every attempt.
@@ -132,6 +143,19 @@ impl TaskRunner {
                 Some(reason) if attempts.len() < self.fleet().settings.infra_retries as usize => {
                     let error = attempt.evaluation.error.clone().unwrap_or_default();
                     tracing::warn!(parent: &span, %error, "{reason}: running the task again on another sandbox");
+                    let fleet = self.fleet();
+                    let on = attempt
+                        .cluster
+                        .as_deref()
+                        .zip(attempt.sandbox.as_deref())
+                        .map(|(cluster, sandbox)| On {
+                            cluster,
+                            sandbox,
+                            image: &item.task.image,
+                        });
+                    fleet
+                        .timeline
+                        .mark(MarkKind::Retry, on, &format!("{reason}: {error}"));
                     attempts.push(AttemptRecord {
                         sandbox: attempt.sandbox,
                         cluster: attempt.cluster,
@@ -340,18 +364,29 @@ impl TaskRunner {
         }
     }
 
-    /// The log file of `item`: distinct ids get distinct files (`col/a` and
-    /// `col_a` included).
+    /// The log file of `item`.
     fn log_path(&self, item: &WorkItem) -> PathBuf {
-        let mut name = file_stem(&item.task.id);
-        if self.fleet().settings.epochs > 1 {
-            name.push_str(&format!(".epoch{}", item.epoch));
-        }
-        if let Some(member) = item.member {
-            name.push_str(&format!(".member{}", member.index));
-        }
-        self.logs.join(name + ".log")
+        self.logs.join(log_name(
+            &item.task.id,
+            item.epoch,
+            item.member.map(|member| member.index),
+            self.fleet().settings.epochs,
+        ))
     }
+}
+
+/// The name of a task's log in `logs/`, for `epoch` of `epochs` and a group
+/// `member`: distinct ids get distinct files (`col/a` and `col_a`
+/// included).
+pub(crate) fn log_name(task_id: &str, epoch: u32, member: Option<u32>, epochs: u32) -> String {
+    let mut name = file_stem(task_id);
+    if epochs > 1 {
+        name.push_str(&format!(".epoch{epoch}"));
+    }
+    if let Some(member) = member {
+        name.push_str(&format!(".member{member}"));
+    }
+    name + ".log"
 }
 
 /// The record of `item` whose last attempt was `last`, after `attempts`

@@ -59,6 +59,22 @@ impl Fixture {
         self.dir.path().join("out")
     }
 
+    /// The last run's events (`events.jsonl`) of `kind` (`segment`,
+    /// `task`, `mark`, `pool`).
+    pub(crate) fn events(&self, kind: &str) -> Vec<serde_json::Value> {
+        let text = std::fs::read_to_string(self.out_dir().join("events.jsonl")).unwrap();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect();
+        let last_run = lines.iter().rposition(|e| e["e"] == "run").unwrap();
+        lines[last_run..]
+            .iter()
+            .filter(|e| e["e"] == kind)
+            .cloned()
+            .collect()
+    }
+
     /// A template of fixture image `image` carrying the run's labels.
     pub(crate) fn template_spec(&self, image: &str) -> TemplateSpec {
         TemplateSpec {

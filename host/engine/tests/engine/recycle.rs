@@ -94,6 +94,34 @@ async fn recycled_sandboxes_are_clean_and_dirt_the_reset_cannot_undo_is_quaranti
     assert_eq!(sandbox_of("dirty-files"), sandbox_of("sees-clean-files"));
     assert_eq!(sandbox_of("sees-clean-files"), sandbox_of("dirty-config"));
     assert_ne!(sandbox_of("dirty-config"), sandbox_of("sees-clean-config"));
+
+    // The picture: a reset before each reuse, drawn on the task it readied,
+    // the one that failed marked where the sandbox was quarantined.
+    let resets: Vec<(String, bool)> = fixture
+        .events("segment")
+        .iter()
+        .filter(|e| e["kind"] == "reset")
+        .map(|e| {
+            (
+                e["task"]["id"].as_str().unwrap().to_string(),
+                e["ok"] == true,
+            )
+        })
+        .collect();
+    assert_eq!(
+        resets,
+        [
+            ("sees-clean-files".to_string(), true),
+            ("dirty-config".to_string(), true),
+            ("sees-clean-config".to_string(), false),
+        ]
+    );
+    let marks = fixture.events("mark");
+    assert_eq!(marks.len(), 1, "{marks:?}");
+    assert_eq!(marks[0]["kind"], "quarantined");
+    assert_eq!(marks[0]["sandbox"], sandbox_of("dirty-config").as_str());
+    assert_eq!(marks[0]["task"]["id"], "sees-clean-config");
+    assert!(fixture.out_dir().join("report.html").exists());
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -148,6 +148,39 @@ async fn a_task_whose_sandbox_is_killed_runs_again_on_another_and_its_line_recor
     assert!(why.contains(&first) && why.contains("ended"), "{why}");
     assert_eq!(attempts[1]["sandbox"], second.as_str());
     assert!(attempts[1].get("retried_for").is_none(), "{record}");
+
+    // The picture marks the retry on the lost sandbox's lane, and draws
+    // the task on the sandbox that finished it.
+    let marks = fixture.events("mark");
+    assert_eq!(marks.len(), 1, "{marks:?}");
+    assert_eq!(
+        (
+            &marks[0]["kind"],
+            &marks[0]["sandbox"],
+            &marks[0]["task"]["id"]
+        ),
+        (&"retry".into(), &first.as_str().into(), &"victim".into())
+    );
+    let tasks = fixture.events("task");
+    assert_eq!(tasks.len(), 1);
+    assert_eq!(
+        (
+            &tasks[0]["sandbox"],
+            &tasks[0]["attempts"],
+            &tasks[0]["log"]
+        ),
+        (
+            &second.as_str().into(),
+            &2.into(),
+            &"logs/victim.log".into()
+        )
+    );
+    let claims_of_victim = fixture
+        .events("segment")
+        .iter()
+        .filter(|e| e["kind"] == "claim" && e["task"]["id"] == "victim")
+        .count();
+    assert_eq!(claims_of_victim, 2);
 }
 
 #[tokio::test(flavor = "multi_thread")]
