@@ -21,9 +21,11 @@ use std::time::Duration;
 pub const TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Virtual milliseconds the page gets before its DOM is read or it is
-/// captured. Virtual time runs timers as fast as the CPU allows and waits
-/// for pending network fetches, so this bounds a page's own delays, not
-/// the test's wall time.
+/// captured. Virtual time runs timers as fast as the CPU allows (a 4 s
+/// `setTimeout` fires within the browser's ~1 s start) and stands still
+/// while a fetch is pending, so a page whose fetch never completes (an
+/// event stream, a long poll) is read only when its server ends the
+/// response, or is killed at [`TIMEOUT`].
 pub const VIRTUAL_TIME_BUDGET_MS: u32 = 5_000;
 
 /// The DOM of `url` after its scripts ran (and timers up to
