@@ -42,6 +42,8 @@ pub struct Options {
 pub struct Daemon {
     addr: SocketAddr,
     run_id: RunId,
+    /// The variable holding the bearer token, if the daemon has one.
+    token_env: Option<String>,
     stop: CancellationToken,
     serving: tokio::task::JoinHandle<anyhow::Result<()>>,
 }
@@ -72,13 +74,35 @@ impl Daemon {
         let run_id = state.session.run_id().clone();
         let stop = state.stopping.clone();
         let grace = state.config.api.grace_period;
+        let token_env = state.config.api.token_env.clone();
         let serving = tokio::spawn(serve(state, listener, grace, lock));
-        Ok(Daemon {
+        let daemon = Daemon {
             addr,
             run_id,
+            token_env,
             stop,
             serving,
-        })
+        };
+        tracing::info!(run_id = %daemon.run_id, "{}", daemon.ui_line());
+        Ok(daemon)
+    }
+
+    /// The live page's address: `http://ADDR/ui`.
+    pub fn ui_url(&self) -> String {
+        format!("http://{}/ui", self.addr)
+    }
+
+    /// One line telling where the live page is and, when the daemon has a
+    /// token, how to give it (by the variable's name, never its value):
+    /// `live page: http://127.0.0.1:7878/ui?token=$SANDFLEET_TOKEN`.
+    pub fn ui_line(&self) -> String {
+        match &self.token_env {
+            Some(variable) => format!(
+                "live page: {}?token=${variable} (the token's value; the page drops it from the address bar)",
+                self.ui_url()
+            ),
+            None => format!("live page: {}", self.ui_url()),
+        }
     }
 
     /// Where it listens.
@@ -218,6 +242,7 @@ impl Opened {
             metrics: Metrics::new(&backend_calls),
             runs: Runs::default(),
             shared: SharedPools::new(&config.shared_pools),
+            errors: Default::default(),
             connections,
             config,
             token,

@@ -176,6 +176,11 @@ impl IntoResponse for AppError {
             tracing::warn!(kind = ?self.kind, "{}", self.message);
         }
         let mut response = (self.status, axum::Json(self.body())).into_response();
+        // For the middleware's record of recent errors.
+        response.extensions_mut().insert(Answered {
+            kind: self.kind,
+            message: self.message,
+        });
         if let Some(after) = self.retry_after {
             // Whole seconds, rounded up: a client that waits less is
             // throttled again.
@@ -185,6 +190,24 @@ impl IntoResponse for AppError {
                 .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         }
         response
+    }
+}
+
+/// What an error response said, kept in its extensions for the middleware
+/// (which records the latest errors without reading bodies back).
+#[derive(Debug, Clone)]
+pub(crate) struct Answered {
+    pub(crate) kind: ErrorKind,
+    pub(crate) message: String,
+}
+
+impl ErrorKind {
+    /// Its name as bodies carry it (`not_found`).
+    pub(crate) fn name(self) -> String {
+        serde_json::to_value(self)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default()
     }
 }
 
@@ -230,6 +253,7 @@ impl From<Refusal> for AppError {
             Refusal::LeaseNotLive { .. }
             | Refusal::Released { .. }
             | Refusal::NoSuchRun { .. }
+            | Refusal::NoReport { .. }
             | Refusal::NoSuchPool { .. }
             | Refusal::SessionNotOpen { .. }
             | Refusal::SnapshotNotLive { .. } => AppError::not_found(message),

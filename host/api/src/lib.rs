@@ -27,11 +27,11 @@ mod state;
 pub use daemon::{Daemon, Options};
 pub use error::{AppError, ErrorKind};
 pub use model::{
-    AcquireRequest, BatchRequest, EvaluateRequest, EvaluateResponse, ExecRequestBody, ExecResponse,
-    ForkRequest, GradeView, HealView, LeaseList, LeaseState, LeaseView, PluginList, PluginView,
-    PoolRequest, PoolView, PoolsResponse, Ready, RecycleResponse, RenewRequest, RestoreRequest,
-    RunList, RunRequest, RunView, SharedPoolList, SharedPoolView, SharedSessionView,
-    SharedSlotView, SnapshotRequest, SnapshotView, TestView,
+    AcquireRequest, BatchRequest, ErrorList, ErrorView, EvaluateRequest, EvaluateResponse,
+    ExecRequestBody, ExecResponse, ForkRequest, GradeView, HealView, LeaseList, LeaseState,
+    LeaseView, PluginList, PluginView, PoolRequest, PoolView, PoolsResponse, Ready,
+    RecycleResponse, RenewRequest, RestoreRequest, RunList, RunRequest, RunView, SharedPoolList,
+    SharedPoolView, SharedSessionView, SharedSlotView, SnapshotRequest, SnapshotView, TestView,
 };
 
 /// The OpenAPI document, as `GET /v1/openapi.json` serves it.

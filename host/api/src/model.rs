@@ -396,6 +396,13 @@ pub struct PluginView {
     /// The fault after which the built-in fallback answers the serving
     /// version's calls, naming the call and the built-in.
     pub fault: Option<String>,
+    /// Calls of the serving version, faulted or not.
+    #[serde(default)]
+    pub calls: u64,
+    /// Calls of the serving version that trapped, overran a limit or
+    /// broke the contract.
+    #[serde(default)]
+    pub faults: u64,
     /// Calls of the serving version the built-in fallback answered.
     pub fallbacks: u64,
     /// The plugin's file was removed and no built-in has its name: it
@@ -408,6 +415,31 @@ pub struct PluginView {
 pub struct PluginList {
     /// The plugins.
     pub plugins: Vec<PluginView>,
+}
+
+/// A request the daemon answered with an error.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ErrorView {
+    /// When (RFC 3339, milliseconds).
+    pub at: String,
+    /// The request's method.
+    pub method: String,
+    /// The route's template (`/v1/leases/{id}/exec`), or `unmatched`;
+    /// never the URL.
+    pub route: String,
+    /// The status answered.
+    pub status: u16,
+    /// The error's `kind`.
+    pub kind: String,
+    /// The message the client was given.
+    pub message: String,
+}
+
+/// `{"errors": [...]}` of `GET /v1/errors`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ErrorList {
+    /// The latest errors (at most 50), newest first.
+    pub errors: Vec<ErrorView>,
 }
 
 /// `/readyz`.

@@ -10,6 +10,7 @@ use sandfleet_fleet::FleetConfig;
 use sandfleet_plugin::adapter::{Setting, Task};
 use tokio_util::sync::CancellationToken;
 
+use crate::domain::errors::RecentErrors;
 use crate::domain::leases::LeaseTable;
 use crate::domain::pools::SharedPools;
 use crate::domain::runs::Runs;
@@ -29,6 +30,8 @@ pub(crate) struct Inner {
     pub(crate) metrics: Metrics,
     pub(crate) runs: Runs,
     pub(crate) shared: SharedPools,
+    /// The latest requests answered with an error.
+    pub(crate) errors: RecentErrors,
     /// HTTP clients and the create pacer every run's clusters share.
     pub(crate) connections: sandfleet_fleet::setup::Connections,
     pub(crate) config: FleetConfig,

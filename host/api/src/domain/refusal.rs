@@ -15,6 +15,10 @@ pub(crate) enum Refusal {
     Released { holder: String },
     #[error("no batch run `{id}`")]
     NoSuchRun { id: String },
+    #[error(
+        "batch run `{id}` has no report.html yet (the run writes it beside report.json); try again later"
+    )]
+    NoReport { id: String },
     #[error("no shared pool named `{name}` ({known})")]
     NoSuchPool { name: String, known: String },
     #[error(

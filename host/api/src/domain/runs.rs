@@ -78,6 +78,25 @@ impl BatchRun {
         &self.out_dir
     }
 
+    /// The run's `report.html`, once it is there: a regular file directly
+    /// in the run's output directory (never a link, never anywhere else).
+    pub(crate) fn report_html(&self) -> Result<PathBuf, Refusal> {
+        let missing = || Refusal::NoReport {
+            id: self.id.clone(),
+        };
+        let path = self.out_dir.join(REPORT_HTML);
+        let regular = std::fs::symlink_metadata(&path).is_ok_and(|meta| meta.file_type().is_file());
+        let inside = match (path.canonicalize(), self.out_dir.canonicalize()) {
+            (Ok(file), Ok(dir)) => file.parent() == Some(dir.as_path()),
+            _ => false,
+        };
+        if regular && inside {
+            Ok(path)
+        } else {
+            Err(missing())
+        }
+    }
+
     /// What cancels the run, for the engine to watch.
     pub(crate) fn cancellation(&self) -> CancellationToken {
         self.cancel.clone()
@@ -192,6 +211,9 @@ impl Runs {
         }
     }
 }
+
+/// The picture of a run, which the engine draws beside `report.json`.
+pub(crate) const REPORT_HTML: &str = "report.html";
 
 /// Where batch runs keep their output; a directory without a report is a
 /// run a killed daemon left.

@@ -1,22 +1,24 @@
 //! The daemon over HTTP: every endpoint in one router, the body limits,
 //! and one middleware that checks the bearer token, opens the request's
-//! span (with the lease id) and counts the request. Handlers take the
+//! span (with the lease id), counts the request and keeps it in the record
+//! of recent errors when it failed. Handlers take the
 //! state and their extractors, ask the domain, and answer
 //! `Result<_, AppError>`; a domain refusal becomes its status in
 //! `crate::error`.
 
 use std::future::Future;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
-use axum::http::{StatusCode, header};
+use axum::extract::{DefaultBodyLimit, MatchedPath, Query, Request, State};
+use axum::http::{Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use tracing::Instrument;
 
-use crate::error::{AppError, ErrorKind};
+use crate::domain::errors::ErrorRecord;
+use crate::error::{Answered, AppError, ErrorKind};
 use crate::state::AppState;
 
 /// What every handler answers: its response (JSON, a status with JSON, or
@@ -68,7 +70,10 @@ pub(crate) fn app(state: AppState) -> Router {
         .route("/v1/runs", post(runs::start).get(runs::list))
         .route("/v1/runs/{id}", get(runs::get).delete(runs::cancel))
         .route("/v1/runs/{id}/results", get(runs::results))
+        .route("/v1/runs/{id}/report.html", get(runs::report_html))
         .route("/v1/plugins", get(ops::plugins))
+        .route("/v1/errors", get(ops::errors))
+        .route("/ui", get(ops::ui))
         .route("/v1/openapi.json", get(ops::openapi))
         .route("/metrics", get(ops::metrics))
         .route("/readyz", get(ops::readyz))
@@ -99,22 +104,35 @@ pub(crate) async fn detached<T: Send + 'static>(
     }
 }
 
-/// Token, span, metrics.
+/// The routes a browser opens by URL (the live page, and a run's report
+/// it links to), which cannot send a header: these alone also take the
+/// token as `?token=`.
+const OPENED_BY_URL: [&str; 2] = ["/ui", "/v1/runs/{id}/report.html"];
+
+/// The longest message the record of recent errors keeps of one error.
+const RECORDED_MESSAGE: usize = 1000;
+
+/// Token, span, metrics, and the record of recent errors. Only the route's
+/// template is recorded or logged, never the URL: its query may carry the
+/// token, its path a lease id or a file's path.
 async fn around(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let route = request
         .extensions()
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
+    let method = request.method().to_string();
     if route != "/healthz"
         && let Some(token) = &state.token
-        && !authorized(&request, token)
+        && !authorized(&request, &route, token)
     {
-        return AppError::new(
+        let refused = AppError::new(
             StatusCode::UNAUTHORIZED,
             ErrorKind::Unauthorized,
             "missing or wrong bearer token (`Authorization: Bearer <token>`)",
         )
         .into_response();
+        record_error(&state, method, route, &refused);
+        return refused;
     }
     let lease = request
         .uri()
@@ -132,25 +150,68 @@ async fn around(State(state): State<AppState>, request: Request, next: Next) -> 
     let started = Instant::now();
     let response = next.run(request).instrument(span.clone()).await;
     span.record("status", response.status().as_u16());
+    record_error(&state, method, route.clone(), &response);
     state
         .metrics
         .request(route, response.status().as_u16(), started.elapsed());
     response
 }
 
-fn authorized(request: &Request, token: &str) -> bool {
-    let given = request
+/// Keeps `response` in the record of recent errors when it is one.
+fn record_error(state: &AppState, method: String, route: String, response: &Response) {
+    let status = response.status();
+    if !(status.is_client_error() || status.is_server_error()) {
+        return;
+    }
+    let (kind, message) = match response.extensions().get::<Answered>() {
+        Some(answered) => (answered.kind.name(), answered.message.clone()),
+        None => (
+            String::new(),
+            status.canonical_reason().unwrap_or_default().to_string(),
+        ),
+    };
+    let message = match message.char_indices().nth(RECORDED_MESSAGE) {
+        Some((end, _)) => format!("{}…", &message[..end]),
+        None => message,
+    };
+    state.errors.record(ErrorRecord {
+        at: SystemTime::now(),
+        method,
+        route,
+        status: status.as_u16(),
+        kind,
+        message,
+    });
+}
+
+/// The bearer token from the `Authorization` header or, on the routes a
+/// browser opens by URL and for `GET` alone, from `?token=`.
+fn authorized(request: &Request, route: &str, token: &str) -> bool {
+    let header = request
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
-    // Compared in time independent of where they differ.
-    given.is_some_and(|given| {
-        given.len() == token.len()
-            && given
-                .bytes()
-                .zip(token.bytes())
-                .fold(0u8, |diff, (a, b)| diff | (a ^ b))
-                == 0
-    })
+    if header.is_some_and(|given| same(given, token)) {
+        return true;
+    }
+    let by_url =
+        matches!(*request.method(), Method::GET | Method::HEAD) && OPENED_BY_URL.contains(&route);
+    by_url
+        && Query::<Vec<(String, String)>>::try_from_uri(request.uri()).is_ok_and(|Query(pairs)| {
+            pairs
+                .iter()
+                .any(|(name, given)| name == "token" && same(given, token))
+        })
+}
+
+/// Whether `given` is `token`, compared in time independent of where they
+/// differ.
+fn same(given: &str, token: &str) -> bool {
+    given.len() == token.len()
+        && given
+            .bytes()
+            .zip(token.bytes())
+            .fold(0u8, |diff, (a, b)| diff | (a ^ b))
+            == 0
 }

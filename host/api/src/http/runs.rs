@@ -132,6 +132,26 @@ pub(crate) async fn results(
     Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], text).into_response())
 }
 
+/// What a run's report may do: draw itself from what it carries inline;
+/// it fetches nothing.
+const REPORT_POLICY: &str = "default-src 'none'; script-src 'unsafe-inline'; \
+    style-src 'unsafe-inline'; img-src data:; font-src data:; base-uri 'none'; \
+    form-action 'none'; frame-ancestors 'none'";
+
+#[utoipa::path(get, tag = "crate::runs", path = "/v1/runs/{id}/report.html",
+    params(("token" = Option<String>, Query, description = "the bearer token, for a browser following a link (accepted here and on /ui only)")),
+    responses((status = 200, content_type = "text/html", body = String, description = "the run's report.html, once written"), (status = 404, body = ErrorBody)))]
+pub(crate) async fn report_html(
+    State(state): State<AppState>,
+    UrlPath(id): UrlPath<String>,
+) -> Answer<Response> {
+    let path = state.runs.get(&id)?.report_html()?;
+    let page = tokio::fs::read(&path)
+        .await
+        .map_err(|_| crate::domain::Refusal::NoReport { id })?;
+    Ok(super::ops::html(page, REPORT_POLICY))
+}
+
 #[utoipa::path(delete, tag = "crate::runs", path = "/v1/runs/{id}", responses((status = 200, body = RunView), (status = 404, body = ErrorBody)))]
 pub(crate) async fn cancel(
     State(state): State<AppState>,

@@ -1,6 +1,8 @@
 //! The router called as a service, without a socket, for what needs no
-//! sandbox: requests the daemon refuses before touching a backend, and
-//! the bearer token; and the OpenAPI document's grouping. Snapshot
+//! sandbox: requests the daemon refuses before touching a backend, the
+//! bearer token (in its header, or in the query of the pages a browser
+//! opens), a run's report, the record of recent errors; and the OpenAPI
+//! document's grouping. Snapshot
 //! requests refused run on an in-memory backend without snapshots and on
 //! snapshots the tests put in the table. (What needs sandboxes is in
 //! tests/api, over loopback.)
@@ -10,7 +12,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::Body;
 use axum::handler::Handler as _;
-use axum::http::{Method, Request, StatusCode, header};
+use axum::http::{HeaderMap, Method, Request, StatusCode, header};
 use sandfleet_engine::Cluster;
 use sandfleet_fleet::{FleetConfig, setup};
 use sandfleet_test_support::Scripted;
@@ -119,17 +121,34 @@ calc = {{ path = "{images}/calc", git = true }}
     }
 
     async fn send(&self, request: Request<Body>) -> (StatusCode, Value) {
-        // What tower's `oneshot` does, through axum's own traits.
-        let service = axum::routing::any_service(self.router.clone());
-        let response = service.call(request, ()).await;
-        let status = response.status();
-        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
-            .await
-            .unwrap();
+        let (status, _, bytes) = self.send_raw(request).await;
         (
             status,
             serde_json::from_slice(&bytes).unwrap_or(Value::Null),
         )
+    }
+
+    /// The status, headers and body of `request`.
+    async fn send_raw(&self, request: Request<Body>) -> (StatusCode, HeaderMap, Vec<u8>) {
+        // What tower's `oneshot` does, through axum's own traits.
+        let service = axum::routing::any_service(self.router.clone());
+        let response = service.call(request, ()).await;
+        let status = response.status();
+        let headers = response.headers().clone();
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        (status, headers, bytes.to_vec())
+    }
+
+    /// `GET uri` with `authorization` as the header, if any.
+    async fn get(&self, uri: &str, authorization: Option<&str>) -> (StatusCode, HeaderMap, String) {
+        let mut request = Request::builder().uri(uri);
+        if let Some(value) = authorization {
+            request = request.header(header::AUTHORIZATION, value);
+        }
+        let (status, headers, bytes) = self.send_raw(request.body(Body::empty()).unwrap()).await;
+        (status, headers, String::from_utf8(bytes).unwrap())
     }
 }
 
@@ -288,7 +307,12 @@ fn the_document_groups_operations_under_the_tags_it_always_had() {
     );
     assert_eq!(
         paths("crate::runs"),
-        ["/v1/runs", "/v1/runs/{id}", "/v1/runs/{id}/results"]
+        [
+            "/v1/runs",
+            "/v1/runs/{id}",
+            "/v1/runs/{id}/report.html",
+            "/v1/runs/{id}/results"
+        ]
     );
     assert_eq!(
         paths("crate::snapshots"),
@@ -521,4 +545,174 @@ async fn a_deleted_snapshot_is_gone_and_counted() {
     assert_eq!(status, StatusCode::NOT_FOUND);
     let (status, _) = routed.call(Method::DELETE, &path, "").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn the_live_page_takes_the_token_as_a_header_or_in_its_query() {
+    let routed = Routed::new().await;
+    let bearer = format!("Bearer {TOKEN}");
+    let (status, _, body) = routed.get("/ui", None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    let (status, headers, page) = routed.get("/ui", Some(&bearer)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(headers[header::CONTENT_TYPE], "text/html; charset=utf-8");
+    assert_eq!(headers[header::CACHE_CONTROL], "no-store");
+    assert_eq!(headers[header::REFERRER_POLICY], "no-referrer");
+    let policy = headers[header::CONTENT_SECURITY_POLICY].to_str().unwrap();
+    assert!(policy.contains("connect-src 'self'"), "{policy}");
+    assert!(page.contains("<title>sandfleet daemon</title>"), "{page}");
+    let (status, _, query) = routed.get(&format!("/ui?token={TOKEN}"), None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(query, page);
+    // Among other parameters, and percent-encoded, it is the same token.
+    let encoded = TOKEN.replace('-', "%2D");
+    let (status, _, _) = routed
+        .get(&format!("/ui?theme=dark&token={encoded}"), None)
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    for wrong in [
+        "/ui?token=",
+        "/ui?token=wrong",
+        &format!("/ui?token={TOKEN}x"),
+        &format!("/ui?TOKEN={TOKEN}"),
+        &format!("/ui?access_token={TOKEN}"),
+    ] {
+        let (status, _, body) = routed.get(wrong, None).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{wrong}: {body}");
+    }
+    // Only the pages a browser opens by URL take it: never the API.
+    for api in [
+        "/v1/leases",
+        "/v1/errors",
+        "/v1/plugins",
+        "/metrics",
+        "/v1/runs/r-nope",
+    ] {
+        let (status, _, body) = routed.get(&format!("{api}?token={TOKEN}"), None).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{api}: {body}");
+    }
+    let request = Request::builder()
+        .method(Method::POST)
+        .uri(format!("/v1/leases?token={TOKEN}"))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(r#"{"image": "calc"}"#))
+        .unwrap();
+    let (status, _) = routed.send(request).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    // A run's report takes it: a missing run is then a 404, not a 401.
+    let report = "/v1/runs/r-nope/report.html";
+    let (status, _, _) = routed.get(report, None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, _, body) = routed.get(&format!("{report}?token={TOKEN}"), None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert!(body.contains("no batch run `r-nope`"), "{body}");
+}
+
+#[tokio::test]
+async fn a_runs_report_is_served_once_written_and_never_from_outside_its_directory() {
+    let routed = Routed::scripted("memory").await;
+    let state = &routed.opened.state;
+    let outside = tempfile::tempdir().unwrap();
+    let out_dir = outside.path().join("runs").join("r-1");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let run = crate::domain::runs::BatchRun::new("r-1".into(), out_dir.clone(), 3);
+    state.runs.insert(run);
+    let url = format!("/v1/runs/r-1/report.html?token={TOKEN}");
+
+    let (status, _, body) = routed.get(&url, None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    let (kind, message) = error(&answer);
+    assert_eq!(kind, ErrorKind::NotFound);
+    assert!(message.contains("batch run `r-1`"), "{message}");
+    assert!(message.contains("no report.html yet"), "{message}");
+
+    let page = "<!doctype html><title>run r-1</title><p>13 tasks</p>";
+    std::fs::write(out_dir.join("report.html"), page).unwrap();
+    let (status, headers, body) = routed.get(&url, None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body, page);
+    assert_eq!(headers[header::CONTENT_TYPE], "text/html; charset=utf-8");
+    assert_eq!(headers[header::REFERRER_POLICY], "no-referrer");
+    let (status, _, body) = routed
+        .get("/v1/runs/r-1/report.html", Some(&format!("Bearer {TOKEN}")))
+        .await;
+    assert_eq!((status, body.as_str()), (StatusCode::OK, page));
+
+    // A link where the report was, to a file elsewhere, is not followed.
+    let secret = outside.path().join("secret.html");
+    std::fs::write(&secret, "not the run's").unwrap();
+    std::fs::remove_file(out_dir.join("report.html")).unwrap();
+    std::os::unix::fs::symlink(&secret, out_dir.join("report.html")).unwrap();
+    let (status, _, body) = routed.get(&url, None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert!(!body.contains("not the run's"), "{body}");
+
+    // Ids that climb out of the runs' directory name no run.
+    for id in ["..", "..%2F..%2Fsecret", "r-1%2F..%2F..", "%2E%2E"] {
+        let (status, _, body) = routed
+            .get(&format!("/v1/runs/{id}/report.html?token={TOKEN}"), None)
+            .await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{id}: {body}");
+        assert!(!body.contains("not the run's"), "{id}: {body}");
+    }
+}
+
+#[tokio::test]
+async fn errors_answered_are_kept_by_route_never_by_url() {
+    let routed = Routed::new().await;
+    let bearer = format!("Bearer {TOKEN}");
+    let (status, _, _) = routed.get("/ui?token=not-the-token", None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, _) = routed
+        .call(Method::GET, "/v1/leases/l-%3Cb%3Ehostile%3C%2Fb%3E", "")
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _, _) = routed.get("/v1/leases", Some(&bearer)).await;
+    assert_eq!(status, StatusCode::OK);
+
+    let (status, answer) = routed.call(Method::GET, "/v1/errors", "").await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    let errors = answer["errors"].as_array().unwrap();
+    assert_eq!(errors.len(), 2, "{answer}");
+    let (newest, oldest) = (&errors[0], &errors[1]);
+    assert_eq!(newest["method"], "GET");
+    assert_eq!(newest["route"], "/v1/leases/{id}");
+    assert_eq!(newest["status"], 404);
+    assert_eq!(newest["kind"], "not_found");
+    assert!(
+        newest["message"]
+            .as_str()
+            .unwrap()
+            .contains("lease `l-<b>hostile</b>` is not live"),
+        "{newest}"
+    );
+    assert_eq!(oldest["route"], "/ui");
+    assert_eq!(oldest["status"], 401);
+    assert_eq!(oldest["kind"], "unauthorized");
+    assert!(
+        humantime::parse_rfc3339(oldest["at"].as_str().unwrap()).is_ok(),
+        "{oldest}"
+    );
+    assert!(!answer.to_string().contains("not-the-token"), "{answer}");
+}
+
+#[test]
+fn the_live_page_puts_what_it_shows_in_as_text_and_fetches_only_the_daemon() {
+    let page = include_str!("../../assets/ui.html");
+    for markup in [
+        "innerHTML",
+        "outerHTML",
+        "insertAdjacentHTML",
+        "document.write",
+        "eval(",
+        "new Function",
+    ] {
+        assert!(!page.contains(markup), "the page uses {markup}");
+    }
+    for elsewhere in ["http://", "https://", "//cdn", "<link", "src="] {
+        assert!(!page.contains(elsewhere), "the page loads {elsewhere}");
+    }
+    assert!(page.contains("history.replaceState"));
+    assert!(page.contains("document.body.dataset.loaded = \"true\""));
 }

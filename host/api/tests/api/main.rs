@@ -13,6 +13,7 @@ mod plugins;
 mod pools_runs;
 mod shared;
 mod snapshots;
+mod ui;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
