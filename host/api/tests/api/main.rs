@@ -8,6 +8,7 @@ mod bad_input;
 mod errors;
 mod exec;
 mod fresh;
+mod grafana;
 mod leases;
 mod plugins;
 mod pools_runs;
