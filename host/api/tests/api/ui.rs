@@ -1,7 +1,8 @@
 //! The live page (`/ui`) in a real browser: headless Chromium opens it with
 //! the token in its query, and the page's own script fetches the daemon's
 //! endpoints with it and draws what they answer (a lease, a warm pool, a
-//! shared pool's session, an error), hostile strings as text.
+//! shared pool's session, a batch run with a link to its report, an
+//! error), hostile strings as text.
 
 use std::path::Path;
 
@@ -19,7 +20,8 @@ const TOKEN: &str = env!("CARGO_PKG_NAME");
 async fn the_live_page_shows_a_lease_made_through_the_api() {
     let dir = tempfile::tempdir().unwrap();
     let config = fleet_file(dir.path(), r#"token_env = "CARGO_PKG_NAME""#, "");
-    let mut text = std::fs::read_to_string(&config).unwrap();
+    let fleet = std::fs::read_to_string(&config).unwrap();
+    let mut text = fleet.clone();
     text.push_str("\n[[shared_pools]]\nname = \"py-tool\"\nimage = \"calc\"\nsize = 2\n");
     std::fs::write(&config, text).unwrap();
     let mut served = Served::start_in(dir, config).await;
@@ -49,6 +51,30 @@ async fn the_live_page_shows_a_lease_made_through_the_api() {
     .await;
     let (status, session) = served.post("/v1/shared/py-tool/sessions", json!({})).await;
     assert_eq!(status, 201, "{session}");
+    // A batch run of one task, finished, whose report the page links to.
+    let dataset = served.dir.path().join("one.jsonl");
+    std::fs::write(
+        &dataset,
+        "{\"id\": \"t-ok\", \"image\": \"calc\", \"test\": \"true\"}\n",
+    )
+    .unwrap();
+    let quickstart =
+        sandfleet_test_support::quickstart::repo().join("examples/quickstart/tasks.jsonl");
+    let one = fleet.replace(
+        &format!("dataset = \"{}\"", quickstart.display()),
+        &format!("dataset = \"{}\"", dataset.display()),
+    );
+    let (status, run) = served
+        .post(
+            "/v1/runs",
+            json!({"config": one, "base_dir": served.dir.path(), "run_id": "ui-batch"}),
+        )
+        .await;
+    assert_eq!(status, 202, "{run}");
+    eventually("the batch run to finish", || async {
+        served.get("/v1/runs/ui-batch").await.1["state"] == "finished"
+    })
+    .await;
     // An error whose message carries markup, which the page must show as
     // text.
     let (status, _) = served
@@ -81,13 +107,28 @@ async fn the_live_page_shows_a_lease_made_through_the_api() {
         "the error, as text, in {dom}"
     );
     assert!(!dom.contains("<img"), "markup from an error ran: {dom}");
-    assert!(!dom.contains(TOKEN), "the token is in the page: {dom}");
+    // The token is in the page only where a link needs it: the run's
+    // report, which a browser opens without the header.
+    let report = format!("/v1/runs/ui-batch/report.html?token={TOKEN}");
+    assert!(
+        dom.contains(&format!("href=\"{}\"", served.url(&report))),
+        "{dom}"
+    );
+    assert_eq!(
+        dom.matches(TOKEN).count(),
+        1,
+        "the token is in the page: {dom}"
+    );
+    let opened = reqwest::get(served.url(&report)).await.unwrap();
+    assert_eq!(opened.status().as_u16(), 200, "{}", served.url(&report));
+    assert_eq!(opened.headers()["content-type"], "text/html; charset=utf-8");
+    assert!(opened.text().await.unwrap().contains("t-ok"));
 
     let screenshots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("screenshots");
     std::fs::create_dir_all(&screenshots).unwrap();
     let shot = screenshots.join("daemon-ui.png");
     let path = shot.clone();
-    tokio::task::spawn_blocking(move || chromium::screenshot(&url, &path, (1400, 1000)))
+    tokio::task::spawn_blocking(move || chromium::screenshot(&url, &path, (1400, 1300)))
         .await
         .unwrap();
     println!("screenshot of the daemon's /ui: {}", shot.display());
