@@ -125,12 +125,13 @@ async fn around(State(state): State<AppState>, request: Request, next: Next) -> 
         && let Some(token) = &state.token
         && !authorized(&request, &route, token)
     {
-        let refused = AppError::new(
-            StatusCode::UNAUTHORIZED,
-            ErrorKind::Unauthorized,
-            "missing or wrong bearer token (`Authorization: Bearer <token>`)",
-        )
-        .into_response();
+        let message = if OPENED_BY_URL.contains(&route.as_str()) {
+            "missing or wrong token: open this page with `?token=<the daemon's token>` (or send `Authorization: Bearer <token>`)"
+        } else {
+            "missing or wrong bearer token (`Authorization: Bearer <token>`)"
+        };
+        let refused = AppError::new(StatusCode::UNAUTHORIZED, ErrorKind::Unauthorized, message)
+            .into_response();
         record_error(&state, method, route, &refused);
         return refused;
     }

@@ -553,6 +553,7 @@ async fn the_live_page_takes_the_token_as_a_header_or_in_its_query() {
     let bearer = format!("Bearer {TOKEN}");
     let (status, _, body) = routed.get("/ui", None).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+    assert!(body.contains("open this page with `?token="), "{body}");
     let (status, headers, page) = routed.get("/ui", Some(&bearer)).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(headers[header::CONTENT_TYPE], "text/html; charset=utf-8");
