@@ -123,6 +123,33 @@ fn after_sigkill_reap_removes_everything_the_run_left() {
     assert!(sandbox_dirs(&scratch.state_dir(), &id) > 0);
     assert_eq!(processes_running(&format!("sleep {slow}")).len(), 2);
 
+    // The picture of the crashed run, drawn from what it recorded: the
+    // tasks it was running show as unfinished.
+    let drawn = sandfleet(&["report", out.to_str().unwrap()]);
+    assert!(drawn.status.success(), "{}", stderr(&drawn));
+    assert!(
+        String::from_utf8_lossy(&drawn.stdout).contains("the run did not finish"),
+        "{}",
+        String::from_utf8_lossy(&drawn.stdout)
+    );
+    let page = std::fs::read_to_string(out.join("report.html")).unwrap();
+    let data = page
+        .split(r#"<script id="report-data" type="application/json">"#)
+        .nth(1)
+        .and_then(|rest| rest.split("</script>").next())
+        .unwrap();
+    let picture: serde_json::Value = serde_json::from_str(data).unwrap();
+    assert_eq!(picture["finished"], false);
+    for slow in ["slow-a", "slow-b"] {
+        let task = picture["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["id"] == slow)
+            .unwrap_or_else(|| panic!("{slow} is not drawn: {}", picture["tasks"]));
+        assert_eq!(task["status"], "unfinished", "{task}");
+    }
+
     let reap = sandfleet(&["reap", "--run-id", &id, fleet.to_str().unwrap()]);
     assert!(reap.status.success(), "{}", stderr(&reap));
     assert!(String::from_utf8_lossy(&reap.stdout).contains(&format!("run {id}: removed")));
