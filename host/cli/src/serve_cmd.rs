@@ -29,6 +29,7 @@ pub(crate) fn serve(config: &Path, listen: Option<SocketAddr>) -> anyhow::Result
             config.display(),
             daemon.addr()
         );
+        println!("{}", daemon.ui_line());
         use tokio::signal::unix::{SignalKind, signal};
         let mut interrupt = signal(SignalKind::interrupt())?;
         let mut terminate = signal(SignalKind::terminate())?;

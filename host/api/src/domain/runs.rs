@@ -84,7 +84,7 @@ impl BatchRun {
         let missing = || Refusal::NoReport {
             id: self.id.clone(),
         };
-        let path = self.out_dir.join(REPORT_HTML);
+        let path = self.out_dir.join(sandfleet_report::REPORT_HTML);
         let regular = std::fs::symlink_metadata(&path).is_ok_and(|meta| meta.file_type().is_file());
         let inside = match (path.canonicalize(), self.out_dir.canonicalize()) {
             (Ok(file), Ok(dir)) => file.parent() == Some(dir.as_path()),
@@ -211,9 +211,6 @@ impl Runs {
         }
     }
 }
-
-/// The picture of a run, which the engine draws beside `report.json`.
-pub(crate) const REPORT_HTML: &str = "report.html";
 
 /// Where batch runs keep their output; a directory without a report is a
 /// run a killed daemon left.
