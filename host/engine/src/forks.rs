@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use sandfleet_core::{Labels, SandboxHandle, SnapshotRef, Snapshots, TemplateRef};
-use sandfleet_report::events::SegmentKind;
+use sandfleet_report::events::{MarkKind, SegmentKind};
 use tokio::sync::OnceCell;
 use tracing::Instrument;
 
@@ -149,6 +149,11 @@ impl Fleet {
                 }
                 Err(error) => {
                     tracing::warn!(sandbox = %claimed.handle.id, %error, "prepare failed; the sandbox is released and replaced");
+                    self.timeline.mark(
+                        MarkKind::Replaced,
+                        Some(self.on(&claimed)),
+                        &format!("prepare failed: {error}"),
+                    );
                     self.counts.prepare_failed.fetch_add(1, Ordering::Relaxed);
                     failures.push(format!("{}: {error}", claimed.handle.id));
                     None

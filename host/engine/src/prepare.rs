@@ -20,7 +20,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use sandfleet_core::ExecRequest;
-use sandfleet_report::events::SegmentKind;
+use sandfleet_report::events::{MarkKind, SegmentKind};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -310,6 +310,11 @@ impl Fleet {
                 }
                 Err(error) => {
                     tracing::warn!(sandbox = %claimed.handle.id, %error, "prepare failed; the sandbox is released and replaced");
+                    self.timeline.mark(
+                        MarkKind::Replaced,
+                        Some(self.on(&claimed)),
+                        &format!("prepare failed: {error}"),
+                    );
                     self.counts.prepare_failed.fetch_add(1, Ordering::Relaxed);
                     drop(lease);
                     self.release_now(&claimed).await;

@@ -198,6 +198,8 @@ pub enum MarkKind {
     Retry,
     /// A sandbox failed its reset and was replaced.
     Quarantined,
+    /// A new sandbox failed its image's prepare hook and was replaced.
+    Replaced,
 }
 
 impl MarkKind {
@@ -206,6 +208,7 @@ impl MarkKind {
         match self {
             MarkKind::Retry => "retry",
             MarkKind::Quarantined => "quarantined",
+            MarkKind::Replaced => "replaced",
         }
     }
 }

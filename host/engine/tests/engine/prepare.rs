@@ -155,6 +155,17 @@ async fn a_sandbox_whose_prepare_fails_is_replaced_and_no_task_runs_in_it() {
             report.prepared + report.prepare_failed,
             "{strategy:?}"
         );
+        // The picture marks each replaced sandbox, and draws its failed
+        // prepare step.
+        let replaced = fixture.events("mark");
+        assert_eq!(replaced.len() as u64, report.prepare_failed, "{replaced:?}");
+        assert!(replaced.iter().all(|m| m["kind"] == "replaced"));
+        let failed_prepares = fixture
+            .events("segment")
+            .iter()
+            .filter(|e| e["kind"] == "prepare" && e["ok"] == false)
+            .count();
+        assert_eq!(failed_prepares as u64, report.prepare_failed);
         for (task, _, sandbox, _) in results(&fixture) {
             let last = sandbox.chars().last().unwrap();
             assert!(
