@@ -14,9 +14,12 @@
 //! whiteouts, and an opaque directory's mark as `user.overlay.opaque`, the
 //! name sandboxes' overlays (mounted with `userxattr`) read. Owners, modes
 //! and times are kept (a byte-compiled Python file is checked against its
-//! source's time). Sockets and other devices are left out; hard links
-//! within the layer become separate copies.
+//! source's time). Sockets and other devices are left out. Files linked
+//! more than once within the layer stay linked in the copy, their data
+//! copied once (a name the link cannot be made at, in a directory the task
+//! left unreadable, gets a copy of its own).
 
+use std::collections::HashMap;
 use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::OwnedFd;
@@ -70,10 +73,15 @@ pub(crate) fn copy_tree(from: &Path, to: &Path) -> Result<u64, LocalError> {
     let target = make_dir(&parent, &name)
         .map_err(io::Error::from)
         .context(|| format!("creating {}", to.display()))?;
+    let root = open_dir(&parent, name.to_bytes())
+        .map_err(io::Error::from)
+        .context(|| format!("opening {}", to.display()))?;
     let mut copy = Copy {
         bytes: 0,
         from,
         path: Vec::new(),
+        root,
+        linked: HashMap::new(),
     };
     copy.tree(source, target, &top)?;
     Ok(copy.bytes)
@@ -90,8 +98,14 @@ struct Frame {
 struct Copy<'a> {
     bytes: u64,
     from: &'a Path,
-    /// The names leading to the directory being copied, for errors.
+    /// The names leading to the directory being copied, for errors and
+    /// links.
     path: Vec<CString>,
+    /// The copy's top directory.
+    root: OwnedFd,
+    /// Files of more than one link copied so far, by the source's device
+    /// and inode: their copy's path from `root`.
+    linked: HashMap<(u64, u64), CString>,
 }
 
 impl Copy<'_> {
@@ -139,12 +153,44 @@ impl Copy<'_> {
                 }
                 kind => {
                     let frame = frames.last().expect("a frame is on the stack");
+                    if self.link(&frame.target, &name, &stat, kind) {
+                        continue;
+                    }
                     self.entry(&frame.source, &frame.target, &name, &stat, kind)
                         .map_err(|e| self.error(&name, "copying", e))?;
+                    if kind == FileType::RegularFile && stat.st_nlink > 1 {
+                        let path = self.path_of(&name);
+                        self.linked.insert((stat.st_dev, stat.st_ino), path);
+                    }
                 }
             }
         }
         Ok(())
+    }
+
+    /// Links `name` in `target` to the copy of the file `stat` describes
+    /// when another name of it was copied already; says whether it did.
+    fn link(&self, target: &OwnedFd, name: &CStr, stat: &Stat, kind: FileType) -> bool {
+        if kind != FileType::RegularFile || stat.st_nlink < 2 {
+            return false;
+        }
+        let Some(first) = self.linked.get(&(stat.st_dev, stat.st_ino)) else {
+            return false;
+        };
+        rustix::fs::linkat(&self.root, first, target, name, AtFlags::empty()).is_ok()
+    }
+
+    /// The path of entry `name` of the directory being copied, from the
+    /// copy's top.
+    fn path_of(&self, name: &CStr) -> CString {
+        let mut path = Vec::new();
+        for part in self.path.iter().map(|p| p.as_c_str()).chain([name]) {
+            if !path.is_empty() {
+                path.push(b'/');
+            }
+            path.extend_from_slice(part.to_bytes());
+        }
+        CString::new(path).expect("names hold no NUL")
     }
 
     /// The names in directory `dir`, but `.` and `..`.
@@ -462,6 +508,33 @@ mod tests {
         let script = fs::metadata(sealed.join("script")).unwrap();
         assert_eq!(script.mode() & 0o7777, 0o751);
         assert_eq!((script.mtime(), script.mtime_nsec()), (1_234_567, 89));
+    }
+
+    #[test]
+    fn files_linked_twice_stay_linked_and_their_data_is_copied_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let layer = dir.path().join("layer");
+        fs::create_dir_all(layer.join("a/deep")).unwrap();
+        fs::create_dir(layer.join("b")).unwrap();
+        fs::write(layer.join("a/deep/data"), vec![1u8; 50_000]).unwrap();
+        fs::hard_link(layer.join("a/deep/data"), layer.join("b/again")).unwrap();
+        fs::hard_link(layer.join("a/deep/data"), layer.join("top")).unwrap();
+        fs::write(layer.join("single"), "one").unwrap();
+
+        let sealed = dir.path().join("sealed");
+        let copied = copy_tree(&layer, &sealed).unwrap();
+
+        assert_eq!(
+            copied, 50_003,
+            "the linked file's data was copied more than once"
+        );
+        let first = fs::metadata(sealed.join("a/deep/data")).unwrap();
+        assert_eq!(first.nlink(), 3);
+        for name in ["b/again", "top"] {
+            let other = fs::metadata(sealed.join(name)).unwrap();
+            assert_eq!(other.ino(), first.ino(), "{name}");
+        }
+        assert_eq!(fs::metadata(sealed.join("single")).unwrap().nlink(), 1);
     }
 
     #[test]
