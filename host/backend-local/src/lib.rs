@@ -68,7 +68,7 @@ pub use config::{
 };
 pub use error::LocalError;
 pub use spawn::{Exit, SpawnRequest, Spawned};
-pub use state::{list_run, reap_run};
+pub use state::{SnapshotsHeld, list_run, reap_run, snapshots_held};
 
 /// Runs blocking filesystem work (whole trees, `/proc` scans) off the async
 /// worker threads.

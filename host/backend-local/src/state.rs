@@ -36,6 +36,7 @@
 
 use std::fs;
 use std::io;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -318,6 +319,42 @@ pub async fn list_run(state_dir: &Path, run_id: &RunId) -> Result<Owned, LocalEr
         })
     })
     .await
+}
+
+/// The snapshots every run keeps in `state_dir`, and the disk their layers
+/// take (blocks, a file linked twice counted once; links not followed).
+/// `sandfleet images prune --budget` counts them: they share the disk with
+/// the layer store, and only a run's reap removes them.
+pub async fn snapshots_held(state_dir: &Path) -> Result<SnapshotsHeld, LocalError> {
+    let runs = StateDir::new(state_dir.to_path_buf()).runs();
+    blocking(move || {
+        let mut held = SnapshotsHeld::default();
+        let mut seen = std::collections::HashSet::new();
+        for run in entry_names(&runs, false)? {
+            let snapshots = runs.join(&run).join("snapshots");
+            held.snapshots += snapshot_ids(&snapshots)?.len();
+            for meta in walkdir::WalkDir::new(&snapshots)
+                .into_iter()
+                .flatten()
+                .filter_map(|entry| entry.metadata().ok())
+            {
+                if seen.insert((meta.dev(), meta.ino())) {
+                    held.bytes += meta.blocks() * 512;
+                }
+            }
+        }
+        Ok(held)
+    })
+    .await
+}
+
+/// What [`snapshots_held`] found.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SnapshotsHeld {
+    /// Snapshots, over every run.
+    pub snapshots: usize,
+    /// Bytes of disk their layers take.
+    pub bytes: u64,
 }
 
 /// Removes everything run `run_id` owns in `state_dir`: kills its processes

@@ -58,9 +58,12 @@ enum ImagesCommand {
         references: Vec<String>,
     },
     /// Remove unused layers and leftovers; with a budget, also the least
-    /// recently used images that are not in use, until the store fits.
+    /// recently used images that are not in use, until the store and the
+    /// runs' snapshots fit.
     Prune {
-        /// The most the layers may hold, like `20G` or `500M`.
+        /// The most the layers and the runs' snapshots may hold together,
+        /// like `20G` or `500M` (snapshots are counted, never removed: a
+        /// run's reap removes them).
         #[arg(long)]
         budget: Option<String>,
     },
@@ -128,7 +131,11 @@ pub(crate) fn run(args: ImagesArgs) -> anyhow::Result<ExitCode> {
         }
         ImagesCommand::Prune { budget } => {
             let budget = budget.as_deref().map(parse_size).transpose()?;
-            let report = runtime.block_on(store.prune(budget))?;
+            // Snapshots share the disk and only a run's reap removes them:
+            // the layers get what of the budget they leave.
+            let held = runtime.block_on(sandfleet_backend_local::snapshots_held(&state_dir))?;
+            let for_layers = budget.map(|budget| budget.saturating_sub(held.bytes));
+            let report = runtime.block_on(store.prune(for_layers))?;
             for image in &report.images {
                 println!("Deleted: {image}");
             }
@@ -139,6 +146,26 @@ pub(crate) fn run(args: ImagesArgs) -> anyhow::Result<ExitCode> {
                 report.temporaries,
                 size(report.remaining)
             );
+            if held.snapshots > 0 {
+                println!(
+                    "{} snapshot(s) of runs hold {} more{} (`sandfleet reap --run-id ID` removes a run's)",
+                    held.snapshots,
+                    size(held.bytes),
+                    if budget.is_some() {
+                        ", counted in the budget"
+                    } else {
+                        ""
+                    }
+                );
+            }
+            if let Some(budget) = budget
+                && report.remaining + held.bytes > budget
+            {
+                println!(
+                    "the budget of {} is not met: what is left is in use",
+                    size(budget)
+                );
+            }
             Ok(ExitCode::SUCCESS)
         }
         ImagesCommand::Import { path, name } => {

@@ -294,6 +294,7 @@ async fn a_reap_after_a_crash_removes_the_runs_snapshots_and_forks() {
     };
     let template = template(&backend, "app").await;
     let source = claim(&backend, &template).await;
+    sh_ok(&backend, &source, "head -c 1M /dev/zero > written").await;
     let snapshot = snapshots(&backend)
         .snapshot(&source, &backend.labels(), deadline())
         .await
@@ -302,6 +303,16 @@ async fn a_reap_after_a_crash_removes_the_runs_snapshots_and_forks() {
         .fork(&snapshot, 2, &backend.labels(), deadline())
         .await
         .unwrap();
+    // What `images prune --budget` counts beside the layer store.
+    let held = sandfleet_backend_local::snapshots_held(&fixture.state_dir())
+        .await
+        .unwrap();
+    assert_eq!(held.snapshots, 1);
+    assert!(
+        (1 << 20..4 << 20).contains(&held.bytes),
+        "{} bytes held",
+        held.bytes
+    );
     // The process that made them is gone; another finds them by the run.
     drop(backend);
     let after = fixture.backend();
@@ -313,6 +324,10 @@ async fn a_reap_after_a_crash_removes_the_runs_snapshots_and_forks() {
     );
     let reaped = after.reap(&fixture.run_id).await.unwrap();
     assert_eq!((reaped.sandboxes, reaped.snapshots), (3, 1), "{reaped:?}");
+    let held = sandfleet_backend_local::snapshots_held(&fixture.state_dir())
+        .await
+        .unwrap();
+    assert_eq!((held.snapshots, held.bytes), (0, 0));
     assert!(
         after
             .list_snapshots(&fixture.run_id)
