@@ -103,6 +103,7 @@ pub async fn run(spec: RunSpec, items: Vec<WorkItem>) -> Result<RunReport, RunEr
         let json =
             serde_json::to_vec_pretty(&report).map_err(|e| RunError::Internal(e.to_string()))?;
         std::fs::write(engine.spec.out_dir.join(REPORT_FILE), json)?;
+        engine.timeline.plugins(&report.plugins);
         engine.timeline.end();
         draw(&engine.spec.out_dir);
         engine.spec.progress.done();

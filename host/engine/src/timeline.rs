@@ -11,13 +11,14 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use sandfleet_report::events::{
     ClusterEvent, Event, EventLog, EventsError, Mark, MarkKind, Segment, SegmentKind, TaskEnd,
     TaskKey,
 };
 
+use crate::plugins::PluginServed;
 use crate::results::TaskRecord;
 
 tokio::task_local! {
@@ -35,6 +36,8 @@ pub(crate) struct On<'a> {
 pub(crate) struct Timeline {
     log: Option<EventLog>,
     started: Instant,
+    /// The same moment on the wall clock.
+    started_at: SystemTime,
     /// A write failed: said once, then the picture goes without.
     failed: AtomicBool,
 }
@@ -45,6 +48,7 @@ impl Timeline {
         Timeline {
             log: None,
             started: Instant::now(),
+            started_at: SystemTime::now(),
             failed: AtomicBool::new(false),
         }
     }
@@ -63,18 +67,17 @@ impl Timeline {
         plugins: BTreeMap<String, String>,
     ) -> Result<Self, EventsError> {
         let log = EventLog::open(dir)?;
+        let started_at = SystemTime::now() - started.elapsed();
         log.append(&Event::Run {
             run_id: run_id.to_string(),
-            started_at: humantime::format_rfc3339_millis(
-                std::time::SystemTime::now() - started.elapsed(),
-            )
-            .to_string(),
+            started_at: humantime::format_rfc3339_millis(started_at).to_string(),
             clusters,
             plugins,
         })?;
         Ok(Timeline {
             log: Some(log),
             started,
+            started_at,
             failed: AtomicBool::new(false),
         })
     }
@@ -192,6 +195,31 @@ impl Timeline {
                 plugins,
             })
         });
+    }
+
+    /// The plugin versions that served the run, each from when it took
+    /// over (the report's list).
+    pub(crate) fn plugins(&self, served: &[PluginServed]) {
+        for plugin in served {
+            let at = humantime::parse_rfc3339(&plugin.took_over_at)
+                .ok()
+                .and_then(|at| at.duration_since(self.started_at).ok())
+                .map_or(0, |since| since.as_millis() as u64);
+            let role = match plugin.world.as_str() {
+                "task-adapter" => "adapter",
+                "placement-policy" => "placement",
+                "sizing-policy" => "sizing",
+                "reset-check" => "reset",
+                other => other,
+            };
+            self.append(|_| Event::Plugin {
+                at,
+                role: role.to_string(),
+                plugin: format!("{} {}", plugin.name, plugin.version),
+                calls: plugin.calls,
+                faults: plugin.faults,
+            });
+        }
     }
 
     /// The run ended (a crashed run never says so).

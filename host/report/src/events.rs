@@ -59,6 +59,20 @@ pub enum Event {
         /// Sandboxes ready to be claimed.
         ready: u32,
     },
+    /// A plugin version took over a role (written when the run ends, from
+    /// the registry's record of take-overs).
+    Plugin {
+        /// When: 0 for a version serving before the run started.
+        at: u64,
+        /// `adapter`, `placement`, `sizing` or `reset`.
+        role: String,
+        /// `name version`.
+        plugin: String,
+        /// Its calls during the run.
+        calls: u64,
+        /// Of those, the calls that faulted.
+        faults: u64,
+    },
     /// The run ended (absent when it crashed).
     End {
         /// When.

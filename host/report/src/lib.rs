@@ -268,6 +268,33 @@ mod tests {
     }
 
     #[test]
+    fn take_overs_the_run_recorded_name_the_plugins_exactly() {
+        let took_over = |at, plugin: &str| Event::Plugin {
+            at,
+            role: "placement".into(),
+            plugin: plugin.into(),
+            calls: 1,
+            faults: 0,
+        };
+        let dir = run_of(&[
+            finished("t1", "a", "ok", 100, 200),
+            took_over(0, "mine sha256:one"),
+            took_over(150, "mine sha256:two"),
+        ]);
+        write(dir.path()).unwrap();
+        let plugins = &data(dir.path())["plugins"];
+        assert_eq!(plugins.as_array().unwrap().len(), 2, "{plugins}");
+        assert_eq!(
+            (
+                &plugins[1]["role"],
+                &plugins[1]["version"],
+                &plugins[1]["from_ms"]
+            ),
+            (&"placement".into(), &"sha256:two".into(), &150.into())
+        );
+    }
+
+    #[test]
     fn hostile_strings_cannot_close_the_data_script() {
         let hostile = "</script><img src=x onerror=alert(1)>";
         let dir = run_of(&[finished(hostile, "a", "ok", 0, 1)]);

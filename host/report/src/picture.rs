@@ -177,6 +177,7 @@ impl Picture {
         let mut marks: Vec<&Mark> = Vec::new();
         let mut pool_events = Vec::new();
         let mut end_at = None;
+        let mut took_over = Vec::new();
         for event in events {
             match event {
                 Event::Segment(segment) => segments.push(segment),
@@ -194,6 +195,9 @@ impl Picture {
                     image,
                     ready,
                 } => pool_events.push((*at, cluster, image, Level::Ready(*ready))),
+                Event::Plugin {
+                    at, role, plugin, ..
+                } => took_over.push((role.clone(), plugin.clone(), *at)),
                 Event::End { at } => end_at = Some(*at),
                 Event::Run { .. } => {}
             }
@@ -406,7 +410,12 @@ impl Picture {
                 }
             })
             .collect();
-        let plugins = plugins_served(plugins_at_start, &ends);
+        let plugins = if took_over.is_empty() {
+            plugins_served(plugins_at_start, &ends)
+        } else {
+            took_over.sort_by_key(|(_, _, at)| *at);
+            rows_of(took_over)
+        };
 
         let mut all_clusters = clusters.clone();
         for name in cluster_names.order.iter().skip(clusters.len()) {
@@ -534,8 +543,9 @@ fn table(tasks: &[TaskBar], key: impl Fn(&TaskBar) -> Option<usize>) -> BTreeMap
         .collect()
 }
 
-/// Each role's versions in the order they served: the one serving at the
-/// start, then each new one from the start of the first task it served.
+/// Each role's versions in the order they served, when the run did not
+/// record its take-overs (it crashed): the one serving at the start, then
+/// each new one from the start of the first task it served.
 fn plugins_served(at_start: &BTreeMap<String, String>, ends: &[&TaskEnd]) -> Vec<PluginServed> {
     let mut served: Vec<(String, String, u64)> = at_start
         .iter()
@@ -551,6 +561,11 @@ fn plugins_served(at_start: &BTreeMap<String, String>, ends: &[&TaskEnd]) -> Vec
             }
         }
     }
+    rows_of(served)
+}
+
+/// Rows of `(role, "name version", from)`.
+fn rows_of(served: Vec<(String, String, u64)>) -> Vec<PluginServed> {
     served
         .into_iter()
         .map(|(role, plugin, from_ms)| {

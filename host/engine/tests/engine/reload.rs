@@ -136,6 +136,22 @@ async fn a_placement_replaced_mid_run_serves_the_next_decisions_and_the_task_in_
         rendered.contains(&format!("plugin mine {placement_after}")),
         "{rendered}"
     );
+    // The picture names both placements, the new one from when it took over.
+    let placements: Vec<(String, u64)> = fixture
+        .events("plugin")
+        .iter()
+        .filter(|e| e["role"] == "placement")
+        .map(|e| {
+            (
+                e["plugin"].as_str().unwrap().into(),
+                e["at"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(placements.len(), 2, "{placements:?}");
+    assert_eq!(placements[0].0, format!("mine {placement_before}"));
+    assert_eq!(placements[1].0, format!("mine {placement_after}"));
+    assert!(placements[1].1 > placements[0].1, "{placements:?}");
 }
 
 /// Four tasks of one image, one at a time, recycling through the reset
