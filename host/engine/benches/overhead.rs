@@ -12,9 +12,8 @@ use std::time::{Duration, Instant};
 use sandfleet_backend_local::LocalBackend;
 use sandfleet_core::{Backend, RunId, TemplateSpec, WarmPools};
 use sandfleet_engine::{
-    CancellationToken, Cluster, FleetSettings, LogProgress, Plugins, RunSpec, Strategy, WorkItem,
+    CancellationToken, Cluster, FleetSettings, LogProgress, Plugins, RunSpec, Strategy,
 };
-use sandfleet_plugin::{HostConfig, PluginHost, Registry};
 
 const TASKS: usize = 200;
 
@@ -48,23 +47,8 @@ fn backend(dir: &std::path::Path, max_sandboxes: u32) -> Arc<LocalBackend> {
 async fn overhead_per_task(pool: u32, label: &str) {
     let dir = tempfile::tempdir().unwrap();
     let run_id = RunId::generate("bench-overhead");
-    let registry = Registry::new(PluginHost::new(HostConfig::default()).unwrap());
-    registry
-        .add_builtins(sandfleet_guests::BUILTINS.iter().map(|b| (b.name, b.wasm)))
-        .unwrap();
-    let adapter = registry.adapter("generic").unwrap();
-    let items: Vec<WorkItem> = (0..TASKS)
-        .map(|i| {
-            let row =
-                serde_json::json!({"id": format!("noop-{i}"), "image": "bench", "test": "true"});
-            WorkItem {
-                task: adapter.load_blocking(&row.to_string(), &[]).unwrap(),
-                solution: None,
-                epoch: 0,
-                member: None,
-            }
-        })
-        .collect();
+    let registry = support::builtin_registry();
+    let items = support::noop_tasks(&registry, TASKS);
     let spec = RunSpec {
         run_id: run_id.clone(),
         settings: FleetSettings {

@@ -27,9 +27,9 @@ use sandfleet_engine::{
     CancellationToken, Cluster, FleetSettings, LogProgress, Plugins, PrepareHook, PrepareHooks,
     RunSpec, WorkItem,
 };
+use sandfleet_plugin::Registry;
 use sandfleet_plugin::adapter::{Command, CommandOutput, Task};
 use sandfleet_plugin::reset::Verdict;
-use sandfleet_plugin::{HostConfig, PluginHost, Registry};
 
 fn main() {
     let arg = |name: &str, default: usize| {
@@ -47,13 +47,10 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let registry = Registry::new(PluginHost::new(HostConfig::default()).unwrap());
-    registry
-        .add_builtins(sandfleet_guests::BUILTINS.iter().map(|b| (b.name, b.wasm)))
-        .unwrap();
+    let registry = support::builtin_registry();
     let fresh = (tasks > 0).then(|| {
         let run = |label, settings| {
-            let items = noop_tasks(&registry, tasks);
+            let items = support::noop_tasks(&registry, tasks);
             runtime.block_on(engine_run(&registry, label, items, concurrency, settings))
         };
         let fresh = run("fresh claims", FleetSettings::default());
@@ -82,7 +79,7 @@ fn main() {
     });
     if arg("--prepared", 64) > 0 {
         let run = |label, each_sandbox| {
-            let items = noop_tasks(&registry, arg("--prepared", 64));
+            let items = support::noop_tasks(&registry, arg("--prepared", 64));
             let settings = FleetSettings {
                 prepare: five_second_hook(each_sandbox),
                 ..FleetSettings::default()
@@ -152,23 +149,6 @@ fn backend(dir: &std::path::Path, max_sandboxes: u32) -> Arc<LocalBackend> {
             std::fs::write(image.join(format!("src/m{n}.py")), format!("x = {n}\n")).unwrap();
         }
     })
-}
-
-/// `tasks` no-op tasks of the bench image.
-fn noop_tasks(registry: &Registry, tasks: usize) -> Vec<WorkItem> {
-    let adapter = registry.adapter("generic").unwrap();
-    (0..tasks)
-        .map(|i| {
-            let row =
-                serde_json::json!({"id": format!("noop-{i}"), "image": "bench", "test": "true"});
-            WorkItem {
-                task: adapter.load_blocking(&row.to_string(), &[]).unwrap(),
-                solution: None,
-                epoch: 0,
-                member: None,
-            }
-        })
-        .collect()
 }
 
 /// A prepare hook of the bench image that takes 5 s.

@@ -13,9 +13,8 @@ use std::time::Instant;
 
 use sandfleet_core::RunId;
 use sandfleet_engine::{
-    CancellationToken, Cluster, FleetSettings, LogProgress, Plugins, RunSpec, Strategy, WorkItem,
+    CancellationToken, Cluster, FleetSettings, LogProgress, Plugins, RunSpec, Strategy,
 };
-use sandfleet_plugin::{HostConfig, PluginHost, Registry};
 use sandfleet_test_support::chromium;
 
 mod support;
@@ -81,23 +80,8 @@ fn main() {
 }
 
 async fn run_no_ops(dir: &std::path::Path, tasks: usize) {
-    let registry = Registry::new(PluginHost::new(HostConfig::default()).unwrap());
-    registry
-        .add_builtins(sandfleet_guests::BUILTINS.iter().map(|b| (b.name, b.wasm)))
-        .unwrap();
-    let adapter = registry.adapter("generic").unwrap();
-    let items: Vec<WorkItem> = (0..tasks)
-        .map(|i| {
-            let row =
-                serde_json::json!({"id": format!("noop-{i}"), "image": "bench", "test": "true"});
-            WorkItem {
-                task: adapter.load_blocking(&row.to_string(), &[]).unwrap(),
-                solution: None,
-                epoch: 0,
-                member: None,
-            }
-        })
-        .collect();
+    let registry = support::builtin_registry();
+    let items = support::noop_tasks(&registry, tasks);
     let pool = 16;
     let spec = RunSpec {
         run_id: RunId::generate("bench-report"),
