@@ -64,6 +64,7 @@ pub use authz::{DenyRule, USER};
 pub use controllers::Tuning;
 pub use executions::Executions;
 pub use kubeconfig::{CONTEXT, Kubeconfig};
+pub use kubelet::pull_model::PullModel;
 pub use sandfleet_emulator_runtime::{ImageMap, Isolation as PodRuntime, MARKER_ENV, OciMap};
 pub use seed::NodeShape;
 
@@ -117,7 +118,7 @@ pub struct Config {
     /// How pods run: isolated local sandboxes, or plain processes (scale tests).
     pub runtime: PodRuntime,
     /// What the first pull of an image on a node costs.
-    pub pull_latency: Duration,
+    pub pulls: PullModel,
     /// The local backend's state directory (default: a temporary one).
     pub state_dir: Option<PathBuf>,
     /// The controllers' time-based behaviour.
@@ -149,7 +150,7 @@ impl Default for Config {
             images: ImageMap::new(),
             oci_images: OciMap::new(),
             runtime: PodRuntime::default(),
-            pull_latency: Duration::ZERO,
+            pulls: PullModel::default(),
             state_dir: None,
             tuning: Tuning::default(),
             event_ttl: Duration::from_secs(3600),
@@ -221,7 +222,7 @@ impl Emulator {
             config.images.clone(),
             config.oci_images.clone(),
             config.runtime,
-            config.pull_latency,
+            config.pulls.clone(),
             config.state_dir.clone(),
         )
         .await?;
@@ -293,6 +294,11 @@ impl Emulator {
     /// counts them.
     pub fn listed_objects(&self, resource: &str) -> u64 {
         self.state.listed.of(resource)
+    }
+
+    /// The most image pulls one node has made at once.
+    pub fn peak_pulls(&self) -> usize {
+        self.state.runtime.peak_pulls()
     }
 
     /// Pods running as local sandboxes now.
@@ -393,10 +399,22 @@ pub struct K8sArgs {
     /// (`registry/repo:tag`) is pulled as it is, with isolated pods.
     #[arg(long, value_name = "FLEET.toml")]
     pub images_from: Option<PathBuf>,
-    /// What the first pull of an image on a node costs, on top of the real pull of
-    /// an OCI image.
+    /// What every pull of an image onto a node costs, on top of its bytes and
+    /// the real pull of an OCI image.
     #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
     pub pull_latency: Duration,
+    /// Bytes a second a node pulls at, a quantity (`100Mi`): a pull then costs
+    /// its image's size over it (default: bytes cost nothing).
+    #[arg(long, value_name = "QUANTITY", value_parser = parse_bytes)]
+    pub pull_bandwidth: Option<u64>,
+    /// The size a directory image's pulls move: `NAME=QUANTITY`, e.g.
+    /// `swe/django=2Gi` (repeatable; OCI images have their own).
+    #[arg(long = "image-size", value_name = "NAME=QUANTITY", value_parser = parse_image_size)]
+    pub image_sizes: Vec<(String, u64)>,
+    /// Pulls a node makes at once, as a kubelet's `maxParallelImagePulls`
+    /// (1: `serializeImagePulls`, a kubelet's default); default: any number.
+    #[arg(long, value_name = "N")]
+    pub node_pulls: Option<usize>,
     /// How pods run: isolated local sandboxes (namespaces) or plain processes (plain,
     /// for scale tests).
     #[arg(long, value_enum, default_value_t = PodRuntime::Namespaces)]
@@ -447,13 +465,33 @@ impl K8sArgs {
             images: images.directories,
             oci_images: images.oci,
             runtime: self.runtime,
-            pull_latency: self.pull_latency,
+            pulls: PullModel {
+                latency: self.pull_latency,
+                bandwidth: self.pull_bandwidth,
+                sizes: self.image_sizes.iter().cloned().collect(),
+                per_node: self.node_pulls,
+            },
             state_dir: self.state_dir.clone(),
             deny: self.deny.clone(),
             event_ttl: self.event_ttl,
             ..Config::default()
         })
     }
+}
+
+/// A byte quantity (`100Mi`, `2G`, `512`).
+fn parse_bytes(text: &str) -> Result<u64, String> {
+    kubelet::quantity::units(text)
+        .and_then(|bytes| u64::try_from(bytes).ok())
+        .ok_or_else(|| format!("`{text}` is not a quantity of bytes (like 100Mi or 2G)"))
+}
+
+/// `NAME=QUANTITY`.
+fn parse_image_size(text: &str) -> Result<(String, u64), String> {
+    let (name, size) = text
+        .split_once('=')
+        .ok_or_else(|| format!("`{text}` is not NAME=QUANTITY"))?;
+    Ok((name.to_string(), parse_bytes(size)?))
 }
 
 /// Run the emulator until `shutdown` resolves; prints the kubeconfig path once ready,

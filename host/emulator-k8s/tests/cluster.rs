@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use common::{Api, PODS, condition, image};
 use reqwest::Method;
-use sandfleet_emulator_k8s::{Config, DenyRule, Emulator, K8sArgs, NodeShape, PodRuntime};
+use sandfleet_emulator_k8s::{
+    Config, DenyRule, Emulator, K8sArgs, NodeShape, PodRuntime, PullModel,
+};
 use serde_json::{Value, json};
 
 const LIMIT: Duration = Duration::from_secs(20);
@@ -56,7 +58,10 @@ async fn the_first_pull_of_an_image_on_a_node_pays_the_latency_and_later_pods_st
     let emulator = Emulator::start(Config {
         images,
         runtime: PodRuntime::Plain,
-        pull_latency: Duration::from_millis(700),
+        pulls: PullModel {
+            latency: Duration::from_millis(700),
+            ..PullModel::default()
+        },
         nodes: NodeShape {
             count: 1,
             cpu: "8".into(),
@@ -117,6 +122,70 @@ async fn the_first_pull_of_an_image_on_a_node_pays_the_latency_and_later_pods_st
             .iter()
             .any(|(r, m)| r == "Scheduled"
                 && m == "Successfully assigned default/first to sandfleet-node-0")
+    );
+    emulator.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_pulls_one_image_at_a_time_each_at_its_size_over_the_bandwidth() {
+    // Three images on one node of one pull slot: 100 ms plus 2 MiB at
+    // 10 MiB/s each, so each pull takes at least 0.3 s, one at a time.
+    let (_dir, one) = image("a");
+    let source = one["a"].clone();
+    let images = ["a", "b", "c"].map(|name| (name.to_string(), source.clone()));
+    let emulator = Emulator::start(Config {
+        images: images.into_iter().collect(),
+        runtime: PodRuntime::Plain,
+        pulls: PullModel {
+            latency: Duration::from_millis(100),
+            bandwidth: Some(10 << 20),
+            sizes: ["a", "b", "c"]
+                .map(|name| (name.to_string(), 2 << 20))
+                .into(),
+            per_node: Some(1),
+        },
+        nodes: NodeShape {
+            count: 1,
+            cpu: "8".into(),
+            memory: "8Gi".into(),
+            pods: 10,
+            disk: "10Gi".into(),
+        },
+        ..Config::default()
+    })
+    .await
+    .unwrap();
+    let api = Api::new(&emulator);
+    let created = std::time::Instant::now();
+    for name in ["a", "b", "c"] {
+        api.create(PODS, pod(name, name, json!({}))).await;
+    }
+    for name in ["a", "b", "c"] {
+        running(&api, name).await;
+        let message = events_of(&api, name)
+            .await
+            .into_iter()
+            .find(|(reason, _)| reason == "Pulled")
+            .map(|(_, message)| message)
+            .expect("a Pulled event");
+        // `in 0.300s (0.300s including waiting). Image size: 2097152 bytes.`
+        let rest = message.split(" in ").nth(1).expect(&message);
+        let seconds: f64 = rest[..rest.find('s').expect(&message)]
+            .parse()
+            .expect(&message);
+        assert!(seconds >= 0.3, "{message}");
+        assert!(message.ends_with("Image size: 2097152 bytes."), "{message}");
+    }
+    // One after another: the last pull cannot end before three have.
+    let all_running = created.elapsed();
+    assert!(
+        all_running >= Duration::from_millis(900),
+        "three pulls of 0.3 s ran in {all_running:?} on one slot"
+    );
+    assert_eq!(
+        emulator.peak_pulls(),
+        1,
+        "two pulls ran at once on one node"
     );
     emulator.shutdown().await;
 }
@@ -263,7 +332,10 @@ async fn a_prepull_daemonset_runs_one_pod_per_node_and_fills_every_nodes_cache()
     let emulator = Emulator::start(Config {
         images,
         runtime: PodRuntime::Plain,
-        pull_latency: Duration::from_millis(200),
+        pulls: PullModel {
+            latency: Duration::from_millis(200),
+            ..PullModel::default()
+        },
         ..Config::default()
     })
     .await
@@ -522,8 +594,24 @@ async fn devcluster_k8s_prints_its_kubeconfig_and_removes_every_sandbox_at_shutd
         format!("--write-kubeconfig={}", kubeconfig.display()),
         "--with-agent-sandbox".into(),
         "--deny=delete:namespaces".into(),
+        "--pull-bandwidth=100Mi".into(),
+        "--image-size=py=1Mi".into(),
+        "--node-pulls=1".into(),
     ])
     .expect("flags parse");
+    let pulls = cli.args.config().unwrap().pulls;
+    assert_eq!(
+        (pulls.bandwidth, pulls.sizes["py"], pulls.per_node),
+        (Some(100 << 20), 1 << 20, Some(1))
+    );
+    let refused = Cli::try_parse_from(["k8s", "--image-size=py"])
+        .err()
+        .expect("a size without a name is refused")
+        .to_string();
+    assert!(
+        refused.contains("--image-size") && refused.contains("NAME=QUANTITY"),
+        "{refused}"
+    );
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let served = tokio::spawn(sandfleet_emulator_k8s::serve(cli.args, async move {
         let _ = stopped.await;

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use common::kubectl::Cluster;
 use common::{Api, PODS, condition, image};
-use sandfleet_emulator_k8s::{Config, Emulator, PodRuntime};
+use sandfleet_emulator_k8s::{Config, Emulator, PodRuntime, PullModel};
 use serde_json::{Value, json};
 
 const LIMIT: Duration = Duration::from_secs(30);
@@ -302,7 +302,10 @@ async fn a_pod_not_yet_running_has_no_log_and_says_why() {
     // Every first pull takes an hour: a scheduled pod stays in ContainerCreating.
     let emulator = Emulator::start(Config {
         images,
-        pull_latency: Duration::from_secs(3600),
+        pulls: PullModel {
+            latency: Duration::from_secs(3600),
+            ..PullModel::default()
+        },
         ..plain()
     })
     .await

@@ -12,7 +12,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{Api, PODS, SB, is_true};
-use sandfleet_emulator_k8s::{Config, Emulator, K8sArgs, NodeShape};
+use sandfleet_emulator_k8s::{Config, Emulator, K8sArgs, NodeShape, PullModel};
 use sandfleet_registry_testing::host::programs;
 use sandfleet_registry_testing::image::{Built, Layer, Tar, build_with, push};
 use sandfleet_registry_testing::registry::{Auth, Registry, free_port};
@@ -64,7 +64,10 @@ async fn registry_with_tool() -> (Registry, String) {
 async fn cluster(nodes: usize, pull_latency: Duration) -> (Emulator, Api) {
     let emulator = Emulator::start(Config {
         with_agent_sandbox: true,
-        pull_latency,
+        pulls: PullModel {
+            latency: pull_latency,
+            ..PullModel::default()
+        },
         nodes: NodeShape {
             count: nodes,
             cpu: "8".into(),

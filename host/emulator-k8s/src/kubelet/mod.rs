@@ -17,6 +17,7 @@ mod addresses;
 mod bind;
 pub(crate) mod container_log;
 mod pull;
+pub(crate) mod pull_model;
 pub(crate) mod quantity;
 pub(crate) mod runtime;
 pub(crate) mod scheduler;

@@ -151,9 +151,10 @@ impl Kubelet {
                 Ok(pulled) => {
                     let pulled = pulled.unwrap_or_default();
                     let took = pulled.took.as_secs_f64();
+                    let pulling = pulled.took.saturating_sub(pulled.waited).as_secs_f64();
                     let message = match pulled.size {
                         Some(size) => format!(
-                            "Successfully pulled image \"{image}\" in {took:.3}s ({took:.3}s including waiting). Image size: {size} bytes."
+                            "Successfully pulled image \"{image}\" in {pulling:.3}s ({took:.3}s including waiting). Image size: {size} bytes."
                         ),
                         None => format!("Successfully pulled image \"{image}\" in {took:.3}s"),
                     };

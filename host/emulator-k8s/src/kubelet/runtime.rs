@@ -3,7 +3,8 @@
 //! image name maps to, or (isolated) from the OCI image it names or maps to, pulled
 //! from its registry into the local backend's layer store; a per-node image cache
 //! (nodes start empty and share the one store) that makes the first pull of an image
-//! on a node pay the pull latency on top of the real pull; commands run in a pod's
+//! on a node pay the pull model's cost on top of the real pull (see `pull_model`);
+//! commands run in a pod's
 //! sandbox; and each container's log, kept while its pod exists.
 
 use std::collections::{BTreeMap, HashMap};
@@ -23,6 +24,7 @@ use tokio::io::AsyncReadExt;
 use tokio::sync::OnceCell;
 
 use super::container_log::ContainerLog;
+use super::pull_model::{NodePulls, PullModel};
 use crate::PodRuntime;
 
 /// How long a pod's main command may run: effectively forever, but bounded.
@@ -86,6 +88,8 @@ pub(crate) enum PullError {
 pub(crate) struct Pulled {
     /// How long it took, waiting for a pull of the same image included.
     pub(crate) took: Duration,
+    /// Of that, the wait for one of the node's pull slots.
+    pub(crate) waited: Duration,
     /// The image's size in bytes, when it is an OCI image.
     pub(crate) size: Option<u64>,
 }
@@ -112,7 +116,7 @@ pub(crate) struct Runtime {
     /// Why there is no backend.
     no_backend: String,
     plain: bool,
-    pull_latency: Duration,
+    pulls: NodePulls,
     /// Image name → what its last pull found (OCI images).
     facts: Mutex<HashMap<String, OciFacts>>,
     /// (node, image) → the pull, done once.
@@ -135,7 +139,7 @@ impl Runtime {
         images: ImageMap,
         oci: OciMap,
         runtime: PodRuntime,
-        pull_latency: Duration,
+        pulls: PullModel,
         state_dir: Option<PathBuf>,
     ) -> anyhow::Result<Self> {
         let images = FleetImages {
@@ -163,7 +167,7 @@ impl Runtime {
             host,
             no_backend,
             plain: runtime == PodRuntime::Plain,
-            pull_latency,
+            pulls: NodePulls::new(pulls),
             facts: Mutex::new(HashMap::new()),
             pulled: Mutex::new(HashMap::new()),
             sandboxes: Mutex::new(HashMap::new()),
@@ -229,6 +233,40 @@ impl Runtime {
             .map_or(0, |f| f.size)
     }
 
+    /// The bytes a pull of `image` moves: an OCI image's own, else the size
+    /// the pull model gives its name.
+    fn pull_size(&self, image: &str) -> u64 {
+        match self.image_size(image) {
+            0 => self.pulls.model.sizes.get(image).copied().unwrap_or(0),
+            size => size,
+        }
+    }
+
+    /// The most pulls one node has made at once.
+    pub(crate) fn peak_pulls(&self) -> usize {
+        self.pulls.peak()
+    }
+
+    /// One pull of `image` onto `node`: a slot of the node's, the real pull
+    /// of an OCI image, then the modelled cost; returns how long it waited
+    /// for the slot.
+    async fn transfer(
+        &self,
+        node: &str,
+        image: &str,
+        oci: Option<&str>,
+        always: bool,
+    ) -> Result<Duration, PullError> {
+        let asked = Instant::now();
+        let _slot = self.pulls.slot(node).await;
+        let waited = asked.elapsed();
+        if let Some(reference) = oci {
+            self.pull_oci(image, reference, always).await?;
+        }
+        tokio::time::sleep(self.pulls.model.cost(self.pull_size(image))).await;
+        Ok(waited)
+    }
+
     /// The argv of a container of `image` with this `command` and `args`, as a
     /// container runtime makes it: an OCI image's `Entrypoint` unless `command` is
     /// given, its `Cmd` unless `command` or `args` is.
@@ -272,11 +310,9 @@ impl Runtime {
             return Err(PullError::NeverPull);
         }
         let started = Instant::now();
+        let mut waited = Duration::ZERO;
         if always && self.cached(node, image) {
-            if let Some(reference) = &oci {
-                self.pull_oci(image, reference, true).await?;
-            }
-            tokio::time::sleep(self.pull_latency).await;
+            waited += self.transfer(node, image, oci.as_deref(), true).await?;
         }
         let cell = self
             .pulled
@@ -286,18 +322,23 @@ impl Runtime {
             .or_default()
             .clone();
         // Pods of one image on one node share the first pull; a failed one is
-        // tried again by the next.
+        // tried again by the next. The wait for a slot is the puller's.
+        let slot_wait = std::sync::atomic::AtomicU64::new(0);
         cell.get_or_try_init(|| async {
-            if let Some(reference) = &oci {
-                self.pull_oci(image, reference, always).await?;
-            }
-            tokio::time::sleep(self.pull_latency).await;
+            let waited = self.transfer(node, image, oci.as_deref(), always).await?;
+            slot_wait.store(
+                waited.as_nanos() as u64,
+                std::sync::atomic::Ordering::Relaxed,
+            );
             Ok::<(), PullError>(())
         })
         .await?;
+        waited += Duration::from_nanos(slot_wait.load(std::sync::atomic::Ordering::Relaxed));
+        let size = self.pull_size(image);
         Ok(Some(Pulled {
             took: started.elapsed(),
-            size: oci.map(|_| self.image_size(image)),
+            waited,
+            size: (oci.is_some() || size > 0).then_some(size),
         }))
     }
 
