@@ -19,7 +19,7 @@ use std::sync::{Arc, OnceLock, Weak};
 
 use sandfleet_core::{PullEvent, PullProgress};
 use sandfleet_images::{
-    Image, Ownership, Pin, ProgressEvent, PullOptions, PullPolicy, Reference, Store,
+    Image, Ownership, Pin, ProgressEvent, PullOptions, PullPolicy, Reference, RetryPolicy, Store,
 };
 
 use crate::config::RegistrySettings;
@@ -137,7 +137,17 @@ impl Images {
         }
         let store = self.store()?.clone();
         let (events, _) = tokio::sync::mpsc::unbounded_channel();
-        let image = pull(store.clone(), parsed, self.pull_options(), events).await?;
+        // Tried once: the engine retries a template it could not make, and a
+        // second layer of retries under it multiplies every unreachable
+        // registry's wait (layers already stored are not fetched again).
+        let options = PullOptions {
+            retry: RetryPolicy {
+                retries: 0,
+                ..RetryPolicy::default()
+            },
+            ..self.pull_options()
+        };
+        let image = pull(store.clone(), parsed, options, events).await?;
         let pin = store.pin(&image).map_err(LocalError::Image)?;
         let made = Arc::new(ready_image(reference, &image, pin)?);
         ready.retain(|_, image| image.strong_count() > 0);

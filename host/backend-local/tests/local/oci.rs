@@ -4,6 +4,8 @@
 //! the image pinned while used, and a failed pull named.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use sandfleet_backend_local::{IsolationMode, LocalBackend, LocalConfig};
@@ -292,4 +294,51 @@ async fn the_configured_platform_is_the_one_taken_from_a_multi_platform_image() 
         assert_eq!(seen, expected, "platform {platform:?}");
         backend.release(&sandbox).await.unwrap();
     }
+}
+
+/// A registry that answers every request 503, counting them.
+async fn unavailable_registry() -> (String, Arc<AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let host = listener.local_addr().unwrap().to_string();
+    let requests = Arc::new(AtomicUsize::new(0));
+    let counted = requests.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let counted = counted.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if stream.read(&mut byte).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    head.push(byte[0]);
+                }
+                counted.fetch_add(1, Ordering::SeqCst);
+                let _ = stream
+                    .write_all(
+                        b"HTTP/1.1 503 Service Unavailable\r\n\
+                          content-length: 0\r\nconnection: close\r\n\r\n",
+                    )
+                    .await;
+            });
+        }
+    });
+    (host, requests)
+}
+
+#[tokio::test]
+async fn a_template_whose_registry_is_unavailable_is_tried_once_for_the_engine_to_retry() {
+    let (host, requests) = unavailable_registry().await;
+    let state = tempfile::tempdir().unwrap();
+    let (backend, run_id) = backend(&state);
+    let reference = format!("{host}/oci/busy:1");
+    let error = backend
+        .ensure_template(&spec(&run_id, &reference, &[]))
+        .await
+        .unwrap_err();
+    assert!(error.kind().is_retryable(), "{error}");
+    // One attempt: the engine's retry is the only one, not one inside it.
+    assert_eq!(requests.load(Ordering::SeqCst), 1, "{error}");
 }
