@@ -248,7 +248,7 @@ async fn session(
     let status = match state.runtime.spawn(&sandbox, request).await {
         Ok(spawned) => {
             state.executions.started(&opts.command, opts.stdin);
-            run(spawned, &opts, v5, &mut receiver, &out).await
+            run(spawned, &opts, v5, &mut receiver, &out, &state.executions).await
         }
         Err(error) => failure_status(&error.to_string()),
     };
@@ -271,6 +271,7 @@ async fn run(
     v5: bool,
     receiver: &mut SplitStream<WebSocket>,
     out: &mpsc::Sender<Message>,
+    executions: &crate::executions::Counters,
 ) -> Value {
     let Spawned {
         mut stdin,
@@ -298,6 +299,7 @@ async fn run(
             message = receiver.next(), if client_open => match message {
                 Some(Ok(Message::Binary(data))) => match (data.first(), data.get(1)) {
                     (Some(&STDIN), _) => {
+                        executions.read(&data[1..]);
                         if let Some(pipe) = &mut stdin
                             && pipe.write_all(&data[1..]).await.is_err()
                         {

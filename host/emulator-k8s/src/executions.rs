@@ -1,8 +1,9 @@
 //! What pods/exec has started, for tests that must show that no command ran twice:
 //! execs started, those with stdin (a client's shell session, whose commands arrive
 //! on stdin), and starts per command marker — [`MARKER_ENV`]`=<id>` anywhere in an
-//! exec's command line, where a client's `env` prefix puts it — so a command a client
-//! sent again over a websocket of its own shows as a count of 2.
+//! exec's command line, where a client's `env` prefix puts it, or in a stdin frame a
+//! session's shell reads — so a command a client sent again, over a websocket of its
+//! own or down a session, shows as a count of 2.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
@@ -33,6 +34,21 @@ impl Counters {
         let mut counts = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         counts.started += 1;
         counts.with_stdin += u64::from(stdin);
+        for marker in markers {
+            *counts.by_marker.entry(marker.to_string()).or_default() += 1;
+        }
+    }
+
+    /// Counts the markers in one stdin frame: the commands a session's
+    /// shell reads.
+    pub(crate) fn read(&self, frame: &[u8]) {
+        let text = String::from_utf8_lossy(frame);
+        let words = [text.into_owned()];
+        let markers = markers(&words);
+        if markers.is_empty() {
+            return;
+        }
+        let mut counts = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         for marker in markers {
             *counts.by_marker.entry(marker.to_string()).or_default() += 1;
         }
@@ -87,5 +103,8 @@ mod tests {
         let counted = counters.snapshot();
         assert_eq!((counted.started, counted.with_stdin), (2, 1));
         assert_eq!(counted.by_marker["cmd-1"], 1);
+        counters.read(b"{ sh -c '...' sf m '' 0 env 'SANDFLEET_COMMAND_ID=cmd-1 sleep 1' & }\n");
+        counters.read(b"plain input");
+        assert_eq!(counters.snapshot().by_marker["cmd-1"], 2);
     }
 }

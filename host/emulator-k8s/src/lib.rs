@@ -67,6 +67,7 @@ pub use kubeconfig::{CONTEXT, Kubeconfig};
 pub use kubelet::pull_model::PullModel;
 pub use sandfleet_emulator_runtime::{ImageMap, Isolation as PodRuntime, MARKER_ENV, OciMap};
 pub use seed::NodeShape;
+pub use store::Tally;
 
 /// The four agent-sandbox CRDs as agent-sandbox 1.0 installs them (upstream
 /// #1393 and #1404): v1beta1 alone, served and stored, with no v1alpha1 and
@@ -299,6 +300,22 @@ impl Emulator {
     /// The most image pulls one node has made at once.
     pub fn peak_pulls(&self) -> usize {
         self.state.runtime.peak_pulls()
+    }
+
+    /// Image pulls every node has started so far (one per image a node did
+    /// not have).
+    pub fn pulls(&self) -> usize {
+        self.state.runtime.pulls_started()
+    }
+
+    /// What `resource` (`sandboxes.agents.x-k8s.io`, or `pods` for the core
+    /// group) has held: objects created, the most at once, and those now.
+    pub fn tally(&self, resource: &str) -> Tally {
+        let key = match resource.split_once('.') {
+            Some((plural, group)) => format!("{group}/{plural}"),
+            None => format!("/{resource}"),
+        };
+        self.state.store.tally(&key)
     }
 
     /// Pods running as local sandboxes now.

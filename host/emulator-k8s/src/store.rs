@@ -91,6 +91,19 @@ struct Inner {
     window: usize,
     /// Events up to and including this RV have been dropped from the history.
     compacted_through: u64,
+    tallies: BTreeMap<Arc<str>, Tally>,
+}
+
+/// What a resource has held over the store's life: for rehearsals that show
+/// how many objects a client made and the most that existed at once.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// Objects created.
+    pub created: u64,
+    /// The most objects that existed at once (being deleted included).
+    pub peak: u64,
+    /// Objects that exist now.
+    pub live: u64,
 }
 
 /// The store, shared by every handler and controller.
@@ -175,6 +188,7 @@ impl Store {
                 history: VecDeque::new(),
                 window: window.max(1),
                 compacted_through: 0,
+                tallies: BTreeMap::new(),
             }),
             changed,
             informers: Mutex::new(Vec::new()),
@@ -287,6 +301,10 @@ impl Store {
             .get_mut(resource)
             .expect("entry made above")
             .insert(key, object.clone());
+        let live = inner.objects[resource].len() as u64;
+        let tally = inner.tallies.entry(resource.clone()).or_default();
+        tally.created += 1;
+        tally.peak = tally.peak.max(live);
         self.record(
             &mut inner,
             Event {
@@ -326,6 +344,16 @@ impl Store {
             },
         };
         (items, inner.rv)
+    }
+
+    /// What `resource` (its store key, `group/plural`) has held.
+    pub(crate) fn tally(&self, resource: &str) -> Tally {
+        let inner = self.lock();
+        let tally = inner.tallies.get(resource).copied().unwrap_or_default();
+        Tally {
+            live: inner.objects.get(resource).map_or(0, |o| o.len() as u64),
+            ..tally
+        }
     }
 
     /// Every resource that currently holds objects.
@@ -581,6 +609,27 @@ mod tests {
             .update(&res(), "default", "a", changed, Some(rv_of(&a)), false)
             .unwrap_err();
         assert_eq!(err, StoreError::Conflict);
+    }
+
+    #[test]
+    fn a_tally_counts_creates_and_the_most_objects_at_once() {
+        let store = Store::new(100);
+        store.create(&res(), "default", pod("a"), false).unwrap();
+        store.create(&res(), "default", pod("b"), false).unwrap();
+        store
+            .delete(&res(), "default", "a", (None, None), false)
+            .unwrap();
+        store.create(&res(), "default", pod("c"), false).unwrap();
+        store.create(&res(), "default", pod("d"), true).unwrap();
+        assert_eq!(
+            store.tally(&res()),
+            Tally {
+                created: 3,
+                peak: 2,
+                live: 2
+            }
+        );
+        assert_eq!(store.tally("/services"), Tally::default());
     }
 
     #[test]

@@ -49,6 +49,7 @@ mod settings;
 mod task;
 mod text;
 mod timeline;
+pub mod wall_estimate;
 mod workers;
 
 pub use canary::{CanaryReport, canary};

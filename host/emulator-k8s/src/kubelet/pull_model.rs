@@ -44,6 +44,7 @@ pub(crate) struct NodePulls {
     slots: Mutex<HashMap<String, Arc<Semaphore>>>,
     in_flight: Arc<Mutex<HashMap<String, usize>>>,
     peak: Arc<AtomicUsize>,
+    started: AtomicUsize,
 }
 
 /// A pull under way on a node: its slot, given back when dropped.
@@ -89,6 +90,7 @@ impl NodePulls {
         let count = in_flight.entry(node.to_string()).or_default();
         *count += 1;
         self.peak.fetch_max(*count, Ordering::Relaxed);
+        self.started.fetch_add(1, Ordering::Relaxed);
         Slot {
             _permit: permit,
             node: node.to_string(),
@@ -99,6 +101,11 @@ impl NodePulls {
     /// The most pulls one node has made at once.
     pub(crate) fn peak(&self) -> usize {
         self.peak.load(Ordering::Relaxed)
+    }
+
+    /// Pulls started on every node so far.
+    pub(crate) fn started(&self) -> usize {
+        self.started.load(Ordering::Relaxed)
     }
 }
 
@@ -137,5 +144,6 @@ mod tests {
         drop(first);
         let _third = third.await;
         assert_eq!(pulls.peak(), 2);
+        assert_eq!(pulls.started(), 4);
     }
 }

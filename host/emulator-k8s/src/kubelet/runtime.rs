@@ -247,6 +247,11 @@ impl Runtime {
         self.pulls.peak()
     }
 
+    /// Pulls started on every node so far.
+    pub(crate) fn pulls_started(&self) -> usize {
+        self.pulls.started()
+    }
+
     /// One pull of `image` onto `node`: a slot of the node's, the real pull
     /// of an OCI image, then the modelled cost; returns how long it waited
     /// for the slot.

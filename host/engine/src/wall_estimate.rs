@@ -1,0 +1,392 @@
+//! How long a run should take: the plan's windows, sandboxes, claims and
+//! pulls, priced by what a sandbox's life costs on the clusters. `sandfleet
+//! rehearse` checks every run against it; a user sizing a real fleet puts
+//! their own cluster's costs in.
+//!
+//! A run is its windows in turn, as the strategy runs them: `none` and
+//! `naive` have one, `sliding` warms each window and then runs it,
+//! `pipelined` runs a window while the next one warms. Warming is waves of
+//! `warm_create_budget` sandboxes, each as slow as its slowest pull. Running
+//! a window is as slow as the slowest of the budgets its work is spent
+//! from in parallel:
+//!
+//! - the task slots (`concurrent`): every task's own time, the claims on
+//!   its path (a warm one where the pool has a sandbox, else a cold one
+//!   that pays its image's pull on a node without it) and a reset per
+//!   reuse; plus one task's path, for the last to start (list scheduling's
+//!   bound);
+//! - the nodes' pull slots: every first pull of an image on a node;
+//! - the create pacer (`create_rate`): every sandbox created;
+//! - the host's CPU, when the clusters run on it (a devcluster).
+
+use std::time::Duration;
+
+use crate::plan::Plan;
+use crate::settings::{FleetSettings, Strategy};
+
+/// What a sandbox's life costs on the run's clusters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SandboxCosts {
+    /// One task in a claimed sandbox: set-up, test and grade.
+    pub task: Duration,
+    /// A claim no warm sandbox serves, its image already on the node.
+    pub cold_claim: Duration,
+    /// A claim a ready warm sandbox serves.
+    pub warm_claim: Duration,
+    /// A warm sandbox from its creation to ready, its image on the node.
+    pub warm_start: Duration,
+    /// A reset between two tasks in a recycled sandbox.
+    pub reset: Duration,
+    /// Each image's first pull onto a node, in the plan's image order.
+    pub pulls: Vec<Duration>,
+    /// Nodes, over every cluster.
+    pub nodes: u32,
+    /// Pulls one node makes at once.
+    pub pulls_per_node: u32,
+    /// When the clusters share the host's CPU: what one task's life costs
+    /// it, and the host's cores.
+    pub host_cpu: Option<(Duration, u32)>,
+}
+
+/// Which budget a run spends most in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Limit {
+    /// The task slots.
+    Slots,
+    /// The nodes' pull slots.
+    Pulls,
+    /// The create pacer.
+    Creates,
+    /// The host's CPU.
+    HostCpu,
+}
+
+/// The estimate, and what it counted.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct WallEstimate {
+    /// The run's expected wall time, in seconds.
+    pub wall_s: f64,
+    /// Of which warming pools before their window runs.
+    pub warming_s: f64,
+    /// What bounds the running of most windows.
+    pub limited_by: Limit,
+    /// Sandboxes claimed.
+    pub claims: u32,
+    /// Sandboxes created: claims no pool serves, and every warm one.
+    pub creates: u32,
+    /// First pulls of an image on a node.
+    pub pulls: u32,
+}
+
+/// One window's work.
+#[derive(Debug, Default)]
+struct Window {
+    /// Its warm waves, each as slow as its slowest pull and start.
+    warming: Duration,
+    slot_work: Duration,
+    longest_path: Duration,
+    pull_work: Duration,
+    creates: u32,
+    tasks: u32,
+}
+
+/// The estimate for `plan` under `settings`, on clusters that cost `costs`.
+pub fn estimate(plan: &Plan, settings: &FleetSettings, costs: &SandboxCosts) -> WallEstimate {
+    let warms = settings.strategy != Strategy::None;
+    let windows: Vec<Vec<usize>> = match settings.strategy {
+        Strategy::None | Strategy::Naive => vec![plan.windows.concat()],
+        Strategy::Sliding | Strategy::Pipelined => plan.windows.clone(),
+    };
+    let (mut claims, mut creates, mut pulls) = (0, 0, 0);
+    let mut priced = Vec::with_capacity(windows.len());
+    for images in &windows {
+        let mut window = Window::default();
+        let mut wave = (0u32, Duration::ZERO);
+        let budget = settings.warm_create_budget.max(1);
+        for &image in images {
+            let counted = price_image(plan, settings, costs, image, warms);
+            claims += counted.claims;
+            creates += counted.creates;
+            pulls += counted.pulls;
+            window.slot_work += counted.slot_work;
+            window.pull_work += counted.pull_work;
+            window.longest_path = window.longest_path.max(counted.path);
+            window.creates += counted.creates;
+            window.tasks += counted.tasks;
+            // Pools are warmed in waves of `budget` sandboxes, in image
+            // order; a wave waits for its slowest.
+            let mut replicas = counted.replicas;
+            while replicas > 0 {
+                let taken = replicas.min(budget - wave.0);
+                replicas -= taken;
+                wave = (wave.0 + taken, wave.1.max(counted.pull + costs.warm_start));
+                if wave.0 == budget {
+                    window.warming += wave.1;
+                    wave = (0, Duration::ZERO);
+                }
+            }
+        }
+        window.warming += wave.1;
+        priced.push(window);
+    }
+    let mut limits = [0usize; 4];
+    let mut run = |window: &Window| {
+        let (limit, spent) = run_time(window, plan, settings, costs);
+        limits[limit as usize] += 1;
+        spent
+    };
+    let mut wall = Duration::ZERO;
+    let mut warming = Duration::ZERO;
+    match settings.strategy {
+        Strategy::Pipelined => {
+            if let Some(first) = priced.first() {
+                wall += first.warming;
+                warming += first.warming;
+            }
+            for (index, window) in priced.iter().enumerate() {
+                let next = priced.get(index + 1).map_or(Duration::ZERO, |w| w.warming);
+                wall += run(window).max(next);
+            }
+        }
+        _ => {
+            for window in &priced {
+                wall += window.warming + run(window);
+                warming += window.warming;
+            }
+        }
+    }
+    let limited_by = [Limit::Slots, Limit::Pulls, Limit::Creates, Limit::HostCpu]
+        .into_iter()
+        .max_by_key(|limit| limits[*limit as usize])
+        .expect("four limits");
+    WallEstimate {
+        wall_s: wall.as_secs_f64(),
+        warming_s: warming.as_secs_f64(),
+        limited_by,
+        claims,
+        creates,
+        pulls,
+    }
+}
+
+/// One image's part in its window.
+struct Priced {
+    tasks: u32,
+    replicas: u32,
+    claims: u32,
+    creates: u32,
+    pulls: u32,
+    pull: Duration,
+    slot_work: Duration,
+    pull_work: Duration,
+    /// A task's path, on average.
+    path: Duration,
+}
+
+fn price_image(
+    plan: &Plan,
+    settings: &FleetSettings,
+    costs: &SandboxCosts,
+    image: usize,
+    warms: bool,
+) -> Priced {
+    let nodes = costs.nodes.max(1);
+    let tasks = plan.tasks[image].saturating_mul(settings.epochs.max(1));
+    let replicas = if warms {
+        plan.replicas.get(image).copied().unwrap_or(0)
+    } else {
+        0
+    };
+    let claims = if settings.recycle {
+        tasks.div_ceil(settings.max_reuses.max(1)).min(tasks)
+    } else {
+        tasks
+    };
+    // A pool serves as many claims as it holds sandboxes; its refills
+    // race the claims behind them and are not counted on.
+    let warm = claims.min(replicas);
+    let cold = claims - warm;
+    // The scheduler spreads an image's pods over the emptiest nodes: the
+    // first `nodes` of them each pull it, the pool's first.
+    let pulls = (claims + replicas).min(nodes);
+    let cold_pulls = cold.min(nodes.saturating_sub(replicas));
+    let pull = costs.pulls.get(image).copied().unwrap_or_default();
+    let slot_work = costs.task * tasks
+        + costs.reset * (tasks - claims)
+        + costs.warm_claim * warm
+        + costs.cold_claim * cold
+        + pull * cold_pulls;
+    Priced {
+        tasks,
+        replicas,
+        claims,
+        creates: claims + replicas,
+        pulls,
+        pull,
+        slot_work,
+        pull_work: pull * pulls,
+        path: slot_work.checked_div(tasks).unwrap_or_default(),
+    }
+}
+
+/// How long running `window` takes, and which budget bounds it.
+fn run_time(
+    window: &Window,
+    plan: &Plan,
+    settings: &FleetSettings,
+    costs: &SandboxCosts,
+) -> (Limit, Duration) {
+    let concurrent = plan.concurrent.max(1);
+    let mut budgets = vec![
+        (
+            Limit::Slots,
+            window.slot_work / concurrent + window.longest_path,
+        ),
+        (
+            Limit::Pulls,
+            window.pull_work / (costs.nodes.max(1) * costs.pulls_per_node.max(1)),
+        ),
+    ];
+    if let Some(rate) = settings.create_rate.filter(|r| *r > 0.0) {
+        budgets.push((
+            Limit::Creates,
+            Duration::from_secs_f64(f64::from(window.creates) / rate),
+        ));
+    }
+    if let Some((per_task, cores)) = costs.host_cpu {
+        budgets.push((Limit::HostCpu, per_task * window.tasks / cores.max(1)));
+    }
+    budgets
+        .into_iter()
+        .max_by_key(|(_, spent)| *spent)
+        .expect("two budgets at least")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(
+        tasks: Vec<u32>,
+        replicas: Vec<u32>,
+        windows: Vec<Vec<usize>>,
+        concurrent: u32,
+    ) -> Plan {
+        Plan {
+            images: (0..tasks.len()).map(|i| format!("img{i}")).collect(),
+            windows,
+            peak_warm: replicas.iter().sum(),
+            tasks,
+            replicas,
+            concurrent,
+            bounds: Vec::new(),
+            prepare: Vec::new(),
+        }
+    }
+
+    fn one(tasks: u32, replicas: u32, concurrent: u32) -> Plan {
+        plan(vec![tasks], vec![replicas], vec![vec![0]], concurrent)
+    }
+
+    fn costs(images: usize) -> SandboxCosts {
+        SandboxCosts {
+            task: Duration::from_secs(1),
+            cold_claim: Duration::from_secs(2),
+            warm_claim: Duration::ZERO,
+            warm_start: Duration::from_secs(1),
+            reset: Duration::from_millis(500),
+            pulls: vec![Duration::from_secs(4); images],
+            nodes: 2,
+            pulls_per_node: 1,
+            host_cpu: None,
+        }
+    }
+
+    fn roomy(images: usize) -> SandboxCosts {
+        SandboxCosts {
+            pulls_per_node: 4,
+            ..costs(images)
+        }
+    }
+
+    fn settings(strategy: Strategy) -> FleetSettings {
+        FleetSettings {
+            strategy,
+            ..FleetSettings::default()
+        }
+    }
+
+    #[test]
+    fn cold_claims_carry_their_cold_start_and_pulls_on_the_task_path() {
+        // 4 × (1 s + 2 s) and a 4 s pull on each of the 2 nodes, over 2
+        // slots, and one 5 s path for the last task to start.
+        let estimate = estimate(&one(4, 0, 2), &settings(Strategy::None), &costs(1));
+        assert_eq!(estimate.wall_s, 10.0 + 5.0);
+        assert_eq!(estimate.limited_by, Limit::Slots);
+        assert_eq!(
+            (estimate.claims, estimate.creates, estimate.pulls),
+            (4, 4, 2)
+        );
+    }
+
+    #[test]
+    fn a_pool_serves_as_many_claims_as_it_holds_after_one_warm_wave() {
+        // 2 warm claims, 2 cold on nodes that have the image: 8 s of work
+        // over 2 slots plus a 2 s path, after a 5 s wave (pull and start).
+        let estimate = estimate(&one(4, 2, 2), &settings(Strategy::Naive), &roomy(1));
+        assert_eq!(estimate.wall_s, 5.0 + 4.0 + 2.0);
+        assert_eq!(estimate.warming_s, 5.0);
+        assert_eq!(estimate.creates, 6);
+    }
+
+    #[test]
+    fn many_images_are_bound_by_the_nodes_pull_slots_after_their_waves() {
+        let estimate = estimate(
+            &plan(vec![1; 40], vec![1; 40], vec![(0..40).collect()], 40),
+            &settings(Strategy::Naive),
+            &costs(40),
+        );
+        // 40 images × 2 nodes × 4 s over 2 pull slots, after 3 waves of
+        // at most 16.
+        assert_eq!(estimate.limited_by, Limit::Pulls);
+        assert_eq!(estimate.wall_s, 160.0 + 15.0);
+    }
+
+    #[test]
+    fn sliding_warms_between_windows_and_pipelined_warms_behind_them() {
+        let two = plan(vec![4, 4], vec![2, 2], vec![vec![0], vec![1]], 2);
+        let sliding = estimate(&two, &settings(Strategy::Sliding), &roomy(2));
+        assert_eq!(sliding.wall_s, 2.0 * (5.0 + 6.0));
+        let pipelined = estimate(&two, &settings(Strategy::Pipelined), &roomy(2));
+        assert_eq!(pipelined.wall_s, 5.0 + 6.0 + 6.0);
+        assert_eq!(pipelined.warming_s, 5.0);
+    }
+
+    #[test]
+    fn recycling_claims_once_per_reuse_budget_and_pays_resets() {
+        let mut recycling = settings(Strategy::None);
+        recycling.recycle = true;
+        recycling.max_reuses = 10;
+        let estimate = estimate(&one(40, 0, 4), &recycling, &costs(1));
+        assert_eq!(estimate.claims, 4);
+        // 40 × 1 s + 36 × 0.5 s + 4 × 2 s + 2 pulls × 4 s = 74 s over 4
+        // slots, and the mean path of 1.85 s.
+        assert!(
+            (estimate.wall_s - (18.5 + 1.85)).abs() < 1e-9,
+            "{estimate:?}"
+        );
+    }
+
+    #[test]
+    fn a_create_rate_or_the_host_cpu_can_be_the_bound() {
+        let mut paced = settings(Strategy::None);
+        paced.create_rate = Some(0.1);
+        let slow = estimate(&one(4, 0, 2), &paced, &costs(1));
+        assert_eq!((slow.limited_by, slow.wall_s), (Limit::Creates, 40.0));
+        let mut busy = costs(1);
+        busy.host_cpu = Some((Duration::from_secs(30), 2));
+        let cpu = estimate(&one(4, 0, 2), &settings(Strategy::None), &busy);
+        assert_eq!((cpu.limited_by, cpu.wall_s), (Limit::HostCpu, 60.0));
+    }
+}
