@@ -9,6 +9,7 @@ mod plugin_cmd;
 mod prepull_cmd;
 mod progress_ui;
 mod reap_cmd;
+mod rehearse_cmd;
 mod report_cmd;
 mod run_cmd;
 mod serve_cmd;
@@ -113,6 +114,13 @@ enum Command {
     /// Pull, list, remove, prune and import OCI images in the local
     /// backend's layer store.
     Images(images_cmd::ImagesArgs),
+    /// Run a seed workload at scale on up to four devclusters that behave
+    /// like fleets (nodes, image caches, pull latency), through the real
+    /// engine and Kubernetes driver; print a table and write rehearsal.json.
+    /// Exits 1 when a result is lost, a command ran twice, an object is left,
+    /// pods exceed the plan's bound or the wall time exceeds 1.2× the plan's
+    /// estimate.
+    Rehearse(rehearse_cmd::RehearseArgs),
     /// Run a wire-compatible emulator of a cluster backend on loopback, with
     /// fault injection, until SIGINT/SIGTERM.
     #[command(subcommand)]
@@ -148,6 +156,7 @@ fn main() -> ExitCode {
         Command::Images(args) => images_cmd::run(args),
         Command::Serve { config, listen } => serve_cmd::serve(&config, listen),
         Command::Report { out_dir } => report_cmd::report(&out_dir),
+        Command::Rehearse(args) => rehearse_cmd::rehearse(args),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,592 @@
+//! `sandfleet rehearse`: a seed workload at scale through the real engine
+//! and the real Kubernetes driver, on up to four devclusters that behave
+//! like fleets (nodes with allocatable resources, an image cache per node,
+//! pulls that cost their image's size), one fresh set of clusters per
+//! variant.
+//!
+//! Before the variants, a short calibration run of the workload's own pods
+//! measures what a sandbox's life costs on this machine; the plan's wall
+//! estimate ([`sandfleet_engine::wall_estimate`]) is priced with it and the
+//! pull model, and every variant is held to it and to the invariants of
+//! [`summary::VariantOutcome::check`].
+
+mod devclusters;
+mod summary;
+mod workload;
+
+use std::collections::{BTreeMap, HashSet};
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use sandfleet_backend_local::{ImageSource, LimitOverrides};
+use sandfleet_core::{Capacity, RunId};
+use sandfleet_emulator_k8s::{CONTEXT, ImageMap, PodRuntime, PullModel};
+use sandfleet_engine::plan::{self, Plan};
+use sandfleet_engine::wall_estimate::{self, SandboxCosts};
+use sandfleet_engine::{CancellationToken, Progress, RunReport, RunSpec};
+use sandfleet_fleet::{FleetConfig, setup};
+
+pub use devclusters::{PULLS_PER_NODE, SHAPES, Shape};
+pub use summary::{
+    Calibration, ClusterOutcome, ESTIMATE_TOLERANCE, REHEARSAL_FILE, Rehearsal, VariantOutcome,
+};
+pub use workload::{MAX_REUSES, Task, Variant, WORKLOADS, Workload, image_bytes};
+
+/// Tasks that run at once in every variant.
+pub const CONCURRENT: u32 = 32;
+
+/// What every pull costs on top of its bytes.
+pub const PULL_LATENCY: Duration = Duration::from_millis(500);
+
+/// Bytes a second a node pulls at.
+pub const PULL_BANDWIDTH: u64 = 1_000_000_000;
+
+/// Tasks in a calibration run, and how many run at once.
+const CALIBRATION_TASKS: usize = 24;
+const CALIBRATION_CONCURRENT: u32 = 8;
+
+/// How to rehearse.
+pub struct Options {
+    /// The workload.
+    pub workload: Workload,
+    /// Its size against the published one.
+    pub scale: f64,
+    /// Where each variant's fleet file, kubeconfigs and run go, and
+    /// `rehearsal.json`.
+    pub out: PathBuf,
+    /// Devclusters to run on (1–4, largest first).
+    pub clusters: usize,
+    /// Only this variant (default: every one).
+    pub variant: Option<String>,
+    /// What a task's test takes.
+    pub task_time: Duration,
+    /// Progress for each run.
+    pub progress: Box<dyn Fn() -> Arc<dyn Progress>>,
+}
+
+/// Runs the rehearsal: calibration, then each variant on fresh clusters;
+/// writes `rehearsal.json` into `options.out` after every variant, so a
+/// rehearsal stopped part-way keeps what it measured.
+///
+/// # Errors
+///
+/// When a cluster cannot start, a run fails outright, or `kubectl`
+/// cannot count what is left. Broken invariants are not errors: they are
+/// in [`VariantOutcome::broken`].
+pub fn rehearse(options: &Options) -> anyhow::Result<Rehearsal> {
+    anyhow::ensure!(
+        (1..=SHAPES.len()).contains(&options.clusters),
+        "--clusters {}: between 1 and {}",
+        options.clusters,
+        SHAPES.len()
+    );
+    anyhow::ensure!(
+        options.scale > 0.0 && options.scale.is_finite(),
+        "--scale {}: a positive number",
+        options.scale
+    );
+    let variants: Vec<Variant> = match &options.variant {
+        None => options.workload.variants(),
+        Some(name) => {
+            let all = options.workload.variants();
+            let names: Vec<String> = all.iter().map(|v| v.name.clone()).collect();
+            vec![all.into_iter().find(|v| &v.name == name).with_context(|| {
+                format!(
+                    "{} has no variant `{name}`: one of {}",
+                    options.workload,
+                    names.join(", ")
+                )
+            })?]
+        }
+    };
+    std::fs::create_dir_all(&options.out)
+        .with_context(|| format!("creating {}", options.out.display()))?;
+    let out = std::path::absolute(&options.out)?;
+    let tasks = options.workload.tasks(options.scale);
+    let images: Vec<String> = plan::image_table(tasks.iter().map(|t| t.image.as_str())).0;
+    let runtime = if options.workload.needs_isolation() {
+        PodRuntime::default()
+    } else {
+        PodRuntime::Plain
+    };
+    let image_dir = out.join("image");
+    write_image(&image_dir)?;
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let shapes = &SHAPES[..options.clusters];
+    let mut rehearsal = Rehearsal {
+        workload: options.workload.to_string(),
+        scale: options.scale,
+        tasks: tasks.len(),
+        images: images.len(),
+        clusters: shapes
+            .iter()
+            .map(|s| (s.name.to_string(), s.nodes))
+            .collect(),
+        calibration: Vec::new(),
+        variants: Vec::new(),
+    };
+    let mut recycles: Vec<bool> = variants.iter().map(|v| v.recycle).collect();
+    recycles.dedup();
+    for recycle in recycles {
+        let calibration = calibrate(options, &tokio, &out, &image_dir, runtime, recycle)?;
+        eprintln!(
+            "calibrated ({}): task {:.2} s, cold claim {:.2} s, reset {:.2} s, host CPU {:.3} s a task",
+            if recycle { "recycled" } else { "fresh" },
+            calibration.task_s,
+            calibration.cold_claim_s,
+            calibration.reset_s,
+            calibration.host_cpu_per_task_s
+        );
+        rehearsal.calibration.push(calibration);
+    }
+    for variant in &variants {
+        let calibration = rehearsal
+            .calibration
+            .iter()
+            .find(|c| c.recycle == variant.recycle)
+            .expect("calibrated for every recycling choice")
+            .clone();
+        let clusters = Rig {
+            runtime,
+            image_dir: &image_dir,
+            images: &images,
+            pulls: pull_model(&images),
+            shapes,
+        };
+        let dir = out.join(&variant.name);
+        eprintln!(
+            "{} / {}: {} tasks → {}",
+            options.workload,
+            variant.name,
+            tasks.len(),
+            dir.display()
+        );
+        let fleet = FleetFile {
+            name: format!("rehearse-{}-{}", options.workload, variant.name),
+            tasks: &tasks,
+            task_time: options.task_time,
+            variant,
+            concurrent: CONCURRENT,
+            plain: runtime == PodRuntime::Plain,
+        };
+        let costs = |plan: &Plan| costs(plan, &calibration, shapes);
+        let mut outcome = tokio.block_on(run_variant(&dir, &clusters, &fleet, &costs, options))?;
+        outcome.check();
+        rehearsal.variants.push(outcome);
+        write_json(&out.join(REHEARSAL_FILE), &rehearsal)?;
+    }
+    Ok(rehearsal)
+}
+
+/// The directory every image name stands for: a task's workdir, a git
+/// repository so a reset check can restore it.
+fn write_image(dir: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::write(
+        dir.join("README"),
+        "The rehearsal's image: every task's test is a sleep.\n",
+    )
+    .with_context(|| format!("writing into {}", dir.display()))
+}
+
+/// Each image's size over the bandwidth, on top of a fixed latency.
+fn pull_model(images: &[String]) -> PullModel {
+    PullModel {
+        latency: PULL_LATENCY,
+        bandwidth: Some(PULL_BANDWIDTH),
+        sizes: images
+            .iter()
+            .map(|image| (image.clone(), image_bytes(image)))
+            .collect(),
+        per_node: Some(PULLS_PER_NODE),
+    }
+}
+
+/// One image's first pull onto a node.
+fn pull_cost(image: &str) -> Duration {
+    PULL_LATENCY + Duration::from_secs_f64(image_bytes(image) as f64 / PULL_BANDWIDTH as f64)
+}
+
+/// The plan's images priced with the calibration and the pull model.
+fn costs(plan: &Plan, calibration: &Calibration, shapes: &[Shape]) -> SandboxCosts {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+    SandboxCosts {
+        task: Duration::from_secs_f64(calibration.task_s),
+        cold_claim: Duration::from_secs_f64(calibration.cold_claim_s),
+        warm_claim: Duration::ZERO,
+        warm_start: Duration::from_secs_f64(calibration.warm_start_s),
+        reset: Duration::from_secs_f64(calibration.reset_s),
+        pulls: plan.images.iter().map(|i| pull_cost(i)).collect(),
+        nodes: shapes.iter().map(|s| s.nodes as u32).sum(),
+        pulls_per_node: PULLS_PER_NODE as u32,
+        host_cpu: Some((
+            Duration::from_secs_f64(calibration.host_cpu_per_task_s),
+            cores,
+        )),
+    }
+}
+
+/// The clusters a run gets.
+struct Rig<'a> {
+    runtime: PodRuntime,
+    image_dir: &'a Path,
+    images: &'a [String],
+    pulls: PullModel,
+    shapes: &'a [Shape],
+}
+
+/// What a run's fleet file says.
+struct FleetFile<'a> {
+    name: String,
+    tasks: &'a [Task],
+    task_time: Duration,
+    variant: &'a Variant,
+    concurrent: u32,
+    plain: bool,
+}
+
+impl FleetFile<'_> {
+    /// The fleet file, with relative paths as a user writes them.
+    fn text(&self, shapes: &[Shape]) -> String {
+        let v = self.variant;
+        let mut text = format!(
+            "# Written by `sandfleet rehearse`; run it again with\n\
+             # `sandfleet run fleet.toml` while the devclusters are up.\n\n\
+             [run]\nname = \"{}\"\ndataset = \"tasks.jsonl\"\nout = \"out\"\n\n\
+             [adapter]\nname = \"generic\"\n\n\
+             [fleet]\nstrategy = \"{}\"\nmax_concurrent = {}\nmax_warmpool_size = {}\n\
+             claim_timeout = \"300s\"\ncpu_milli = 250\nmemory_mib = 256\n",
+            self.name,
+            v.strategy,
+            self.concurrent,
+            2 * self.concurrent
+        );
+        if v.recycle {
+            text.push_str(&format!("recycle = true\nmax_reuses = {MAX_REUSES}\n"));
+        }
+        text.push_str(&format!(
+            "\n[plugins]\nplacement = \"{}\"\nreset = \"git-restore\"\n",
+            v.placement
+        ));
+        for shape in shapes {
+            text.push_str(&format!(
+                "\n[[clusters]]\nname = \"{0}\"\nbackend = \"k8s\"\n\n[clusters.k8s]\n\
+                 kubeconfig = \"{0}.kubeconfig\"\ncontext = \"{CONTEXT}\"\nnamespace = \"default\"\n",
+                shape.name
+            ));
+        }
+        text
+    }
+
+    /// `tasks.jsonl`: each test a sleep that carries its task's id as the
+    /// command marker the clusters count starts of (through `env`: the
+    /// adapter runs a test as words, not through a shell).
+    fn dataset(&self) -> String {
+        let seconds = self.task_time.as_secs_f64();
+        self.tasks
+            .iter()
+            .map(|task| {
+                let mut row = serde_json::json!({
+                    "id": task.id,
+                    "image": task.image,
+                    "test": format!("env {}={} sleep {seconds}", sandfleet_emulator_k8s::MARKER_ENV, task.id),
+                });
+                if self.plain {
+                    // A plain pod is a process on the host, whose root has
+                    // no /workspace.
+                    row["workdir"] = serde_json::json!("/tmp");
+                }
+                format!("{row}\n")
+            })
+            .collect()
+    }
+}
+
+/// Runs one variant on fresh clusters and measures it.
+async fn run_variant(
+    dir: &Path,
+    rig: &Rig<'_>,
+    fleet: &FleetFile<'_>,
+    costs: &dyn Fn(&Plan) -> SandboxCosts,
+    options: &Options,
+) -> anyhow::Result<VariantOutcome> {
+    if dir.exists() {
+        std::fs::remove_dir_all(dir).with_context(|| format!("clearing {}", dir.display()))?;
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let git = rig.runtime != PodRuntime::Plain;
+    let images: ImageMap = rig
+        .images
+        .iter()
+        .map(|name| {
+            let source = ImageSource {
+                path: rig.image_dir.to_path_buf(),
+                git,
+                limits: LimitOverrides::default(),
+            };
+            (name.clone(), source)
+        })
+        .collect();
+    let setup = devclusters::Setup {
+        images,
+        pulls: rig.pulls.clone(),
+        runtime: rig.runtime,
+    };
+    let clusters = devclusters::start(rig.shapes.len(), &setup, dir).await?;
+    let measured = measure(dir, fleet, rig.shapes, &clusters, costs, options).await;
+    for cluster in clusters {
+        cluster.emulator.shutdown().await;
+    }
+    measured
+}
+
+async fn measure(
+    dir: &Path,
+    fleet: &FleetFile<'_>,
+    shapes: &[Shape],
+    clusters: &[devclusters::Devcluster],
+    costs: &dyn Fn(&Plan) -> SandboxCosts,
+    options: &Options,
+) -> anyhow::Result<VariantOutcome> {
+    let fleet_path = dir.join("fleet.toml");
+    std::fs::write(&fleet_path, fleet.text(shapes))?;
+    std::fs::write(dir.join("tasks.jsonl"), fleet.dataset())?;
+    let (report, plan, settings) = run_fleet(&fleet_path, options).await?;
+    let estimate = wall_estimate::estimate(&plan, &settings, &costs(&plan));
+    let results = read_results(&dir.join("out").join(sandfleet_engine::RESULTS_FILE))?;
+    let mut markers: BTreeMap<String, u64> = BTreeMap::new();
+    let mut left_over = Vec::new();
+    let mut outcomes = Vec::new();
+    for cluster in clusters {
+        for (marker, count) in cluster.emulator.executions().by_marker {
+            *markers.entry(marker).or_default() += count;
+        }
+        left_over.extend(cluster.left_over().await?);
+        let pods = cluster.emulator.tally("pods");
+        let capacity = (cluster.shape.nodes as u64) * u64::from(cluster.shape.pods);
+        outcomes.push(ClusterOutcome {
+            name: cluster.shape.name.to_string(),
+            claims: cluster
+                .emulator
+                .tally("sandboxclaims.extensions.agents.x-k8s.io")
+                .created,
+            creates: cluster.emulator.tally("sandboxes.agents.x-k8s.io").created,
+            pulls: cluster.emulator.pulls() as u64,
+            peak_pods: pods.peak,
+            peak_pods_bound: u64::from(plan.expected_live()).min(capacity),
+        });
+    }
+    let ran_twice = markers.values().filter(|count| **count > 1).count();
+    let wall_s = report.wall_s;
+    Ok(VariantOutcome {
+        name: fleet.variant.name.clone(),
+        strategy: fleet.variant.strategy.to_string(),
+        recycle: fleet.variant.recycle,
+        placement: fleet.variant.placement.to_string(),
+        wall_s,
+        plan_estimate_s: estimate.wall_s,
+        estimate_ratio: wall_s / estimate.wall_s.max(f64::EPSILON),
+        claims: report.claims,
+        creates: outcomes.iter().map(|c| c.creates).sum(),
+        pulls: outcomes.iter().map(|c| c.pulls).sum(),
+        expected_live: plan.expected_live(),
+        estimate,
+        clusters: outcomes,
+        lost: fleet.tasks.len().saturating_sub(results),
+        ran_twice,
+        left_over: left_over.len(),
+        left_over_names: left_over.into_iter().take(20).collect(),
+        ok: report.tasks.ok,
+        failed: report.tasks.failed,
+        infra_error: report.tasks.infra_error,
+        broken: Vec::new(),
+    })
+}
+
+/// Runs the fleet file as `sandfleet run` does; returns the engine's report,
+/// the plan it ran (as `sandfleet plan` computes it) and its settings.
+async fn run_fleet(
+    fleet_path: &Path,
+    options: &Options,
+) -> anyhow::Result<(RunReport, Plan, sandfleet_engine::FleetSettings)> {
+    let config = FleetConfig::load(fleet_path)?;
+    let plugins = setup::plugins(&config)?;
+    let dataset = setup::dataset(&config, &plugins.adapter)?;
+    let clusters = setup::clusters(&config)?;
+    setup::check_images(&config, &clusters, &dataset.tasks)?;
+    let items = setup::work_items(&config, &dataset, &Default::default());
+    let mut capacity: Vec<Capacity> = Vec::with_capacity(clusters.len());
+    for cluster in &clusters {
+        capacity.push(
+            cluster
+                .backend
+                .capacity()
+                .await
+                .with_context(|| format!("cluster `{}`: cannot read its capacity", cluster.name))?,
+        );
+    }
+    let (images, counts) = plan::image_table(dataset.tasks.iter().map(|t| t.image.as_str()));
+    let planned = plan::plan(
+        &plugins.sizing,
+        &config.fleet,
+        &capacity,
+        images,
+        counts,
+        plan::forking_clusters(&clusters),
+    )
+    .await?;
+    let settings = config.fleet.clone();
+    let out_dir = config
+        .run
+        .out
+        .clone()
+        .context("the rehearsal's fleet file sets [run] out")?;
+    let spec = RunSpec {
+        run_id: RunId::generate(&config.run.name),
+        settings: config.fleet,
+        clusters,
+        plugins,
+        out_dir,
+        cancel: CancellationToken::new(),
+        progress: (options.progress)(),
+    };
+    let report = sandfleet_engine::run(spec, items).await?;
+    Ok((report, planned, settings))
+}
+
+/// Distinct tasks (id and epoch) with a result.
+fn read_results(path: &Path) -> anyhow::Result<usize> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut seen = HashSet::new();
+    for (line, row) in text.lines().enumerate() {
+        let record: serde_json::Value = serde_json::from_str(row)
+            .with_context(|| format!("{}:{}: not JSON", path.display(), line + 1))?;
+        seen.insert((record["task_id"].to_string(), record["epoch"].to_string()));
+    }
+    Ok(seen.len())
+}
+
+/// A short run of the workload's own pods, one image, nothing warm, no pull
+/// cost: what a task, a cold claim, a reset and the host's CPU cost here.
+fn calibrate(
+    options: &Options,
+    tokio: &tokio::runtime::Runtime,
+    out: &Path,
+    image_dir: &Path,
+    runtime: PodRuntime,
+    recycle: bool,
+) -> anyhow::Result<Calibration> {
+    let images = vec!["calibration".to_string()];
+    let tasks: Vec<Task> = (0..CALIBRATION_TASKS)
+        .map(|i| Task {
+            id: format!("calibration-t{i:02}"),
+            image: images[0].clone(),
+        })
+        .collect();
+    let variant = Variant {
+        name: "calibration".into(),
+        strategy: "none",
+        recycle,
+        placement: "least-loaded",
+    };
+    let rig = Rig {
+        runtime,
+        image_dir,
+        images: &images,
+        pulls: PullModel::default(),
+        shapes: &SHAPES[..1],
+    };
+    let fleet = FleetFile {
+        name: "rehearse-calibration".into(),
+        tasks: &tasks,
+        task_time: options.task_time,
+        variant: &variant,
+        concurrent: CALIBRATION_CONCURRENT,
+        plain: runtime == PodRuntime::Plain,
+    };
+    let dir = out.join(if recycle {
+        "calibration-recycled"
+    } else {
+        "calibration"
+    });
+    let before = host_cpu();
+    let no_costs = |_: &Plan| costs_unknown();
+    tokio.block_on(run_variant(&dir, &rig, &fleet, &no_costs, options))?;
+    let cpu = host_cpu().saturating_sub(before);
+    let report: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("out").join(sandfleet_engine::REPORT_FILE))
+            .context("reading the calibration's report")?,
+    )?;
+    let phases = &report["phases"];
+    let mean = |phase: &str| {
+        let count = phases[phase]["count"].as_f64().unwrap_or(0.0);
+        if count > 0.0 {
+            phases[phase]["total_s"].as_f64().unwrap_or(0.0) / count
+        } else {
+            0.0
+        }
+    };
+    let cold_claim_s = phases["claim"]["p50_s"].as_f64().unwrap_or(0.0);
+    // A cold claim is the controller's wait for a warm candidate, then the
+    // pod's start: what a warm pool's member takes is the start alone.
+    let cold_start_after = sandfleet_emulator_k8s::Tuning::default().cold_start_after;
+    Ok(Calibration {
+        recycle,
+        tasks: CALIBRATION_TASKS,
+        task_s: mean("process") + mean("grade"),
+        cold_claim_s,
+        warm_start_s: (cold_claim_s - cold_start_after.as_secs_f64()).max(0.0),
+        reset_s: mean("reset"),
+        host_cpu_per_task_s: cpu.as_secs_f64() / CALIBRATION_TASKS as f64,
+    })
+}
+
+fn costs_unknown() -> SandboxCosts {
+    SandboxCosts {
+        task: Duration::ZERO,
+        cold_claim: Duration::ZERO,
+        warm_claim: Duration::ZERO,
+        warm_start: Duration::ZERO,
+        reset: Duration::ZERO,
+        pulls: Vec::new(),
+        nodes: 1,
+        pulls_per_node: 1,
+        host_cpu: None,
+    }
+}
+
+/// CPU this process and its reaped children have used: `/proc/self/stat`'s
+/// utime, stime, cutime and cstime, in the kernel's fixed 100 ticks a
+/// second (`USER_HZ`).
+fn host_cpu() -> Duration {
+    const USER_HZ: f64 = 100.0;
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return Duration::ZERO;
+    };
+    // Fields after the command's closing parenthesis start at the state
+    // (field 3); utime is field 14.
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let ticks: f64 = after
+        .split_whitespace()
+        .skip(11)
+        .take(4)
+        .filter_map(|field| field.parse::<f64>().ok())
+        .sum();
+    Duration::from_secs_f64(ticks / USER_HZ)
+}
+
+/// Writes `value` as pretty JSON, atomically.
+fn write_json(path: &Path, value: &impl serde::Serialize) -> anyhow::Result<()> {
+    let partial = path.with_extension("json.partial");
+    let mut file = std::fs::File::create(&partial)
+        .with_context(|| format!("writing {}", partial.display()))?;
+    serde_json::to_writer_pretty(&mut file, value)?;
+    file.write_all(b"\n")?;
+    std::fs::rename(&partial, path).with_context(|| format!("writing {}", path.display()))
+}
