@@ -13,6 +13,7 @@ mod plugin_projects;
 mod plugins_multilang;
 mod pulls;
 mod quickstart;
+mod rehearse;
 mod reload;
 mod serve;
 mod signals;

@@ -35,6 +35,9 @@ pub struct SandboxCosts {
     pub warm_claim: Duration,
     /// A warm sandbox from its creation to ready, its image on the node.
     pub warm_start: Duration,
+    /// How long a claim waits for a pool's refill before its sandbox is
+    /// started cold (agent-sandbox: 2 s).
+    pub cold_start_after: Duration,
     /// A reset between two tasks in a recycled sandbox.
     pub reset: Duration,
     /// Each image's first pull onto a node, in the plan's image order.
@@ -104,8 +107,10 @@ pub fn estimate(plan: &Plan, settings: &FleetSettings, costs: &SandboxCosts) -> 
         let mut window = Window::default();
         let mut wave = (0u32, Duration::ZERO);
         let budget = settings.warm_create_budget.max(1);
+        let epochs = settings.epochs.max(1);
+        let window_tasks: u32 = images.iter().map(|&i| plan.tasks[i] * epochs).sum();
         for &image in images {
-            let counted = price_image(plan, settings, costs, image, warms);
+            let counted = price_image(plan, settings, costs, (image, window_tasks), warms);
             claims += counted.claims;
             creates += counted.creates;
             pulls += counted.pulls;
@@ -188,7 +193,7 @@ fn price_image(
     plan: &Plan,
     settings: &FleetSettings,
     costs: &SandboxCosts,
-    image: usize,
+    (image, window_tasks): (usize, u32),
     warms: bool,
 ) -> Priced {
     let nodes = costs.nodes.max(1);
@@ -199,24 +204,39 @@ fn price_image(
         0
     };
     let claims = if settings.recycle {
-        tasks.div_ceil(settings.max_reuses.max(1)).min(tasks)
+        // Every task slot holds a sandbox of its own while it works
+        // through its share of the window's tasks.
+        let share = (plan.concurrent.max(1) * tasks).div_ceil(window_tasks.max(1));
+        tasks
+            .div_ceil(settings.max_reuses.max(1))
+            .max(share)
+            .min(tasks)
     } else {
         tasks
     };
-    // A pool serves as many claims as it holds sandboxes; its refills
-    // race the claims behind them and are not counted on.
-    let warm = claims.min(replicas);
-    let cold = claims - warm;
-    // The scheduler spreads an image's pods over the emptiest nodes: the
-    // first `nodes` of them each pull it, the pool's first.
-    let pulls = (claims + replicas).min(nodes);
-    let cold_pulls = cold.min(nodes.saturating_sub(replicas));
     let pull = costs.pulls.get(image).copied().unwrap_or_default();
+    // A pool serves as many claims as it holds sandboxes at once; a claim
+    // behind them takes the pool's refill when it is ready before the
+    // claim starts cold. The scheduler spreads an image's pods over the
+    // emptiest nodes, so the first `nodes` of them each pull it, the
+    // pool's first: a refill or cold start there waits for the pull.
+    let warm = claims.min(replicas);
+    let behind = claims - warm;
+    let pulls = (claims + replicas).min(nodes);
+    let pulling = behind.min(nodes.saturating_sub(replicas));
+    let refilled = |pulled: bool| {
+        let pull = if pulled { pull } else { Duration::ZERO };
+        if replicas > 0 && costs.warm_start + pull <= costs.cold_start_after {
+            costs.warm_start + pull
+        } else {
+            costs.cold_claim + pull
+        }
+    };
     let slot_work = costs.task * tasks
         + costs.reset * (tasks - claims)
         + costs.warm_claim * warm
-        + costs.cold_claim * cold
-        + pull * cold_pulls;
+        + refilled(true) * pulling
+        + refilled(false) * (behind - pulling);
     Priced {
         tasks,
         replicas,
@@ -295,6 +315,7 @@ mod tests {
             cold_claim: Duration::from_secs(2),
             warm_claim: Duration::ZERO,
             warm_start: Duration::from_secs(1),
+            cold_start_after: Duration::from_secs(1),
             reset: Duration::from_millis(500),
             pulls: vec![Duration::from_secs(4); images],
             nodes: 2,
@@ -331,13 +352,24 @@ mod tests {
     }
 
     #[test]
-    fn a_pool_serves_as_many_claims_as_it_holds_after_one_warm_wave() {
-        // 2 warm claims, 2 cold on nodes that have the image: 8 s of work
-        // over 2 slots plus a 2 s path, after a 5 s wave (pull and start).
+    fn a_pool_serves_its_sandboxes_then_refills_that_beat_the_cold_start() {
+        // 2 warm claims, then 2 that take the refills on nodes with the
+        // image (1 s, within the 1 s a claim waits): 6 s of work over 2
+        // slots and a 1.5 s path, after a 5 s wave (pull and start).
         let estimate = estimate(&one(4, 2, 2), &settings(Strategy::Naive), &roomy(1));
-        assert_eq!(estimate.wall_s, 5.0 + 4.0 + 2.0);
+        assert_eq!(estimate.wall_s, 5.0 + 3.0 + 1.5);
         assert_eq!(estimate.warming_s, 5.0);
         assert_eq!(estimate.creates, 6);
+    }
+
+    #[test]
+    fn a_refill_that_must_pull_loses_to_the_cold_start() {
+        // 1 warm claim; of the 3 behind it, one lands on the node without
+        // the image, whose refill (1 s + 4 s pull) is slower than the 1 s
+        // wait, so it starts cold and pulls (2 s + 4 s); two take refills
+        // (1 s). 4 s of tasks + 8 s over 4 slots, and a 3 s path.
+        let estimate = estimate(&one(4, 1, 4), &settings(Strategy::Naive), &roomy(1));
+        assert_eq!(estimate.wall_s, 5.0 + 3.0 + 3.0);
     }
 
     #[test]
@@ -357,9 +389,9 @@ mod tests {
     fn sliding_warms_between_windows_and_pipelined_warms_behind_them() {
         let two = plan(vec![4, 4], vec![2, 2], vec![vec![0], vec![1]], 2);
         let sliding = estimate(&two, &settings(Strategy::Sliding), &roomy(2));
-        assert_eq!(sliding.wall_s, 2.0 * (5.0 + 6.0));
+        assert_eq!(sliding.wall_s, 2.0 * (5.0 + 4.5));
         let pipelined = estimate(&two, &settings(Strategy::Pipelined), &roomy(2));
-        assert_eq!(pipelined.wall_s, 5.0 + 6.0 + 6.0);
+        assert_eq!(pipelined.wall_s, 5.0 + 5.0 + 4.5);
         assert_eq!(pipelined.warming_s, 5.0);
     }
 
@@ -370,8 +402,8 @@ mod tests {
         recycling.max_reuses = 10;
         let estimate = estimate(&one(40, 0, 4), &recycling, &costs(1));
         assert_eq!(estimate.claims, 4);
-        // 40 × 1 s + 36 × 0.5 s + 4 × 2 s + 2 pulls × 4 s = 74 s over 4
-        // slots, and the mean path of 1.85 s.
+        // 40 × 1 s + 36 × 0.5 s + 4 cold starts × 2 s + 2 pulls × 4 s =
+        // 74 s over 4 slots, and the mean path of 1.85 s.
         assert!(
             (estimate.wall_s - (18.5 + 1.85)).abs() < 1e-9,
             "{estimate:?}"

@@ -44,9 +44,9 @@ pub const PULL_LATENCY: Duration = Duration::from_millis(500);
 /// Bytes a second a node pulls at.
 pub const PULL_BANDWIDTH: u64 = 1_000_000_000;
 
-/// Tasks in a calibration run, and how many run at once.
-const CALIBRATION_TASKS: usize = 24;
-const CALIBRATION_CONCURRENT: u32 = 8;
+/// Tasks in a calibration run: two for each task slot, so the costs are
+/// measured at the variants' own concurrency.
+const CALIBRATION_TASKS: usize = 2 * CONCURRENT as usize;
 
 /// How to rehearse.
 pub struct Options {
@@ -220,6 +220,7 @@ fn costs(plan: &Plan, calibration: &Calibration, shapes: &[Shape]) -> SandboxCos
         cold_claim: Duration::from_secs_f64(calibration.cold_claim_s),
         warm_claim: Duration::ZERO,
         warm_start: Duration::from_secs_f64(calibration.warm_start_s),
+        cold_start_after: sandfleet_emulator_k8s::Tuning::default().cold_start_after,
         reset: Duration::from_secs_f64(calibration.reset_s),
         pulls: plan.images.iter().map(|i| pull_cost(i)).collect(),
         nodes: shapes.iter().map(|s| s.nodes as u32).sum(),
@@ -356,7 +357,9 @@ async fn measure(
     let fleet_path = dir.join("fleet.toml");
     std::fs::write(&fleet_path, fleet.text(shapes))?;
     std::fs::write(dir.join("tasks.jsonl"), fleet.dataset())?;
+    let cpu_before = host_cpu();
     let (report, plan, settings) = run_fleet(&fleet_path, options).await?;
+    let host_cpu_s = host_cpu().saturating_sub(cpu_before).as_secs_f64();
     let estimate = wall_estimate::estimate(&plan, &settings, &costs(&plan));
     let results = read_results(&dir.join("out").join(sandfleet_engine::RESULTS_FILE))?;
     let mut markers: BTreeMap<String, u64> = BTreeMap::new();
@@ -391,6 +394,7 @@ async fn measure(
         wall_s,
         plan_estimate_s: estimate.wall_s,
         estimate_ratio: wall_s / estimate.wall_s.max(f64::EPSILON),
+        host_cpu_s,
         claims: report.claims,
         creates: outcomes.iter().map(|c| c.creates).sum(),
         pulls: outcomes.iter().map(|c| c.pulls).sum(),
@@ -507,7 +511,7 @@ fn calibrate(
         tasks: &tasks,
         task_time: options.task_time,
         variant: &variant,
-        concurrent: CALIBRATION_CONCURRENT,
+        concurrent: CONCURRENT,
         plain: runtime == PodRuntime::Plain,
     };
     let dir = out.join(if recycle {
@@ -553,6 +557,7 @@ fn costs_unknown() -> SandboxCosts {
         cold_claim: Duration::ZERO,
         warm_claim: Duration::ZERO,
         warm_start: Duration::ZERO,
+        cold_start_after: Duration::ZERO,
         reset: Duration::ZERO,
         pulls: Vec::new(),
         nodes: 1,
@@ -561,24 +566,30 @@ fn costs_unknown() -> SandboxCosts {
     }
 }
 
-/// CPU this process and its reaped children have used: `/proc/self/stat`'s
-/// utime, stime, cutime and cstime, in the kernel's fixed 100 ticks a
-/// second (`USER_HZ`).
+/// CPU every process on the host has used since boot: `/proc/stat`'s
+/// busy time (user, nice, system, irq, softirq, steal), in the kernel's
+/// fixed 100 ticks a second (`USER_HZ`). A devcluster's sandboxes, the
+/// engine and the emulators all spend the host's CPU, and some of them are
+/// no child of this process.
 fn host_cpu() -> Duration {
     const USER_HZ: f64 = 100.0;
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+    let Ok(stat) = std::fs::read_to_string("/proc/stat") else {
         return Duration::ZERO;
     };
-    // Fields after the command's closing parenthesis start at the state
-    // (field 3); utime is field 14.
-    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let ticks: f64 = after
+    let fields: Vec<f64> = stat
+        .lines()
+        .next()
+        .unwrap_or_default()
         .split_whitespace()
-        .skip(11)
-        .take(4)
-        .filter_map(|field| field.parse::<f64>().ok())
+        .skip(1)
+        .filter_map(|field| field.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal
+    let busy: f64 = [0, 1, 2, 5, 6, 7]
+        .iter()
+        .filter_map(|&i| fields.get(i))
         .sum();
-    Duration::from_secs_f64(ticks / USER_HZ)
+    Duration::from_secs_f64(busy / USER_HZ)
 }
 
 /// Writes `value` as pretty JSON, atomically.

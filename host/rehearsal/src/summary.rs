@@ -47,7 +47,7 @@ pub struct Calibration {
     pub warm_start_s: f64,
     /// A reset, mean (recycled only).
     pub reset_s: f64,
-    /// The host CPU (this process and its children) per task.
+    /// The host's CPU (every process) per task.
     pub host_cpu_per_task_s: f64,
 }
 
@@ -70,6 +70,8 @@ pub struct VariantOutcome {
     pub estimate_ratio: f64,
     /// The estimate's terms.
     pub estimate: WallEstimate,
+    /// The host's CPU the run used (every process).
+    pub host_cpu_s: f64,
     /// Claims the engine made (its report).
     pub claims: u64,
     /// Sandboxes the clusters created.
@@ -252,6 +254,7 @@ mod tests {
                 creates: 4,
                 pulls: 2,
             },
+            host_cpu_s: 1.0,
             claims: 4,
             creates: 4,
             pulls: 2,
