@@ -46,9 +46,20 @@ pub struct SandboxCosts {
     pub nodes: u32,
     /// Pulls one node makes at once.
     pub pulls_per_node: u32,
-    /// When the clusters share the host's CPU: what one task's life costs
-    /// it, and the host's cores.
-    pub host_cpu: Option<(Duration, u32)>,
+    /// When the clusters share the host's CPU (a devcluster): what their
+    /// work costs it.
+    pub host_cpu: Option<HostCpu>,
+}
+
+/// What a run's work costs a host whose CPU the clusters share.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HostCpu {
+    /// A task in a sandbox of its own: the sandbox's claim and release too.
+    pub fresh_task: Duration,
+    /// A task in a recycled sandbox: its reset too.
+    pub reused_task: Duration,
+    /// The host's cores.
+    pub cores: u32,
 }
 
 /// Which budget a run spends most in.
@@ -91,7 +102,9 @@ struct Window {
     longest_path: Duration,
     pull_work: Duration,
     creates: u32,
-    tasks: u32,
+    /// Tasks in a sandbox of their own, and in a recycled one.
+    fresh_tasks: u32,
+    reused_tasks: u32,
 }
 
 /// The estimate for `plan` under `settings`, on clusters that cost `costs`.
@@ -118,7 +131,8 @@ pub fn estimate(plan: &Plan, settings: &FleetSettings, costs: &SandboxCosts) -> 
             window.pull_work += counted.pull_work;
             window.longest_path = window.longest_path.max(counted.path);
             window.creates += counted.creates;
-            window.tasks += counted.tasks;
+            window.fresh_tasks += counted.claims;
+            window.reused_tasks += counted.tasks - counted.claims;
             // Pools are warmed in waves of `budget` sandboxes, in image
             // order; a wave waits for its slowest.
             let mut replicas = counted.replicas;
@@ -274,8 +288,9 @@ fn run_time(
             Duration::from_secs_f64(f64::from(window.creates) / rate),
         ));
     }
-    if let Some((per_task, cores)) = costs.host_cpu {
-        budgets.push((Limit::HostCpu, per_task * window.tasks / cores.max(1)));
+    if let Some(cpu) = costs.host_cpu {
+        let work = cpu.fresh_task * window.fresh_tasks + cpu.reused_task * window.reused_tasks;
+        budgets.push((Limit::HostCpu, work / cpu.cores.max(1)));
     }
     budgets
         .into_iter()
@@ -417,8 +432,18 @@ mod tests {
         let slow = estimate(&one(4, 0, 2), &paced, &costs(1));
         assert_eq!((slow.limited_by, slow.wall_s), (Limit::Creates, 40.0));
         let mut busy = costs(1);
-        busy.host_cpu = Some((Duration::from_secs(30), 2));
+        busy.host_cpu = Some(HostCpu {
+            fresh_task: Duration::from_secs(30),
+            reused_task: Duration::from_secs(10),
+            cores: 2,
+        });
         let cpu = estimate(&one(4, 0, 2), &settings(Strategy::None), &busy);
         assert_eq!((cpu.limited_by, cpu.wall_s), (Limit::HostCpu, 60.0));
+        // 4 fresh tasks and 36 reused ones.
+        let mut recycling = settings(Strategy::None);
+        recycling.recycle = true;
+        recycling.max_reuses = 10;
+        let reused = estimate(&one(40, 0, 4), &recycling, &busy);
+        assert_eq!(reused.wall_s, (4.0 * 30.0 + 36.0 * 10.0) / 2.0);
     }
 }

@@ -25,7 +25,7 @@ use sandfleet_backend_local::{ImageSource, LimitOverrides};
 use sandfleet_core::{Capacity, RunId};
 use sandfleet_emulator_k8s::{CONTEXT, ImageMap, PodRuntime, PullModel};
 use sandfleet_engine::plan::{self, Plan};
-use sandfleet_engine::wall_estimate::{self, SandboxCosts};
+use sandfleet_engine::wall_estimate::{self, HostCpu, SandboxCosts};
 use sandfleet_engine::{CancellationToken, Progress, RunReport, RunSpec};
 use sandfleet_fleet::{FleetConfig, setup};
 
@@ -112,6 +112,12 @@ pub fn rehearse(options: &Options) -> anyhow::Result<Rehearsal> {
     } else {
         PodRuntime::Plain
     };
+    if runtime == PodRuntime::Plain {
+        eprintln!(
+            "note: the devclusters' pods run as plain processes on this host, NOT sandboxes \
+             (--runtime plain): the rehearsal measures the fleet, not isolation"
+        );
+    }
     let image_dir = out.join("image");
     write_image(&image_dir)?;
     let tokio = tokio::runtime::Builder::new_multi_thread()
@@ -130,17 +136,26 @@ pub fn rehearse(options: &Options) -> anyhow::Result<Rehearsal> {
         calibration: Vec::new(),
         variants: Vec::new(),
     };
-    let mut recycles: Vec<bool> = variants.iter().map(|v| v.recycle).collect();
-    recycles.dedup();
-    for recycle in recycles {
-        let calibration = calibrate(options, &tokio, &out, &image_dir, runtime, recycle)?;
+    // The fresh costs first: a recycled run's are what it adds to them.
+    let recycles = variants.iter().any(|v| v.recycle);
+    for recycle in [false, true].into_iter().filter(|r| !r || recycles) {
+        let fresh = rehearsal.calibration.first().cloned();
+        let calibration = calibrate(
+            options,
+            &tokio,
+            (&out, &image_dir),
+            runtime,
+            recycle,
+            fresh.as_ref(),
+        )?;
         eprintln!(
-            "calibrated ({}): task {:.2} s, cold claim {:.2} s, reset {:.2} s, host CPU {:.3} s a task",
+            "calibrated ({}): task {:.2} s, cold claim {:.2} s, reset {:.2} s, host CPU {:.3} s a fresh task, {:.3} s a reused one",
             if recycle { "recycled" } else { "fresh" },
             calibration.task_s,
             calibration.cold_claim_s,
             calibration.reset_s,
-            calibration.host_cpu_per_task_s
+            calibration.host_cpu_fresh_task_s,
+            calibration.host_cpu_reused_task_s,
         );
         rehearsal.calibration.push(calibration);
     }
@@ -225,10 +240,11 @@ fn costs(plan: &Plan, calibration: &Calibration, shapes: &[Shape]) -> SandboxCos
         pulls: plan.images.iter().map(|i| pull_cost(i)).collect(),
         nodes: shapes.iter().map(|s| s.nodes as u32).sum(),
         pulls_per_node: PULLS_PER_NODE as u32,
-        host_cpu: Some((
-            Duration::from_secs_f64(calibration.host_cpu_per_task_s),
+        host_cpu: Some(HostCpu {
+            fresh_task: Duration::from_secs_f64(calibration.host_cpu_fresh_task_s),
+            reused_task: Duration::from_secs_f64(calibration.host_cpu_reused_task_s),
             cores,
-        )),
+        }),
     }
 }
 
@@ -481,10 +497,10 @@ fn read_results(path: &Path) -> anyhow::Result<usize> {
 fn calibrate(
     options: &Options,
     tokio: &tokio::runtime::Runtime,
-    out: &Path,
-    image_dir: &Path,
+    (out, image_dir): (&Path, &Path),
     runtime: PodRuntime,
     recycle: bool,
+    fresh: Option<&Calibration>,
 ) -> anyhow::Result<Calibration> {
     let images = vec!["calibration".to_string()];
     let tasks: Vec<Task> = (0..CALIBRATION_TASKS)
@@ -540,6 +556,21 @@ fn calibrate(
     // A cold claim is the controller's wait for a warm candidate, then the
     // pod's start: what a warm pool's member takes is the start alone.
     let cold_start_after = sandfleet_emulator_k8s::Tuning::default().cold_start_after;
+    let cpu = cpu.as_secs_f64();
+    let (fresh_task, reused_task) = match fresh {
+        // A recycled run's CPU is its claimed sandboxes' tasks at the fresh
+        // cost, and the rest at the reused one.
+        Some(fresh) => {
+            let claims = report["claims"].as_f64().unwrap_or(0.0);
+            let reused = report["recycle"]["reused"].as_f64().unwrap_or(0.0);
+            let rest = (cpu - claims * fresh.host_cpu_fresh_task_s).max(0.0);
+            (
+                fresh.host_cpu_fresh_task_s,
+                if reused > 0.0 { rest / reused } else { 0.0 },
+            )
+        }
+        None => (cpu / CALIBRATION_TASKS as f64, 0.0),
+    };
     Ok(Calibration {
         recycle,
         tasks: CALIBRATION_TASKS,
@@ -547,7 +578,8 @@ fn calibrate(
         cold_claim_s,
         warm_start_s: (cold_claim_s - cold_start_after.as_secs_f64()).max(0.0),
         reset_s: mean("reset"),
-        host_cpu_per_task_s: cpu.as_secs_f64() / CALIBRATION_TASKS as f64,
+        host_cpu_fresh_task_s: fresh_task,
+        host_cpu_reused_task_s: reused_task,
     })
 }
 

@@ -47,8 +47,11 @@ pub struct Calibration {
     pub warm_start_s: f64,
     /// A reset, mean (recycled only).
     pub reset_s: f64,
-    /// The host's CPU (every process) per task.
-    pub host_cpu_per_task_s: f64,
+    /// The host's CPU (every process) per task in a sandbox of its own.
+    pub host_cpu_fresh_task_s: f64,
+    /// The host's CPU per task in a recycled sandbox, its reset included
+    /// (recycled only).
+    pub host_cpu_reused_task_s: f64,
 }
 
 /// One variant's run.
