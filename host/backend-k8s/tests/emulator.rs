@@ -282,6 +282,15 @@ async fn reaping_one_run_leaves_another_runs_objects_in_the_namespace_whole() {
                 .unwrap(),
         );
     }
+    // Each pool replaces the sandbox its claim took; the controller may
+    // not have made the replacement yet.
+    let settled = Instant::now() + Duration::from_secs(30);
+    for run in [&doomed, &kept] {
+        while backend.list_owned(run).await.unwrap().sandboxes.len() < 2 {
+            assert!(Instant::now() < settled, "{run}: no replacement sandbox");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
     let before = backend.list_owned(&kept).await.unwrap();
     let owned = backend.list_owned(&doomed).await.unwrap();
     // The claimed sandbox and the pool's replacement for it.
@@ -777,6 +786,12 @@ async fn a_session_shell_that_ends_cleanly_before_reading_a_command_hands_it_to_
         !executions.by_marker.contains_key("first") && !executions.by_marker.contains_key("next"),
         "{executions:?}"
     );
+    // Down the sessions went the first and the last, once each; the
+    // handed-over one at most once (to a shell that ended unread, or not
+    // at all when the session had already closed).
+    let sent = |id: &str| executions.in_sessions.get(id).copied().unwrap_or(0);
+    assert_eq!((sent("first"), sent("next")), (1, 1), "{executions:?}");
+    assert!(sent("handed-over") <= 1, "{executions:?}");
     backend.reap(&run).await.unwrap();
 }
 

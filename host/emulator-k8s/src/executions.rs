@@ -1,9 +1,10 @@
 //! What pods/exec has started, for tests that must show that no command ran twice:
 //! execs started, those with stdin (a client's shell session, whose commands arrive
 //! on stdin), and starts per command marker — [`MARKER_ENV`]`=<id>` anywhere in an
-//! exec's command line, where a client's `env` prefix puts it, or in a stdin frame a
-//! session's shell reads — so a command a client sent again, over a websocket of its
-//! own or down a session, shows as a count of 2.
+//! exec's command line, where a client's `env` prefix puts it — so a command a client
+//! sent again over a websocket of its own shows as a count of 2. Markers written down
+//! a session (stdin frames) are counted apart: a frame is what was sent, which the
+//! session's shell may never have read.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
@@ -19,6 +20,9 @@ pub struct Executions {
     pub with_stdin: u64,
     /// Starts per marker; execs without one are not here.
     pub by_marker: BTreeMap<String, u64>,
+    /// Stdin frames per marker: commands written down a session, read by its
+    /// shell or not.
+    pub in_sessions: BTreeMap<String, u64>,
 }
 
 /// The live counters.
@@ -50,7 +54,7 @@ impl Counters {
         }
         let mut counts = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         for marker in markers {
-            *counts.by_marker.entry(marker.to_string()).or_default() += 1;
+            *counts.in_sessions.entry(marker.to_string()).or_default() += 1;
         }
     }
 
@@ -105,6 +109,9 @@ mod tests {
         assert_eq!(counted.by_marker["cmd-1"], 1);
         counters.read(b"{ sh -c '...' sf m '' 0 env 'SANDFLEET_COMMAND_ID=cmd-1 sleep 1' & }\n");
         counters.read(b"plain input");
-        assert_eq!(counters.snapshot().by_marker["cmd-1"], 2);
+        let counted = counters.snapshot();
+        assert_eq!(counted.by_marker["cmd-1"], 1);
+        assert_eq!(counted.in_sessions["cmd-1"], 1);
+        assert_eq!(counted.in_sessions.len(), 1);
     }
 }

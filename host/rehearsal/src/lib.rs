@@ -382,7 +382,14 @@ async fn measure(
     let mut left_over = Vec::new();
     let mut outcomes = Vec::new();
     for cluster in clusters {
-        for (marker, count) in cluster.emulator.executions().by_marker {
+        // Sent, over a websocket of its own or down a session: at least as
+        // often as it ran.
+        let executions = cluster.emulator.executions();
+        for (marker, count) in executions
+            .by_marker
+            .into_iter()
+            .chain(executions.in_sessions)
+        {
             *markers.entry(marker).or_default() += count;
         }
         left_over.extend(cluster.left_over().await?);

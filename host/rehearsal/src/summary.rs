@@ -87,7 +87,8 @@ pub struct VariantOutcome {
     pub clusters: Vec<ClusterOutcome>,
     /// Tasks with no result.
     pub lost: usize,
-    /// Test commands the clusters started more than once.
+    /// Test commands the clusters were sent more than once, over websockets
+    /// of their own or down sessions: at least those that ran twice.
     pub ran_twice: usize,
     /// Objects left in the clusters after the run, as kubectl listed them.
     pub left_over: usize,
