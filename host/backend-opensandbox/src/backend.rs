@@ -1,6 +1,7 @@
 //! The [`Backend`] for one OpenSandbox server.
 
 use std::collections::HashMap;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -16,6 +17,7 @@ use sandfleet_transport::{Call, CallKind, Clients, HttpFailure, Transport};
 use crate::config::{EndpointMode, OpenSandboxConfig, Resolved};
 mod command;
 mod create;
+mod output;
 mod snapshots;
 
 use self::create::Source;
@@ -41,6 +43,9 @@ pub struct OpenSandboxBackend {
     server: Resolved,
     transport: Arc<Transport>,
     templates: Mutex<HashMap<(RunId, String), TemplateSpec>>,
+    /// Whether this cluster's execd was found not to keep commands' output
+    /// where the driver reads it back exactly (said once).
+    no_output_files: AtomicBool,
 }
 
 impl OpenSandboxBackend {
@@ -100,6 +105,7 @@ impl OpenSandboxBackend {
             server,
             transport,
             templates: Mutex::new(HashMap::new()),
+            no_output_files: AtomicBool::new(false),
         })
     }
 
@@ -367,8 +373,9 @@ impl Backend for OpenSandboxBackend {
             exec: ExecGuarantees {
                 // execd runs `bash -c` on a string.
                 argv: false,
-                // It polls the output files: order between them is lost.
-                ordered_merge: false,
+                // Merged, the command's stderr is its stdout (`exec 2>&1`):
+                // one file, in the order written.
+                ordered_merge: true,
                 kills_process_group: true,
             },
             images: Images::AnyReference,
@@ -480,24 +487,9 @@ impl Backend for OpenSandboxBackend {
 
     async fn get_file(&self, sandbox: &SandboxHandle, path: &str) -> Result<Vec<u8>, BackendError> {
         let execd = self.handle_data_of(sandbox)?;
-        let url = reqwest::Url::parse_with_params(
-            &format!("{}/files/download", execd.execd),
-            [("path", path)],
-        )
-        .map_err(|e| self.error(ErrorKind::Invalid, e))?;
-        let mut call = Call::new(
-            Method::GET,
-            url.as_str(),
-            CallKind::File,
-            format!("download {path} from sandbox {}", sandbox.id),
-        );
-        for (name, value) in &execd.headers {
-            call = call
-                .header(name, value)
-                .map_err(|e| self.error(ErrorKind::Failed, e))?;
-        }
-        let response = self.transport.send(&self.name, &call).await?;
-        self.transport.body(&self.name, &call, response).await
+        self.download(&execd, sandbox, path, None)
+            .await
+            .map(|head| head.bytes)
     }
 
     async fn release(&self, sandbox: &SandboxHandle) -> Result<(), BackendError> {

@@ -16,7 +16,7 @@ use crate::wire::CommandStatus;
 const FIRST_POLL: Duration = Duration::from_millis(200);
 const MAX_POLL: Duration = Duration::from_secs(2);
 
-/// Header carrying the line to read logs from next time.
+/// Header carrying the byte offset to read logs from next time.
 const TAIL_CURSOR: &str = "EXECD-COMMANDS-TAIL-CURSOR";
 
 /// What polling needs: where to send, and how to make a call to execd.
@@ -89,7 +89,8 @@ impl<F: Fn(Method, String, String) -> Result<Call, BackendError>> Poller<'_, F> 
         self.transport.json(self.cluster, &call).await
     }
 
-    /// Reads the logs from line `cursor` on; returns the next cursor.
+    /// Reads the logs from byte `cursor` on (execd serves its output file
+    /// as written); returns the next cursor.
     async fn logs(
         &self,
         id: &str,
@@ -110,8 +111,8 @@ impl<F: Fn(Method, String, String) -> Result<Call, BackendError>> Poller<'_, F> 
             .and_then(|v| v.trim().parse().ok());
         let text = self.transport.body(self.cluster, &call, response).await?;
         kept.keep_and_send(&text, sink).await;
-        // Without a cursor header, count the lines read.
-        Ok(next.unwrap_or_else(|| cursor + text.iter().filter(|&&b| b == b'\n').count() as u64))
+        // Without a cursor header, the cursor is the bytes read so far.
+        Ok(next.unwrap_or(cursor + text.len() as u64))
     }
 
     async fn interrupt(&self, id: &str) {

@@ -21,6 +21,16 @@ pub(crate) struct Ended {
     pub(crate) result: ExecResult,
     /// The id execd gave the command (its `init` event).
     pub(crate) command_id: Option<String>,
+    /// Which of the command's streams sent output events: only those have
+    /// bytes worth reading back exactly.
+    pub(crate) heard: Heard,
+}
+
+/// The streams a command sent output events on, as execd named them.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Heard {
+    pub(crate) stdout: bool,
+    pub(crate) stderr: bool,
 }
 
 /// Reads `response`'s events until the terminal one — `execution_complete`
@@ -39,6 +49,7 @@ pub(crate) async fn read_to_terminal(
     let mut command_id = None;
     let mut stdout = CappedOutput::new(OutputStream::Stdout, max_output);
     let mut stderr = CappedOutput::new(OutputStream::Stderr, max_output);
+    let mut heard = Heard::default();
     loop {
         let chunk = match response.chunk().await {
             Ok(Some(chunk)) => chunk,
@@ -57,9 +68,18 @@ pub(crate) async fn read_to_terminal(
         };
         for event in reader.feed(&chunk).map_err(Cut::Garbled)? {
             let stream = match event.kind.as_str() {
-                "stdout" => OutputStream::Stdout,
-                "stderr" if merge_stderr => OutputStream::Stdout,
-                "stderr" => OutputStream::Stderr,
+                "stdout" => {
+                    heard.stdout = true;
+                    OutputStream::Stdout
+                }
+                "stderr" => {
+                    heard.stderr = true;
+                    if merge_stderr {
+                        OutputStream::Stdout
+                    } else {
+                        OutputStream::Stderr
+                    }
+                }
                 "execution_complete" | "error" => {
                     let (exit_code, timed_out, failure) = exit_of(&event, started, timeout);
                     if let Some(failure) = failure {
@@ -78,6 +98,7 @@ pub(crate) async fn read_to_terminal(
                             stderr_dropped,
                         },
                         command_id,
+                        heard,
                     });
                 }
                 "init" => {
@@ -96,8 +117,9 @@ pub(crate) async fn read_to_terminal(
     }
 }
 
-/// An output event's line: execd strips the terminator and sends a blank
-/// line as "\n".
+/// An output event's line: execd strips the terminator (`\n`, `\r` or
+/// `\r\n`) and sends a blank line as "\n", so "\n" ends each line here;
+/// the exact bytes are read back afterwards where execd keeps them.
 fn line_of(event: &Event) -> Vec<u8> {
     match event.text.as_deref() {
         Some("\n") | None => b"\n".to_vec(),

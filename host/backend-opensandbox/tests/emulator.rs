@@ -168,6 +168,91 @@ async fn a_sandbox_is_claimed_driven_and_released() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn output_is_the_bytes_the_command_wrote_whatever_ends_its_lines() {
+    // Plain sandboxes, where a command's /tmp is a directory on the host:
+    // execd's files of its output are read back there all the same.
+    let emulator = emulator_on(Runtime::Plain, "").await;
+    let backend = backend(&emulator);
+    let run = RunId::generate("os-exact");
+    let sandbox = claim(&backend, &run).await;
+
+    // execd streams these as the lines a, b, c, "\n", last: every line end
+    // and the missing last one are only in what the command wrote.
+    let (sink, mut chunks) = tokio::sync::mpsc::channel(64);
+    let ran = backend
+        .exec(
+            &sandbox,
+            &shell("printf 'a\\r\\nb\\rc\\n\\nlast'; printf 'e1\\r\\ne2' >&2"),
+            Some(&sink),
+        )
+        .await
+        .unwrap();
+    drop(sink);
+    assert_eq!(ran.stdout, b"a\r\nb\rc\n\nlast");
+    assert_eq!(ran.stderr, b"e1\r\ne2");
+    // The live stream had the lines as they came.
+    let mut streamed = Vec::new();
+    while let Some(chunk) = chunks.recv().await {
+        if chunk.stream == sandfleet_core::OutputStream::Stdout {
+            streamed.extend(chunk.bytes);
+        }
+    }
+    assert_eq!(streamed, b"a\nb\nc\n\nlast\n");
+
+    // Merged, in the order written, without a newline added.
+    let merged = backend
+        .exec(
+            &sandbox,
+            &ExecRequest {
+                merge_stderr: true,
+                ..shell("printf 1; printf 2 >&2; printf 3; printf 4 >&2")
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (merged.stdout.as_slice(), merged.stderr.as_slice()),
+        (&b"1234"[..], &b""[..])
+    );
+
+    // Past the limit: its head, and the rest counted, not read.
+    let capped = backend
+        .exec(
+            &sandbox,
+            &ExecRequest {
+                max_output: Some(5),
+                ..shell("printf '0123456789\\n'")
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(capped.stdout_dropped, 6);
+    assert!(
+        capped
+            .stdout
+            .starts_with(b"01234\n[sandfleet: 6 more bytes"),
+        "{}",
+        String::from_utf8_lossy(&capped.stdout)
+    );
+
+    // execd's files of them are gone once read. (A plain sandbox's /tmp
+    // is its TMPDIR.)
+    let tmp = backend
+        .exec(&sandbox, &shell("ls -a \"$TMPDIR\""), None)
+        .await
+        .unwrap();
+    let listing = String::from_utf8_lossy(&tmp.stdout);
+    assert!(
+        !listing.contains(".stdout") && !listing.contains(".stderr"),
+        "{listing}"
+    );
+    backend.release(&sandbox).await.unwrap();
+    emulator.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_command_ends_at_its_terminal_event_not_at_the_end_of_the_stream() {
     // execd holds every stream open after the exit status; here for a
     // minute. A client that read to the end would wait that long.
@@ -568,7 +653,7 @@ async fn long_commands_are_polled_and_keep_their_streams_apart_through_a_cut_str
         argv: vec![
             "sh".into(),
             "-c".into(),
-            "echo out; echo err >&2; sleep 0.3; echo late; exit 4".into(),
+            "echo out; printf 'err\\r\\n!' >&2; sleep 0.3; echo late; exit 4".into(),
         ],
         timeout: Duration::from_secs(30),
         merge_stderr,
@@ -584,7 +669,7 @@ async fn long_commands_are_polled_and_keep_their_streams_apart_through_a_cut_str
     drop(sink);
     assert_eq!(ran.exit_code, 4);
     assert_eq!(String::from_utf8_lossy(&ran.stdout), "out\nlate\n");
-    assert_eq!(String::from_utf8_lossy(&ran.stderr), "err\n");
+    assert_eq!(String::from_utf8_lossy(&ran.stderr), "err\r\n!");
     // Polled, then its stderr read back: two commands on the server.
     assert_eq!(emulator.executions().commands - before, 2);
     let mut streamed = Vec::new();
@@ -593,7 +678,7 @@ async fn long_commands_are_polled_and_keep_their_streams_apart_through_a_cut_str
             streamed.extend(chunk.bytes);
         }
     }
-    assert_eq!(streamed, b"err\n");
+    assert_eq!(streamed, b"err\r\n!");
     // Nothing of it is left where a reset check would see it. (A short
     // command, streamed: a polled one would list its own stderr file.)
     let listing = ExecRequest {
@@ -607,15 +692,12 @@ async fn long_commands_are_polled_and_keep_their_streams_apart_through_a_cut_str
         String::from_utf8_lossy(&tmp.stdout)
     );
 
-    // Asked merged, both streams come in the one log. execd reads them
-    // from two pipes, so lines written at once may come in either order
-    // (`ordered_merge` is false); the line written 0.3 s later comes last.
+    // Asked merged, both streams are one, in the order written.
     let merged = backend.exec(&sandbox, &long(true), None).await.unwrap();
-    let merged_text = String::from_utf8_lossy(&merged.stdout);
-    let mut lines: Vec<&str> = merged_text.lines().collect();
-    assert_eq!(lines.pop(), Some("late"), "{merged_text}");
-    lines.sort_unstable();
-    assert_eq!(lines, ["err", "out"], "{merged_text}");
+    assert_eq!(
+        String::from_utf8_lossy(&merged.stdout),
+        "out\nerr\r\n!late\n"
+    );
     assert!(merged.stderr.is_empty());
     assert!(emulator.executions().repeated_markers().is_empty());
     backend.release(&sandbox).await.unwrap();

@@ -89,6 +89,12 @@ impl CappedOutput {
         kept
     }
 
+    /// Counts `bytes` past the limit that were never read (a reader that
+    /// fetched only the head of a longer output).
+    pub fn count_unread(&mut self, bytes: u64) {
+        self.dropped += bytes;
+    }
+
     /// The stream it keeps.
     pub fn stream(&self) -> OutputStream {
         self.stream

@@ -71,6 +71,7 @@ pub(crate) struct CommandRequest {
 pub(crate) struct Command {
     pub(crate) id: String,
     pub(crate) content: String,
+    pub(crate) background: bool,
     pub(crate) started_at: Timestamp,
     state: Mutex<State>,
     changed: watch::Sender<u64>,
@@ -83,8 +84,10 @@ struct State {
     /// `terminal` is set.
     events: Vec<Bytes>,
     terminal: bool,
-    /// Output lines, both streams in arrival order, for `/logs`.
-    lines: Vec<String>,
+    /// What the command wrote, byte for byte: a foreground command's
+    /// stdout and stderr apart, a background command's both in stdout (one
+    /// file, as execd keeps it, served by `/logs`).
+    written: [Vec<u8>; 2],
     running: bool,
     exit_code: Option<i32>,
     error: Option<String>,
@@ -155,15 +158,15 @@ impl Command {
         }
     }
 
-    /// Output lines from `cursor` on, and the cursor to ask from next.
-    pub(crate) fn lines_from(&self, cursor: usize) -> (String, usize) {
+    /// A background command's output from byte `cursor` on, and the
+    /// cursor to ask from next (execd seeks its output file).
+    pub(crate) fn output_from(&self, cursor: usize) -> (Vec<u8>, usize) {
         let state = self.state();
-        let mut text = String::new();
-        for line in state.lines.get(cursor..).unwrap_or_default() {
-            text.push_str(line);
-            text.push('\n');
-        }
-        (text, state.lines.len())
+        let written = &state.written[0];
+        (
+            written.get(cursor..).unwrap_or_default().to_vec(),
+            written.len().max(cursor),
+        )
     }
 
     /// Asks the runner to kill the command; false if it has finished.
@@ -175,27 +178,26 @@ impl Command {
         running
     }
 
-    fn line(&self, stream: OutputStream, line: String, as_event: bool) {
-        {
-            let mut state = self.state();
-            if state.killed {
-                return;
-            }
-            state.lines.push(line.clone());
+    /// Keeps `bytes` the command wrote to `file` (0 stdout, 1 stderr);
+    /// false once it is being killed.
+    fn wrote(&self, file: usize, bytes: &[u8]) -> bool {
+        let mut state = self.state();
+        if !state.killed {
+            state.written[file].extend_from_slice(bytes);
         }
-        if as_event {
-            let kind = match stream {
-                OutputStream::Stdout => "stdout",
-                OutputStream::Stderr => "stderr",
-            };
-            // execd strips the terminator; a blank line is sent as "\n".
-            let text = if line.is_empty() {
-                "\n".to_string()
-            } else {
-                line
-            };
-            self.push(event(json!({"type": kind, "text": text})), false);
+        !state.killed
+    }
+
+    /// Sends one line of `stream` as its event.
+    fn line(&self, stream: OutputStream, text: String) {
+        if self.state().killed {
+            return;
         }
+        let kind = match stream {
+            OutputStream::Stdout => "stdout",
+            OutputStream::Stderr => "stderr",
+        };
+        self.push(event(json!({"type": kind, "text": text})), false);
     }
 
     fn finish(&self, exit_code: Option<i32>, error: Option<String>) {
@@ -207,21 +209,34 @@ impl Command {
     }
 }
 
-/// Splits one stream's chunks into lines.
+/// Splits one stream into the texts of its line events as execd does
+/// (`readFromPos` in `components/execd/pkg/runtime/command_common.go`):
+/// `\n`, `\r` and `\r\n` each end a line, which is sent without it; a
+/// blank line is sent as "\n"; what is left unterminated at the end is a
+/// line of its own.
 #[derive(Default)]
 struct Lines {
     partial: Vec<u8>,
+    /// Whether the last byte was `\r`, whose `\n` then ends nothing.
+    after_cr: bool,
 }
 
 impl Lines {
     fn feed(&mut self, bytes: &[u8]) -> Vec<String> {
-        self.partial.extend_from_slice(bytes);
         let mut lines = Vec::new();
-        while let Some(end) = self.partial.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = self.partial.drain(..=end).collect();
-            let line = &line[..line.len() - 1];
-            let line = line.strip_suffix(b"\r").unwrap_or(line);
-            lines.push(String::from_utf8_lossy(line).into_owned());
+        for &byte in bytes {
+            if byte != b'\n' && byte != b'\r' {
+                self.after_cr = false;
+                self.partial.push(byte);
+                continue;
+            }
+            if !self.partial.is_empty() {
+                lines
+                    .push(String::from_utf8_lossy(&std::mem::take(&mut self.partial)).into_owned());
+            } else if !(byte == b'\n' && self.after_cr) {
+                lines.push("\n".to_string());
+            }
+            self.after_cr = byte == b'\r';
         }
         lines
     }
@@ -241,6 +256,7 @@ impl SandboxExec {
         let command = Arc::new(Command {
             id: id.clone(),
             content: request.command.clone(),
+            background: request.background,
             started_at: Timestamp::now(),
             state: Mutex::new(State {
                 running: true,
@@ -313,12 +329,19 @@ impl SandboxExec {
             tokio::spawn(async move {
                 let (mut out, mut err) = (Lines::default(), Lines::default());
                 while let Some(chunk) = chunks.recv().await {
-                    let lines = match chunk.stream {
-                        OutputStream::Stdout => out.feed(&chunk.bytes),
-                        OutputStream::Stderr => err.feed(&chunk.bytes),
+                    if !foreground {
+                        // One file for both streams: no events, only logs.
+                        command.wrote(0, &chunk.bytes);
+                        continue;
+                    }
+                    let (file, lines) = match chunk.stream {
+                        OutputStream::Stdout => (0, &mut out),
+                        OutputStream::Stderr => (1, &mut err),
                     };
-                    for line in lines {
-                        command.line(chunk.stream, line, foreground);
+                    if command.wrote(file, &chunk.bytes) {
+                        for line in lines.feed(&chunk.bytes) {
+                            command.line(chunk.stream, line);
+                        }
                     }
                 }
                 for (stream, lines) in [
@@ -326,7 +349,7 @@ impl SandboxExec {
                     (OutputStream::Stderr, &mut err),
                 ] {
                     if let Some(rest) = lines.rest() {
-                        command.line(stream, rest, foreground);
+                        command.line(stream, rest);
                     }
                 }
             })
@@ -340,8 +363,10 @@ impl SandboxExec {
         let elapsed_ms = |started: Instant| started.elapsed().as_millis() as u64;
         match outcome {
             Some(joined) => {
-                // Output first: every line comes before the terminal event.
+                // Output first: every line, and execd's files of it, come
+                // before the terminal event.
                 let _ = forward.await;
+                self.keep_output_files(&command, foreground).await;
                 let result = joined
                     .map_err(|e| e.to_string())
                     .and_then(|r| r.map_err(|e| e.to_string()));
@@ -370,6 +395,7 @@ impl SandboxExec {
             None => {
                 command.state().killed = true;
                 self.kill(&command.id).await;
+                self.keep_output_files(&command, foreground).await;
                 command.finish(Some(-1), Some("killed".to_string()));
                 command.push(error_event("-1", "signal: killed"), true);
                 // The wrapper exits once its job is gone; reap it off the
@@ -378,6 +404,33 @@ impl SandboxExec {
                     let _ = running.await;
                     let _ = forward.await;
                 });
+            }
+        }
+    }
+
+    /// Leaves what `command` wrote where execd keeps it and never removes
+    /// it: `/tmp/<id>.stdout` and `.stderr`, or `/tmp/<id>.output` for a
+    /// background command. (execd makes them, empty, for every command;
+    /// here a stream that wrote nothing costs no file.)
+    async fn keep_output_files(&self, command: &Command, foreground: bool) {
+        let written = command.state().written.clone();
+        let names: &[&str] = if foreground {
+            &["stdout", "stderr"]
+        } else {
+            &["output"]
+        };
+        for (bytes, name) in written.iter().zip(names) {
+            if bytes.is_empty() {
+                continue;
+            }
+            let path = format!("/tmp/{}.{name}", command.id);
+            // execd opens them with `os.ModePerm`, under a umask of 022.
+            if let Err(error) = self
+                .backend
+                .put_file(&self.handle, &path, bytes, 0o755)
+                .await
+            {
+                tracing::warn!(command = %command.id, %error, "cannot keep a command's output file");
             }
         }
     }
@@ -409,11 +462,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn lines_split_keep_blanks_and_the_unterminated_rest() {
+    fn lines_split_as_execd_splits_them() {
         let mut lines = Lines::default();
-        assert_eq!(lines.feed(b"a\n\nb"), ["a", ""]);
-        assert_eq!(lines.feed(b"c\r\nd"), ["bc"]);
-        assert_eq!(lines.rest().as_deref(), Some("d"));
+        assert_eq!(lines.feed(b"a\n\nb"), ["a", "\n"]);
+        // A \r\n cut between two reads is one terminator.
+        assert_eq!(lines.feed(b"c\r"), ["bc"]);
+        assert_eq!(lines.feed(b"\nd\re\r\r\n"), ["d", "e", "\n"]);
+        assert_eq!(lines.feed(b"f"), Vec::<String>::new());
+        assert_eq!(lines.rest().as_deref(), Some("f"));
         assert_eq!(lines.rest(), None);
     }
 }

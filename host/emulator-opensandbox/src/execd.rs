@@ -277,6 +277,9 @@ struct CursorQuery {
     cursor: Option<String>,
 }
 
+/// `GET /command/{id}/logs?cursor=N`: a background command's output file
+/// from byte N on. execd answers 400 for an unknown or foreground command,
+/// reads a cursor it cannot parse as 0, and cannot seek to a negative one.
 async fn logs(
     State(execd): State<Execd>,
     Path(id): Path<String>,
@@ -285,14 +288,23 @@ async fn logs(
     let command = execd
         .exec
         .command(&id)
-        .ok_or_else(|| not_found(format!("command {id} not found")))?;
-    let cursor = match query.cursor.as_deref() {
-        None | Some("") => 0,
-        Some(text) => text
-            .parse::<usize>()
-            .map_err(|_| bad_request(format!("cursor `{text}` is not a non-negative integer")))?,
-    };
-    let (text, next) = command.lines_from(cursor);
+        .ok_or_else(|| bad_request(format!("command not found: {id}")))?;
+    if !command.background {
+        return Err(bad_request(format!(
+            "command {id} is not running in background"
+        )));
+    }
+    let cursor = query
+        .cursor
+        .as_deref()
+        .and_then(|text| text.parse::<i64>().ok())
+        .unwrap_or(0);
+    let cursor = usize::try_from(cursor).map_err(|_| {
+        bad_request(format!(
+            "error seek file: seek /tmp/{id}.output: invalid argument"
+        ))
+    })?;
+    let (text, next) = command.output_from(cursor);
     Ok((
         [
             (

@@ -49,12 +49,15 @@ impl OpenSandboxBackend {
         // stderr goes to a file of its own instead, read back at the end.
         let stderr_file = (background && !request.merge_stderr)
             .then(|| format!("{BACKGROUND_STDERR_DIR}/.sandfleet-stderr-{marker}"));
-        let command = match &stderr_file {
-            Some(file) => format!(
-                "exec 2>{}; {}",
-                shell_words::quote(file),
-                shell_words::join(&request.argv)
-            ),
+        // Merged, both streams are one file descriptor, so their order is
+        // the order written (execd polls its two files apart).
+        let redirect = match &stderr_file {
+            Some(file) => Some(format!("exec 2>{}", shell_words::quote(file))),
+            None if request.merge_stderr => Some("exec 2>&1".to_string()),
+            None => None,
+        };
+        let command = match redirect {
+            Some(redirect) => format!("{redirect}; {}", shell_words::join(&request.argv)),
             None => shell_words::join(&request.argv),
         };
         let mut envs: BTreeMap<&str, &str> = request
@@ -102,7 +105,17 @@ impl OpenSandboxBackend {
             )
         };
         let command_id = match ended {
-            Ok(ended) if !background => return Ok(ended.result),
+            Ok(ended) if !background => {
+                return Ok(self
+                    .exact_output(
+                        &execd,
+                        sandbox,
+                        ended,
+                        request.max_output,
+                        request.merge_stderr,
+                    )
+                    .await);
+            }
             Ok(ended) => ended.command_id,
             // A background command whose id we have is polled even if the
             // stream that announced it was cut.
@@ -127,14 +140,23 @@ impl OpenSandboxBackend {
             .follow(&id, started, request.timeout, request.max_output, output)
             .await?;
         if let Some(file) = stderr_file {
-            let read = self.take_file_output(&execd, sandbox, &file).await;
+            let read = self
+                .take_file_output(&execd, sandbox, &file, request.max_output)
+                .await;
             let mut kept = CappedOutput::new(OutputStream::Stderr, request.max_output);
-            let bytes = read.unwrap_or_else(|error| {
-                tracing::warn!(sandbox = %sandbox.id, %error, "cannot read back a background command's stderr");
-                format!("(sandfleet: this command's stderr could not be read back: {error})\n")
-                    .into_bytes()
-            });
-            kept.keep_and_send(&bytes, output).await;
+            match read {
+                Ok((bytes, unread)) => {
+                    kept.keep_and_send(&bytes, output).await;
+                    kept.count_unread(unread);
+                }
+                Err(error) => {
+                    tracing::warn!(sandbox = %sandbox.id, %error, "cannot read back a background command's stderr");
+                    let note = format!(
+                        "(sandfleet: this command's stderr could not be read back: {error})\n"
+                    );
+                    kept.keep_and_send(note.as_bytes(), output).await;
+                }
+            }
             (result.stderr, result.stderr_dropped) = kept.finish_and_send(output).await;
         }
         Ok(result)
@@ -142,13 +164,17 @@ impl OpenSandboxBackend {
 
     /// Prints and removes `file` in the sandbox with one short foreground
     /// command (removing a file that is gone is no change, so this is safe
-    /// to have run twice), and returns what it held.
+    /// to have run twice), and returns its first `max_output` bytes, exact,
+    /// and how many more it held. (A command, not a download: the command
+    /// that wrote it and this one see the same /tmp wherever a sandbox's
+    /// files API would not.)
     async fn take_file_output(
         &self,
         execd: &HandleData,
         sandbox: &SandboxHandle,
         file: &str,
-    ) -> Result<Vec<u8>, BackendError> {
+        max_output: Option<u64>,
+    ) -> Result<(Vec<u8>, u64), BackendError> {
         let body = Command {
             command: format!(
                 "cat -- {file} && rm -f -- {file}",
@@ -172,8 +198,28 @@ impl OpenSandboxBackend {
             .json(serde_json::to_value(&body).expect("the body serializes"));
         let started = Instant::now();
         let response = self.transport.send(&self.name, &call).await?;
-        match read_to_terminal(response, started, TAKE_FILE_TIMEOUT, None, false, None).await {
-            Ok(ended) if ended.result.exit_code == 0 => Ok(ended.result.stdout),
+        match read_to_terminal(
+            response,
+            started,
+            TAKE_FILE_TIMEOUT,
+            max_output,
+            false,
+            None,
+        )
+        .await
+        {
+            Ok(ended) if ended.result.exit_code == 0 => {
+                let mut read = self
+                    .exact_output(execd, sandbox, ended, max_output, false)
+                    .await;
+                // The head, without the limit's marker: the caller adds its own.
+                let unread = read.stdout_dropped;
+                if unread > 0 {
+                    read.stdout
+                        .truncate(usize::try_from(max_output.unwrap_or(0)).unwrap_or(usize::MAX));
+                }
+                Ok((read.stdout, unread))
+            }
             Ok(ended) => Err(self.error(
                 ErrorKind::Failed,
                 format!(

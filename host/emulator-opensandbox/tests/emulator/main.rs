@@ -451,7 +451,7 @@ async fn commands_stream_lines_and_exit_codes_with_the_grace_tail() {
     let mut events = fx
         .command(
             &execd,
-            &json!({"command": "printf 'a\\n\\nb\\n'; echo oops >&2; printf tail; exit 3"}),
+            &json!({"command": "printf 'a\\n\\nb\\r\\nc\\rd\\n'; echo oops >&2; printf tail; exit 3"}),
         )
         .await;
     let seen = events.until_terminal().await;
@@ -460,7 +460,8 @@ async fn commands_stream_lines_and_exit_codes_with_the_grace_tail() {
         .filter(|e| e["type"] == "stdout")
         .map(|e| e["text"].as_str().unwrap())
         .collect();
-    assert_eq!(out, ["a", "\n", "b", "tail"]);
+    // Each of \n, \r\n and \r ends a line, sent without it.
+    assert_eq!(out, ["a", "\n", "b", "c", "d", "tail"]);
     let err: Vec<&str> = seen
         .iter()
         .filter(|e| e["type"] == "stderr")
@@ -471,6 +472,30 @@ async fn commands_stream_lines_and_exit_codes_with_the_grace_tail() {
     assert_eq!(last["type"], "error");
     assert_eq!(last["error"]["ename"], "CommandExecError");
     assert_eq!(last["error"]["evalue"], "3");
+    // What the command wrote, byte for byte, stays where execd keeps it.
+    let command_id = seen[0]["text"].as_str().unwrap();
+    for (name, written) in [
+        ("stdout", &b"a\n\nb\r\nc\rd\ntail"[..]),
+        ("stderr", &b"oops\n"[..]),
+    ] {
+        let file = call(
+            &fx.http,
+            Method::GET,
+            &format!("{execd}/files/download?path=/tmp/{command_id}.{name}"),
+        )
+        .send()
+        .await;
+        assert_eq!(file.body.as_ref(), written, "{name}");
+    }
+    // Only a background command has logs.
+    let logs = call(
+        &fx.http,
+        Method::GET,
+        &format!("{execd}/command/{command_id}/logs"),
+    )
+    .send()
+    .await;
+    assert_eq!(logs.status, StatusCode::BAD_REQUEST);
     let terminal_at = Instant::now();
     let (end, ended_at) = events.end().await;
     assert_eq!(end, End::Clean);
@@ -550,11 +575,16 @@ async fn a_command_survives_its_client_and_background_commands_are_polled() {
         (logs.body.as_ref() == b"1\n2\n3\n").then_some(())
     })
     .await;
-    let tail = call(&fx.http, Method::GET, &format!("{logs_url}?cursor=2"))
+    // The cursor is a byte offset into the output file.
+    let tail = call(&fx.http, Method::GET, &format!("{logs_url}?cursor=4"))
         .send()
         .await;
     assert_eq!(tail.body.as_ref(), b"3\n");
-    assert_eq!(tail.headers["execd-commands-tail-cursor"], "3");
+    assert_eq!(tail.headers["execd-commands-tail-cursor"], "6");
+    let garbled = call(&fx.http, Method::GET, &format!("{logs_url}?cursor=x"))
+        .send()
+        .await;
+    assert_eq!(garbled.body.as_ref(), b"1\n2\n3\n");
     // Interrupt it.
     let killed = call(
         &fx.http,
