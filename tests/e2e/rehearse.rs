@@ -20,6 +20,9 @@ fn a_rehearsal_over_two_devclusters_loses_nothing_repeats_nothing_and_keeps_to_i
         "2",
         "--variant",
         "sliding",
+        // Spread over both clusters (image-affinity packs the larger).
+        "--placement",
+        "capacity-weighted",
         "--task-time",
         "500ms",
         "--out",
@@ -33,6 +36,7 @@ fn a_rehearsal_over_two_devclusters_loses_nothing_repeats_nothing_and_keeps_to_i
     assert_eq!(rehearsal["images"], 100);
     let variant = &rehearsal["variants"][0];
     assert_eq!(variant["name"], "sliding");
+    assert_eq!(variant["placement"], "capacity-weighted");
     assert_eq!(variant["ok"], 200, "{variant:#}");
     for invariant in ["lost", "ran_twice", "left_over"] {
         assert_eq!(variant[invariant], 0, "{invariant}: {variant:#}");

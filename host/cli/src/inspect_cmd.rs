@@ -6,10 +6,9 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::ExitCode;
 
-use anyhow::Context as _;
 use sandfleet_core::Capacity;
 use sandfleet_engine::recycle_estimate::RecycleEstimate;
-use sandfleet_engine::{Cluster, Strategy, plan, pulls};
+use sandfleet_engine::{Strategy, plan, pulls};
 
 use sandfleet_fleet::FleetConfig;
 use sandfleet_fleet::setup;
@@ -25,21 +24,9 @@ pub(crate) fn plan(config_path: &Path) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()?;
     runtime.block_on(async {
-        let capacity = capacity(&clusters).await?;
-        // A group's members each need a sandbox.
-        let (images, counts) = plan::image_table(tasks.iter().flat_map(|t| {
-            let members = dataset.group_size(&config, &t.id) as usize;
-            std::iter::repeat_n(t.image.as_str(), members)
-        }));
-        let planned = plan::plan(
-            &plugins.sizing,
-            &config.fleet,
-            &capacity,
-            images.clone(),
-            counts.clone(),
-            plan::forking_clusters(&clusters),
-        )
-        .await?;
+        let capacity = setup::capacity(&clusters).await?;
+        let planned = setup::plan(&config, &plugins, &dataset, &clusters, &capacity).await?;
+        let counts = &planned.tasks;
         print!("{}", planned.render());
         let images: BTreeSet<String> = tasks
             .iter()
@@ -64,7 +51,7 @@ pub(crate) fn plan(config_path: &Path) -> anyhow::Result<ExitCode> {
             per_task.warm_per_task = true;
             per_task.strategy = Strategy::Naive;
             let (limits, _) = plan::limits(&per_task, &capacity);
-            let one_each = plugins.sizing.plan(&counts, &limits).await?;
+            let one_each = plugins.sizing.plan(counts, &limits).await?;
             println!(
                 "warming one sandbox per task (capped at max_warmpool_size {}) would hold {} at once",
                 limits.max_warmpool_size, one_each.peak_warm
@@ -72,21 +59,6 @@ pub(crate) fn plan(config_path: &Path) -> anyhow::Result<ExitCode> {
         }
         Ok(ExitCode::SUCCESS)
     })
-}
-
-/// Every cluster's capacity, each failure naming its cluster.
-async fn capacity(clusters: &[Cluster]) -> anyhow::Result<Vec<Capacity>> {
-    let mut capacity = Vec::with_capacity(clusters.len());
-    for cluster in clusters {
-        capacity.push(
-            cluster
-                .backend
-                .capacity()
-                .await
-                .with_context(|| format!("cluster `{}`: cannot read its capacity", cluster.name))?,
-        );
-    }
-    Ok(capacity)
 }
 
 pub(crate) fn preflight(config_path: &Path) -> anyhow::Result<ExitCode> {

@@ -36,6 +36,11 @@ pub(crate) struct RehearseArgs {
     /// for rl-50x40, a placement for mixed-10k).
     #[arg(long)]
     variant: Option<String>,
+    /// The placement policy of every variant, in place of the workload's
+    /// own (eval-500 and rl-50x40 use image-affinity, which keeps a
+    /// claim where its pool is and so packs the largest cluster).
+    #[arg(long)]
+    placement: Option<String>,
     /// What each task's test takes (a sleep).
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
     task_time: Duration,
@@ -48,6 +53,7 @@ pub(crate) fn rehearse(args: RehearseArgs) -> anyhow::Result<ExitCode> {
         out: args.out.clone(),
         clusters: args.clusters,
         variant: args.variant,
+        placement: args.placement,
         task_time: args.task_time,
         progress: Box::new(|| -> Arc<dyn Progress> {
             if std::io::stderr().is_terminal() {

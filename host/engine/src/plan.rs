@@ -308,6 +308,49 @@ pub enum PlanError {
         /// What the clusters hold.
         slots: u32,
     },
+    /// The plan holds more sandboxes at once than the circuit breaker
+    /// allows, so the run would be torn down part-way.
+    #[error(
+        "the plan holds {needed} sandboxes at once ({warm} warm + {concurrent} running), above [fleet] max_live_sandboxes = {cap}, where the circuit breaker tears the run down; lower max_warmpool_size or max_concurrent, use the sliding or pipelined strategy, or raise max_live_sandboxes"
+    )]
+    AboveBreaker {
+        /// Sandboxes the plan needs at once.
+        needed: u32,
+        /// Of which warm.
+        warm: u32,
+        /// Of which running tasks.
+        concurrent: u32,
+        /// `max_live_sandboxes`.
+        cap: u32,
+    },
+}
+
+/// Whether `plan` fits on clusters of `slots` (None: unknown) and under the
+/// circuit breaker's cap: its warm peak and its running tasks all exist at
+/// once, so a plan above either fails for certain, better before anything
+/// is created than part-way.
+fn fits(plan: &Plan, settings: &FleetSettings, slots: Option<u32>) -> Result<(), PlanError> {
+    let (warm, concurrent) = (plan.peak_warm, plan.concurrent);
+    let needed = warm + concurrent;
+    if let Some(slots) = slots
+        && needed > slots
+    {
+        return Err(PlanError::TooBig {
+            needed,
+            warm,
+            concurrent,
+            slots,
+        });
+    }
+    if needed > settings.max_live_sandboxes {
+        return Err(PlanError::AboveBreaker {
+            needed,
+            warm,
+            concurrent,
+            cap: settings.max_live_sandboxes,
+        });
+    }
+    Ok(())
 }
 
 /// Asks the sizing policy for the plan of `images` with `tasks` each, on
@@ -356,17 +399,7 @@ pub async fn plan(
         prepare,
     };
     let slots: Option<u32> = capacity.iter().map(|c| c.sandbox_slots).sum();
-    if let Some(slots) = slots {
-        let needed = plan.peak_warm + plan.concurrent;
-        if needed > slots {
-            return Err(PlanError::TooBig {
-                needed,
-                warm: plan.peak_warm,
-                concurrent: plan.concurrent,
-                slots,
-            });
-        }
-    }
+    fits(&plan, settings, slots)?;
     Ok(plan)
 }
 
@@ -724,6 +757,33 @@ mod tests {
             None,
         );
         assert_eq!(plan_forking(&each, 10, 4, Some(2)).prepare[0].sandboxes, 14);
+    }
+
+    #[test]
+    fn a_plan_above_the_clusters_or_the_breaker_is_refused_before_it_runs() {
+        let settings = FleetSettings::default();
+        let mut planned = plan_of(&settings, 3, 251);
+        // 252 warm + 4 running: the breaker's 256 exactly.
+        assert!(fits(&planned, &settings, None).is_ok());
+        assert!(matches!(
+            fits(&planned, &settings, Some(255)),
+            Err(PlanError::TooBig { needed: 256, .. })
+        ));
+        planned.peak_warm += 1;
+        let refused = fits(&planned, &settings, None).unwrap_err();
+        assert!(matches!(
+            refused,
+            PlanError::AboveBreaker {
+                needed: 257,
+                warm: 253,
+                concurrent: 4,
+                cap: 256
+            }
+        ));
+        assert!(
+            refused.to_string().contains("max_live_sandboxes = 256"),
+            "{refused}"
+        );
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //! A run is its windows in turn, as the strategy runs them: `none` and
 //! `naive` have one, `sliding` warms each window and then runs it,
 //! `pipelined` runs a window while the next one warms. Warming is waves of
-//! `warm_create_budget` sandboxes, each as slow as its slowest pull. Running
+//! `warm_create_budget` sandboxes, each as slow as its slowest pull, and
+//! no faster than the nodes' pull slots pull the pools' images. Running
 //! a window is as slow as the slowest of the budgets its work is spent
 //! from in parallel:
 //!
@@ -15,7 +16,12 @@
 //!   that pays its image's pull on a node without it) and a reset per
 //!   reuse; plus one task's path, for the last to start (list scheduling's
 //!   bound);
-//! - the nodes' pull slots: every first pull of an image on a node;
+//! - the nodes' pull slots: every first pull of an image on a node that
+//!   the window's claims make, and, under `pipelined`, the next window's
+//!   warm pulls made meanwhile (a window warmed before it runs has pulled
+//!   for its pools already). Those warm pulls are asked first, as the
+//!   window starts, so a claim of it that must pull waits behind them on
+//!   its node: half their queue, on average, on its task's path;
 //! - the create pacer (`create_rate`): every sandbox created;
 //! - the host's CPU, when the clusters run on it (a devcluster).
 
@@ -100,7 +106,12 @@ struct Window {
     warming: Duration,
     slot_work: Duration,
     longest_path: Duration,
-    pull_work: Duration,
+    /// Pulls for its claims (refills and cold starts on nodes without
+    /// the image), and for its pools' warm sandboxes.
+    claim_pull_work: Duration,
+    warm_pull_work: Duration,
+    /// Claims whose sandbox pulls its image on their task's path.
+    pulling_claims: u32,
     creates: u32,
     /// Tasks in a sandbox of their own, and in a recycled one.
     fresh_tasks: u32,
@@ -128,7 +139,9 @@ pub fn estimate(plan: &Plan, settings: &FleetSettings, costs: &SandboxCosts) -> 
             creates += counted.creates;
             pulls += counted.pulls;
             window.slot_work += counted.slot_work;
-            window.pull_work += counted.pull_work;
+            window.claim_pull_work += counted.pull * counted.claim_pulls;
+            window.warm_pull_work += counted.pull * counted.warm_pulls;
+            window.pulling_claims += counted.pulling;
             window.longest_path = window.longest_path.max(counted.path);
             window.creates += counted.creates;
             window.fresh_tasks += counted.claims;
@@ -147,11 +160,15 @@ pub fn estimate(plan: &Plan, settings: &FleetSettings, costs: &SandboxCosts) -> 
             }
         }
         window.warming += wave.1;
+        // However many a wave holds, the nodes pull so many at once.
+        window.warming = window
+            .warming
+            .max(window.warm_pull_work / pull_slots(costs));
         priced.push(window);
     }
     let mut limits = [0usize; 4];
-    let mut run = |window: &Window| {
-        let (limit, spent) = run_time(window, plan, settings, costs);
+    let mut run = |window: &Window, warming_meanwhile: Duration| {
+        let (limit, spent) = run_time(window, warming_meanwhile, plan, settings, costs);
         limits[limit as usize] += 1;
         spent
     };
@@ -164,13 +181,17 @@ pub fn estimate(plan: &Plan, settings: &FleetSettings, costs: &SandboxCosts) -> 
                 warming += first.warming;
             }
             for (index, window) in priced.iter().enumerate() {
-                let next = priced.get(index + 1).map_or(Duration::ZERO, |w| w.warming);
-                wall += run(window).max(next);
+                let (next_warming, next_pulls) = priced
+                    .get(index + 1)
+                    .map_or((Duration::ZERO, Duration::ZERO), |w| {
+                        (w.warming, w.warm_pull_work)
+                    });
+                wall += run(window, next_pulls).max(next_warming);
             }
         }
         _ => {
             for window in &priced {
-                wall += window.warming + run(window);
+                wall += window.warming + run(window, Duration::ZERO);
                 warming += window.warming;
             }
         }
@@ -196,9 +217,13 @@ struct Priced {
     claims: u32,
     creates: u32,
     pulls: u32,
+    /// Of its pulls, those its warm sandboxes make and those its claims do.
+    warm_pulls: u32,
+    claim_pulls: u32,
+    /// Claims behind the pool that pull on their task's path.
+    pulling: u32,
     pull: Duration,
     slot_work: Duration,
-    pull_work: Duration,
     /// A task's path, on average.
     path: Duration,
 }
@@ -237,6 +262,7 @@ fn price_image(
     let warm = claims.min(replicas);
     let behind = claims - warm;
     let pulls = (claims + replicas).min(nodes);
+    let warm_pulls = replicas.min(nodes);
     let pulling = behind.min(nodes.saturating_sub(replicas));
     let refilled = |pulled: bool| {
         let pull = if pulled { pull } else { Duration::ZERO };
@@ -257,29 +283,40 @@ fn price_image(
         claims,
         creates: claims + replicas,
         pulls,
+        warm_pulls,
+        claim_pulls: pulls - warm_pulls,
+        pulling,
         pull,
         slot_work,
-        pull_work: pull * pulls,
         path: slot_work.checked_div(tasks).unwrap_or_default(),
     }
 }
 
-/// How long running `window` takes, and which budget bounds it.
+/// Pulls the nodes make at once.
+fn pull_slots(costs: &SandboxCosts) -> u32 {
+    costs.nodes.max(1) * costs.pulls_per_node.max(1)
+}
+
+/// How long running `window` takes while `warming_meanwhile` of pulls
+/// warm the next window on the same nodes, and which budget bounds it.
 fn run_time(
     window: &Window,
+    warming_meanwhile: Duration,
     plan: &Plan,
     settings: &FleetSettings,
     costs: &SandboxCosts,
 ) -> (Limit, Duration) {
     let concurrent = plan.concurrent.max(1);
+    let queued = (warming_meanwhile / pull_slots(costs)) / 2;
+    let slot_work = window.slot_work + queued * window.pulling_claims;
     let mut budgets = vec![
         (
             Limit::Slots,
-            window.slot_work / concurrent + window.longest_path,
+            slot_work / concurrent + window.longest_path + queued,
         ),
         (
             Limit::Pulls,
-            window.pull_work / (costs.nodes.max(1) * costs.pulls_per_node.max(1)),
+            (window.claim_pull_work + warming_meanwhile) / pull_slots(costs),
         ),
     ];
     if let Some(rate) = settings.create_rate.filter(|r| *r > 0.0) {
@@ -394,10 +431,12 @@ mod tests {
             &settings(Strategy::Naive),
             &costs(40),
         );
-        // 40 images × 2 nodes × 4 s over 2 pull slots, after 3 waves of
-        // at most 16.
+        // The pools' 40 pulls of 4 s over 2 pull slots, slower than their
+        // 3 waves of at most 16 (15 s); then the refills' 40 on the other
+        // node, the same again.
         assert_eq!(estimate.limited_by, Limit::Pulls);
-        assert_eq!(estimate.wall_s, 160.0 + 15.0);
+        assert_eq!(estimate.warming_s, 80.0);
+        assert_eq!(estimate.wall_s, 80.0 + 80.0);
     }
 
     #[test]
@@ -408,6 +447,36 @@ mod tests {
         let pipelined = estimate(&two, &settings(Strategy::Pipelined), &roomy(2));
         assert_eq!(pipelined.wall_s, 5.0 + 5.0 + 4.5);
         assert_eq!(pipelined.warming_s, 5.0);
+    }
+
+    #[test]
+    fn a_pipelined_window_shares_the_pull_slots_with_the_next_ones_warming() {
+        // Two windows of 10 images, 2 tasks and a warm sandbox each, on 2
+        // nodes pulling one 4 s image at a time. Each window's pools pull
+        // 10 images (20 s over the 2 slots), its refills 10 more on the
+        // other node. The first window warms alone (20 s); it runs while
+        // the second warms, both pulling: 80 s of pulls over 2 slots; the
+        // second runs alone: 40 s over 2 slots.
+        let images: Vec<usize> = (0..20).collect();
+        let two = plan(
+            vec![2; 20],
+            vec![1; 20],
+            vec![images[..10].to_vec(), images[10..].to_vec()],
+            20,
+        );
+        let pipelined = estimate(&two, &settings(Strategy::Pipelined), &costs(20));
+        assert_eq!(pipelined.warming_s, 20.0);
+        assert_eq!(pipelined.limited_by, Limit::Pulls);
+        assert_eq!(pipelined.wall_s, 20.0 + 40.0 + 20.0);
+        // With 8 pull slots the slots bound it, and each of the first
+        // window's 10 claims that pull (a cold start, 6 s) waits behind
+        // half the second window's warm pulls (40 s over 8 slots: 2.5 s):
+        // (20 s of tasks + 60 s of claims + 25 s queued) over 20 slots, a
+        // 4 s path and one wait, after 5 s of warming; then 80 s over 20
+        // slots and the path.
+        let roomy = estimate(&two, &settings(Strategy::Pipelined), &roomy(20));
+        assert_eq!(roomy.limited_by, Limit::Slots);
+        assert_eq!(roomy.wall_s, 5.0 + (5.25 + 4.0 + 2.5) + (4.0 + 4.0));
     }
 
     #[test]

@@ -317,6 +317,54 @@ pub fn work_items(
         .collect()
 }
 
+/// Every cluster's capacity, each failure naming its cluster.
+///
+/// # Errors
+///
+/// When a cluster cannot say.
+pub async fn capacity(clusters: &[Cluster]) -> anyhow::Result<Vec<sandfleet_core::Capacity>> {
+    let mut capacity = Vec::with_capacity(clusters.len());
+    for cluster in clusters {
+        capacity.push(
+            cluster
+                .backend
+                .capacity()
+                .await
+                .with_context(|| format!("cluster `{}`: cannot read its capacity", cluster.name))?,
+        );
+    }
+    Ok(capacity)
+}
+
+/// The plan a run of `dataset` on `clusters` of `capacity` follows, as the
+/// engine makes it: a group's members each need a sandbox.
+///
+/// # Errors
+///
+/// When the sizing policy fails or its plan does not fit.
+pub async fn plan(
+    config: &FleetConfig,
+    plugins: &Plugins,
+    dataset: &Dataset,
+    clusters: &[Cluster],
+    capacity: &[sandfleet_core::Capacity],
+) -> anyhow::Result<sandfleet_engine::plan::Plan> {
+    use sandfleet_engine::plan;
+    let (images, counts) = plan::image_table(dataset.tasks.iter().flat_map(|t| {
+        let members = dataset.group_size(config, &t.id) as usize;
+        std::iter::repeat_n(t.image.as_str(), members)
+    }));
+    Ok(plan::plan(
+        &plugins.sizing,
+        &config.fleet,
+        capacity,
+        images,
+        counts,
+        plan::forking_clusters(clusters),
+    )
+    .await?)
+}
+
 /// Checks that some cluster can make every image the tasks need.
 pub fn check_images(
     config: &FleetConfig,

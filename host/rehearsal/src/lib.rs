@@ -22,12 +22,13 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use sandfleet_backend_local::{ImageSource, LimitOverrides};
-use sandfleet_core::{Capacity, RunId};
+use sandfleet_core::RunId;
 use sandfleet_emulator_k8s::{CONTEXT, ImageMap, PodRuntime, PullModel};
 use sandfleet_engine::plan::{self, Plan};
 use sandfleet_engine::wall_estimate::{self, HostCpu, SandboxCosts};
 use sandfleet_engine::{CancellationToken, Progress, RunReport, RunSpec};
 use sandfleet_fleet::{FleetConfig, setup};
+use sandfleet_plugin::placement::{ClusterState, Clusters, Demand, DemandKind, PlacementPolicy};
 
 pub use devclusters::{PULLS_PER_NODE, SHAPES, Shape};
 pub use summary::{
@@ -61,6 +62,8 @@ pub struct Options {
     pub clusters: usize,
     /// Only this variant (default: every one).
     pub variant: Option<String>,
+    /// The placement policy of every variant, in place of the workload's.
+    pub placement: Option<String>,
     /// What a task's test takes.
     pub task_time: Duration,
     /// Progress for each run.
@@ -88,7 +91,7 @@ pub fn rehearse(options: &Options) -> anyhow::Result<Rehearsal> {
         "--scale {}: a positive number",
         options.scale
     );
-    let variants: Vec<Variant> = match &options.variant {
+    let mut variants: Vec<Variant> = match &options.variant {
         None => options.workload.variants(),
         Some(name) => {
             let all = options.workload.variants();
@@ -102,6 +105,11 @@ pub fn rehearse(options: &Options) -> anyhow::Result<Rehearsal> {
             })?]
         }
     };
+    if let Some(placement) = &options.placement {
+        for variant in &mut variants {
+            variant.placement.clone_from(placement);
+        }
+    }
     std::fs::create_dir_all(&options.out)
         .with_context(|| format!("creating {}", options.out.display()))?;
     let out = std::path::absolute(&options.out)?;
@@ -166,7 +174,7 @@ pub fn rehearse(options: &Options) -> anyhow::Result<Rehearsal> {
             .find(|c| c.recycle == variant.recycle)
             .expect("calibrated for every recycling choice")
             .clone();
-        let clusters = Rig {
+        let rig = Rig {
             runtime,
             image_dir: &image_dir,
             images: &images,
@@ -189,8 +197,8 @@ pub fn rehearse(options: &Options) -> anyhow::Result<Rehearsal> {
             concurrent: CONCURRENT,
             plain: runtime == PodRuntime::Plain,
         };
-        let costs = |plan: &Plan| costs(plan, &calibration, shapes);
-        let mut outcome = tokio.block_on(run_variant(&dir, &clusters, &fleet, &costs, options))?;
+        let costs = |plan: &Plan, placed: &[u32]| costs(plan, &calibration, shapes, placed);
+        let mut outcome = tokio.block_on(run_variant(&dir, &rig, &fleet, &costs, options))?;
         outcome.check();
         rehearsal.variants.push(outcome);
         write_json(&out.join(REHEARSAL_FILE), &rehearsal)?;
@@ -227,8 +235,29 @@ fn pull_cost(image: &str) -> Duration {
     PULL_LATENCY + Duration::from_secs_f64(image_bytes(image) as f64 / PULL_BANDWIDTH as f64)
 }
 
-/// The plan's images priced with the calibration and the pull model.
-fn costs(plan: &Plan, calibration: &Calibration, shapes: &[Shape]) -> SandboxCosts {
+/// The nodes pulling for a run that places `placed` sandboxes on each
+/// cluster: pulls follow the sandboxes, so the cluster with the most of
+/// them per node sets the pace, as if the fleet had `nodes / share` of its
+/// nodes (rounded down). Everything on one cluster is that cluster's
+/// nodes; a spread in proportion to nodes is all of them.
+fn pulling_nodes(shapes: &[Shape], placed: &[u32]) -> u32 {
+    let total: u32 = placed.iter().sum();
+    if total == 0 {
+        return shapes.iter().map(|s| s.nodes as u32).sum();
+    }
+    shapes
+        .iter()
+        .zip(placed)
+        .filter(|(_, placed)| **placed > 0)
+        .map(|(shape, placed)| shape.nodes as f64 * f64::from(total) / f64::from(*placed))
+        .fold(f64::INFINITY, f64::min)
+        .floor()
+        .max(1.0) as u32
+}
+
+/// The plan's images priced with the calibration and the pull model, its
+/// pulls on the nodes of the clusters the placement policy uses.
+fn costs(plan: &Plan, calibration: &Calibration, shapes: &[Shape], placed: &[u32]) -> SandboxCosts {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
     SandboxCosts {
         task: Duration::from_secs_f64(calibration.task_s),
@@ -238,7 +267,7 @@ fn costs(plan: &Plan, calibration: &Calibration, shapes: &[Shape]) -> SandboxCos
         cold_start_after: sandfleet_emulator_k8s::Tuning::default().cold_start_after,
         reset: Duration::from_secs_f64(calibration.reset_s),
         pulls: plan.images.iter().map(|i| pull_cost(i)).collect(),
-        nodes: shapes.iter().map(|s| s.nodes as u32).sum(),
+        nodes: pulling_nodes(shapes, placed),
         pulls_per_node: PULLS_PER_NODE as u32,
         host_cpu: Some(HostCpu {
             fresh_task: Duration::from_secs_f64(calibration.host_cpu_fresh_task_s),
@@ -277,11 +306,15 @@ impl FleetFile<'_> {
              [run]\nname = \"{}\"\ndataset = \"tasks.jsonl\"\nout = \"out\"\n\n\
              [adapter]\nname = \"generic\"\n\n\
              [fleet]\nstrategy = \"{}\"\nmax_concurrent = {}\nmax_warmpool_size = {}\n\
-             claim_timeout = \"300s\"\ncpu_milli = 250\nmemory_mib = 256\n",
+             claim_timeout = \"300s\"\ncpu_milli = 250\nmemory_mib = 256\n\
+             # The breaker at what the clusters' nodes hold in pods; the plan\n\
+             # itself is bounded by what their CPU and memory hold.\n\
+             max_live_sandboxes = {}\n",
             self.name,
             v.strategy,
             self.concurrent,
-            2 * self.concurrent
+            2 * self.concurrent,
+            shapes.iter().map(|s| s.nodes as u32 * s.pods).sum::<u32>()
         );
         if v.recycle {
             text.push_str(&format!("recycle = true\nmax_reuses = {MAX_REUSES}\n"));
@@ -329,7 +362,7 @@ async fn run_variant(
     dir: &Path,
     rig: &Rig<'_>,
     fleet: &FleetFile<'_>,
-    costs: &dyn Fn(&Plan) -> SandboxCosts,
+    costs: &dyn Fn(&Plan, &[u32]) -> SandboxCosts,
     options: &Options,
 ) -> anyhow::Result<VariantOutcome> {
     if dir.exists() {
@@ -367,16 +400,20 @@ async fn measure(
     fleet: &FleetFile<'_>,
     shapes: &[Shape],
     clusters: &[devclusters::Devcluster],
-    costs: &dyn Fn(&Plan) -> SandboxCosts,
+    costs: &dyn Fn(&Plan, &[u32]) -> SandboxCosts,
     options: &Options,
 ) -> anyhow::Result<VariantOutcome> {
     let fleet_path = dir.join("fleet.toml");
     std::fs::write(&fleet_path, fleet.text(shapes))?;
     std::fs::write(dir.join("tasks.jsonl"), fleet.dataset())?;
     let cpu_before = host_cpu();
-    let (report, plan, settings) = run_fleet(&fleet_path, options).await?;
+    let ran = run_fleet(&fleet_path, options).await?;
     let host_cpu_s = host_cpu().saturating_sub(cpu_before).as_secs_f64();
-    let estimate = wall_estimate::estimate(&plan, &settings, &costs(&plan));
+    let estimate = ran
+        .plan
+        .as_ref()
+        .map(|(plan, settings)| wall_estimate::estimate(plan, settings, &costs(plan, &ran.placed)));
+    let expected_live = ran.plan.as_ref().map(|(plan, _)| plan.expected_live());
     let results = read_results(&dir.join("out").join(sandfleet_engine::RESULTS_FILE))?;
     let mut markers: BTreeMap<String, u64> = BTreeMap::new();
     let mut left_over = Vec::new();
@@ -404,70 +441,126 @@ async fn measure(
             creates: cluster.emulator.tally("sandboxes.agents.x-k8s.io").created,
             pulls: cluster.emulator.pulls() as u64,
             peak_pods: pods.peak,
-            peak_pods_bound: u64::from(plan.expected_live()).min(capacity),
+            peak_pods_bound: expected_live.map_or(capacity, |live| u64::from(live).min(capacity)),
         });
     }
     let ran_twice = markers.values().filter(|count| **count > 1).count();
-    let wall_s = report.wall_s;
+    let report = ran.report.as_ref().ok();
+    let wall_s = report.map_or(0.0, |r| r.wall_s);
+    let plan_estimate_s = estimate.as_ref().map_or(0.0, |e| e.wall_s);
     Ok(VariantOutcome {
         name: fleet.variant.name.clone(),
         strategy: fleet.variant.strategy.to_string(),
         recycle: fleet.variant.recycle,
         placement: fleet.variant.placement.to_string(),
         wall_s,
-        plan_estimate_s: estimate.wall_s,
-        estimate_ratio: wall_s / estimate.wall_s.max(f64::EPSILON),
+        plan_estimate_s,
+        estimate_ratio: if report.is_some() && plan_estimate_s > 0.0 {
+            wall_s / plan_estimate_s
+        } else {
+            0.0
+        },
+        estimate,
         host_cpu_s,
-        claims: report.claims,
+        claims: report.map_or(0, |r| r.claims),
         creates: outcomes.iter().map(|c| c.creates).sum(),
         pulls: outcomes.iter().map(|c| c.pulls).sum(),
-        expected_live: plan.expected_live(),
-        estimate,
+        expected_live: expected_live.unwrap_or(0),
         clusters: outcomes,
         lost: fleet.tasks.len().saturating_sub(results),
         ran_twice,
         left_over: left_over.len(),
         left_over_names: left_over.into_iter().take(20).collect(),
-        ok: report.tasks.ok,
-        failed: report.tasks.failed,
-        infra_error: report.tasks.infra_error,
+        ok: report.map_or(0, |r| r.tasks.ok),
+        failed: report.map_or(0, |r| r.tasks.failed),
+        infra_error: report.map_or(0, |r| r.tasks.infra_error),
+        error: ran.report.err(),
         broken: Vec::new(),
     })
 }
 
-/// Runs the fleet file as `sandfleet run` does; returns the engine's report,
-/// the plan it ran (as `sandfleet plan` computes it) and its settings.
-async fn run_fleet(
-    fleet_path: &Path,
-    options: &Options,
-) -> anyhow::Result<(RunReport, Plan, sandfleet_engine::FleetSettings)> {
+/// A run of a fleet file: the plan it followed (none when the plan was
+/// refused), where the placement policy puts its peak, and the engine's
+/// report or why there is none.
+struct Ran {
+    plan: Option<(Plan, sandfleet_engine::FleetSettings)>,
+    placed: Vec<u32>,
+    report: Result<RunReport, String>,
+}
+
+/// The sandboxes of `plan`'s peak the placement policy puts on each
+/// cluster, placed one by one as the run's first claims are, before
+/// anything is warm or pulled: each cluster as its capacity and weight
+/// describe it, its free slots falling as sandboxes land.
+async fn place_peak(
+    plan: &Plan,
+    placement: &PlacementPolicy,
+    capacity: &[sandfleet_core::Capacity],
+    weights: &[u32],
+) -> anyhow::Result<Vec<u32>> {
+    let mut placed = vec![0u32; capacity.len()];
+    let images = plan.images.len().max(1) as u32;
+    for sequence in 0..u64::from(plan.peak_warm + plan.concurrent) {
+        let states: Vec<ClusterState> = capacity
+            .iter()
+            .zip(weights)
+            .zip(&placed)
+            .map(|((capacity, weight), live)| ClusterState {
+                healthy: true,
+                has_image: false,
+                free_slots: capacity
+                    .sandbox_slots
+                    .map_or(u32::MAX, |slots| slots.saturating_sub(*live)),
+                live: *live,
+                warm_ready: 0,
+                weight: *weight,
+                cpu_free_milli: u32::MAX,
+                memory_free_mib: u32::MAX,
+            })
+            .collect();
+        let demand = Demand {
+            kind: DemandKind::Claim,
+            image: (sequence % u64::from(images)) as u32,
+            count: 1,
+            sequence,
+        };
+        let index = placement
+            .place(&demand, &Clusters::from_states(&states))
+            .await
+            .context("placing the plan's peak")?;
+        placed[index as usize] += 1;
+    }
+    Ok(placed)
+}
+
+/// Runs the fleet file as `sandfleet run` does, with the plan
+/// `sandfleet plan` prints. A plan refused or a run that fails is what the
+/// rehearsal found, not an error of its own.
+///
+/// # Errors
+///
+/// When the fleet file or its clusters cannot be set up.
+async fn run_fleet(fleet_path: &Path, options: &Options) -> anyhow::Result<Ran> {
     let config = FleetConfig::load(fleet_path)?;
     let plugins = setup::plugins(&config)?;
     let dataset = setup::dataset(&config, &plugins.adapter)?;
     let clusters = setup::clusters(&config)?;
     setup::check_images(&config, &clusters, &dataset.tasks)?;
     let items = setup::work_items(&config, &dataset, &Default::default());
-    let mut capacity: Vec<Capacity> = Vec::with_capacity(clusters.len());
-    for cluster in &clusters {
-        capacity.push(
-            cluster
-                .backend
-                .capacity()
-                .await
-                .with_context(|| format!("cluster `{}`: cannot read its capacity", cluster.name))?,
-        );
-    }
-    let (images, counts) = plan::image_table(dataset.tasks.iter().map(|t| t.image.as_str()));
-    let planned = plan::plan(
-        &plugins.sizing,
-        &config.fleet,
-        &capacity,
-        images,
-        counts,
-        plan::forking_clusters(&clusters),
-    )
-    .await?;
+    let capacity = setup::capacity(&clusters).await?;
+    let planned = match setup::plan(&config, &plugins, &dataset, &clusters, &capacity).await {
+        Ok(planned) => planned,
+        Err(refused) => {
+            return Ok(Ran {
+                plan: None,
+                placed: Vec::new(),
+                report: Err(format!("the plan was refused: {refused:#}")),
+            });
+        }
+    };
     let settings = config.fleet.clone();
+    let weights: Vec<u32> = clusters.iter().map(|c| c.weight).collect();
+    let placed = place_peak(&planned, &plugins.placement, &capacity, &weights).await?;
     let out_dir = config
         .run
         .out
@@ -482,14 +575,24 @@ async fn run_fleet(
         cancel: CancellationToken::new(),
         progress: (options.progress)(),
     };
-    let report = sandfleet_engine::run(spec, items).await?;
-    Ok((report, planned, settings))
+    let report = sandfleet_engine::run(spec, items)
+        .await
+        .map_err(|e| format!("the run failed: {e}"));
+    Ok(Ran {
+        plan: Some((planned, settings)),
+        placed,
+        report,
+    })
 }
 
 /// Distinct tasks (id and epoch) with a result.
 fn read_results(path: &Path) -> anyhow::Result<usize> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        // A run refused or failed before its first result.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
     let mut seen = HashSet::new();
     for (line, row) in text.lines().enumerate() {
         let record: serde_json::Value = serde_json::from_str(row)
@@ -520,7 +623,7 @@ fn calibrate(
         name: "calibration".into(),
         strategy: "none",
         recycle,
-        placement: "least-loaded",
+        placement: "least-loaded".to_string(),
     };
     let rig = Rig {
         runtime,
@@ -543,7 +646,7 @@ fn calibrate(
         "calibration"
     });
     let before = host_cpu();
-    let no_costs = |_: &Plan| costs_unknown();
+    let no_costs = |_: &Plan, _: &[u32]| costs_unknown();
     tokio.block_on(run_variant(&dir, &rig, &fleet, &no_costs, options))?;
     let cpu = host_cpu().saturating_sub(before);
     let report: serde_json::Value = serde_json::from_str(
@@ -639,4 +742,21 @@ fn write_json(path: &Path, value: &impl serde::Serialize) -> anyhow::Result<()> 
     serde_json::to_writer_pretty(&mut file, value)?;
     file.write_all(b"\n")?;
     std::fs::rename(&partial, path).with_context(|| format!("writing {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::devclusters::SHAPES;
+
+    #[test]
+    fn pulls_run_at_the_pace_of_the_cluster_with_most_sandboxes_per_node() {
+        // 8, 4, 2 and 1 nodes.
+        assert_eq!(pulling_nodes(&SHAPES, &[64, 0, 0, 0]), 8);
+        assert_eq!(pulling_nodes(&SHAPES, &[80, 40, 20, 10]), 15);
+        // A quarter of the sandboxes on the one-node cluster: it pulls as
+        // if the fleet had 4 nodes.
+        assert_eq!(pulling_nodes(&SHAPES, &[60, 20, 0, 20]), 5);
+        assert_eq!(pulling_nodes(&SHAPES, &[0, 0, 0, 0]), 15);
+    }
 }

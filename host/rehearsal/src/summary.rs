@@ -71,8 +71,8 @@ pub struct VariantOutcome {
     pub plan_estimate_s: f64,
     /// Wall over estimate.
     pub estimate_ratio: f64,
-    /// The estimate's terms.
-    pub estimate: WallEstimate,
+    /// The estimate's terms (none when the plan was refused).
+    pub estimate: Option<WallEstimate>,
     /// The host's CPU the run used (every process).
     pub host_cpu_s: f64,
     /// Claims the engine made (its report).
@@ -100,6 +100,8 @@ pub struct VariantOutcome {
     pub failed: usize,
     /// Tasks the infrastructure failed.
     pub infra_error: usize,
+    /// Why the run did not complete: its plan refused, or the engine's error.
+    pub error: Option<String>,
     /// The invariants it broke, one sentence each.
     pub broken: Vec<String>,
 }
@@ -126,6 +128,9 @@ impl VariantOutcome {
     /// Checks the invariants, filling [`VariantOutcome::broken`].
     pub fn check(&mut self) {
         let mut broken = Vec::new();
+        if let Some(error) = &self.error {
+            broken.push(error.clone());
+        }
         if self.lost > 0 {
             broken.push(format!("{} task(s) have no result", self.lost));
         }
@@ -250,14 +255,14 @@ mod tests {
             wall_s: 10.0,
             plan_estimate_s: 10.0,
             estimate_ratio: 1.0,
-            estimate: WallEstimate {
+            estimate: Some(WallEstimate {
                 wall_s: 10.0,
                 warming_s: 0.0,
                 limited_by: Limit::Slots,
                 claims: 4,
                 creates: 4,
                 pulls: 2,
-            },
+            }),
             host_cpu_s: 1.0,
             claims: 4,
             creates: 4,
@@ -278,6 +283,7 @@ mod tests {
             ok: 4,
             failed: 0,
             infra_error: 0,
+            error: None,
             broken: Vec::new(),
         }
     }
@@ -299,6 +305,7 @@ mod tests {
         broken.clusters[0].peak_pods = 9;
         broken.estimate_ratio = 1.3;
         broken.infra_error = 1;
+        broken.error = Some("the plan was refused: too big".into());
         broken.check();
         let said = broken.broken.join("\n");
         for words in [
@@ -308,6 +315,7 @@ mod tests {
             "fleet-a held 9 pods at once, above the plan's bound of 8",
             "1.30× the plan's estimate",
             "0 task(s) failed and 1 failed for the infrastructure",
+            "the plan was refused: too big",
         ] {
             assert!(said.contains(words), "{words:?} not in {said}");
         }

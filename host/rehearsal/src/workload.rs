@@ -7,7 +7,9 @@ use std::str::FromStr;
 /// One of the shapes platform teams bring.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Workload {
-    /// An evaluation over 500 distinct images, two tasks each: pulls dominate.
+    /// An evaluation over 500 distinct images, two tasks each: pulls
+    /// dominate. Placed by image affinity, so a claim goes where its image's
+    /// pool is (a placement blind to pools sends claims away from them).
     Eval500,
     /// RL: 50 problems × 40 rollouts each, fresh and recycled.
     Rl50x40,
@@ -59,7 +61,7 @@ pub struct Variant {
     /// `[fleet] recycle`.
     pub recycle: bool,
     /// `[plugins] placement`.
-    pub placement: &'static str,
+    pub placement: String,
 }
 
 impl Variant {
@@ -68,7 +70,7 @@ impl Variant {
             name: name.to_string(),
             strategy,
             recycle,
-            placement,
+            placement: placement.to_string(),
         }
     }
 }
@@ -94,7 +96,7 @@ impl Workload {
         match self {
             Workload::Eval500 => ["none", "naive", "sliding", "pipelined"]
                 .into_iter()
-                .map(|strategy| Variant::new(strategy, strategy, false, "capacity-weighted"))
+                .map(|strategy| Variant::new(strategy, strategy, false, "image-affinity"))
                 .collect(),
             Workload::Rl50x40 => vec![
                 Variant::new("fresh", "sliding", false, "image-affinity"),
