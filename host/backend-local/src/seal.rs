@@ -14,10 +14,13 @@
 //! whiteouts, and an opaque directory's mark as `user.overlay.opaque`, the
 //! name sandboxes' overlays (mounted with `userxattr`) read. Owners, modes
 //! and times are kept (a byte-compiled Python file is checked against its
-//! source's time). Sockets and other devices are left out. Files linked
-//! more than once within the layer stay linked in the copy, their data
-//! copied once (a name the link cannot be made at, in a directory the task
-//! left unreadable, gets a copy of its own).
+//! source's time); an entry the task made unreadable even to its owner
+//! (`chmod 000`), which a rootless seal cannot read past as root would, is
+//! lent its owner's access for the copy and given its mode back. Sockets
+//! and other devices are left out. Files linked more than once within the
+//! layer stay linked in the copy, their data copied once (a name the link
+//! cannot be made at, in a directory the task left unreadable, gets a copy
+//! of its own).
 
 use std::collections::HashMap;
 use std::ffi::{CStr, CString};
@@ -50,12 +53,20 @@ const OPAQUE: [&CStr; 2] = [c"user.overlay.opaque", c"trusted.overlay.opaque"];
 /// [`LocalError::Rejected`] for a tree deeper than [`MAX_DEPTH`];
 /// [`LocalError::Io`] naming the entry that could not be read or written.
 pub(crate) fn copy_tree(from: &Path, to: &Path) -> Result<u64, LocalError> {
-    let source = open_dir(rustix::fs::CWD, from.as_os_str().as_encoded_bytes())
-        .map_err(io::Error::from)
-        .context(|| format!("opening {}", from.display()))?;
-    let top = rustix::fs::fstat(&source)
+    let from_name = CString::new(from.as_os_str().as_encoded_bytes())
+        .map_err(|_| LocalError::Rejected(format!("{} holds a NUL", from.display())))?;
+    let top = rustix::fs::statat(rustix::fs::CWD, &from_name, AtFlags::SYMLINK_NOFOLLOW)
         .map_err(io::Error::from)
         .context(|| format!("reading {}", from.display()))?;
+    let (source, lent) = open_lending(rustix::fs::CWD, &from_name, &top, Lend::Dir)
+        .map_err(io::Error::from)
+        .context(|| format!("opening {}", from.display()))?;
+    if !same_file(&rustix::fs::fstat(&source), &top) {
+        return Err(LocalError::Rejected(format!(
+            "{} is not the directory that was listed",
+            from.display()
+        )));
+    }
     let (parent, name) = match (to.parent(), to.file_name()) {
         (Some(parent), Some(name)) => (parent, name),
         _ => {
@@ -83,16 +94,27 @@ pub(crate) fn copy_tree(from: &Path, to: &Path) -> Result<u64, LocalError> {
         root,
         linked: HashMap::new(),
     };
-    copy.tree(source, target, &top)?;
+    copy.tree(source, lent, target, &top)?;
     Ok(copy.bytes)
 }
 
 /// A directory being copied, with the entries of it still to copy.
 struct Frame {
     source: OwnedFd,
+    /// The mode the source had, where the seal lent its owner the right to
+    /// enter it: given back when the frame is done with, even on an error.
+    lent: Option<Mode>,
     target: OwnedFd,
     stat: Stat,
     pending: Vec<CString>,
+}
+
+impl Drop for Frame {
+    fn drop(&mut self) {
+        if let Some(mode) = self.lent {
+            let _ = rustix::fs::fchmod(&self.source, mode);
+        }
+    }
 }
 
 struct Copy<'a> {
@@ -109,10 +131,17 @@ struct Copy<'a> {
 }
 
 impl Copy<'_> {
-    fn tree(&mut self, source: OwnedFd, target: OwnedFd, top: &Stat) -> Result<(), LocalError> {
+    fn tree(
+        &mut self,
+        source: OwnedFd,
+        lent: Option<Mode>,
+        target: OwnedFd,
+        top: &Stat,
+    ) -> Result<(), LocalError> {
         let pending = self.entries(&source)?;
         let mut frames = vec![Frame {
             source,
+            lent,
             target,
             stat: *top,
             pending,
@@ -135,7 +164,7 @@ impl Copy<'_> {
                         )));
                     }
                     let frame = frames.last().expect("a frame is on the stack");
-                    let source = open_dir(&frame.source, name.to_bytes())
+                    let (source, lent) = open_lending(&frame.source, &name, &stat, Lend::Dir)
                         .map_err(|e| self.error(&name, "opening", e))?;
                     if !same_file(&rustix::fs::fstat(&source), &stat) {
                         return Err(self.error(&name, "opening", Errno::NOTDIR));
@@ -146,6 +175,7 @@ impl Copy<'_> {
                     self.path.push(name);
                     frames.push(Frame {
                         source,
+                        lent,
                         target,
                         stat,
                         pending,
@@ -220,12 +250,11 @@ impl Copy<'_> {
         let mode = Mode::from_raw_mode(stat.st_mode & 0o7777);
         match kind {
             FileType::RegularFile => {
-                let file = rustix::fs::openat(
-                    dir,
-                    name,
-                    OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
-                    Mode::empty(),
-                )?;
+                let (file, lent) = open_lending(dir, name, stat, Lend::File)?;
+                if let Some(mode) = lent {
+                    // Read access is checked at the open alone.
+                    rustix::fs::fchmod(&file, mode)?;
+                }
                 if !same_file(&rustix::fs::fstat(&file), stat) {
                     // It was replaced between the listing and the open.
                     return Err(Errno::STALE);
@@ -342,6 +371,63 @@ fn is_opaque(dir: &OwnedFd) -> bool {
         let mut value = [0u8; 1];
         matches!(rustix::fs::fgetxattr(dir, *name, &mut value), Ok(1) if value[0] == b'y')
     })
+}
+
+/// What the owner of an entry it must read is lent.
+#[derive(Clone, Copy)]
+enum Lend {
+    /// Listing it and looking names up in it.
+    Dir,
+    /// Reading it.
+    File,
+}
+
+/// Opens entry `name` of `dir`, listed as `stat`, to read. Where its mode
+/// keeps out even its owner (a task's `chmod 000`, which only root's
+/// `CAP_DAC_READ_SEARCH` reads past, and a rootless seal runs as the
+/// owner, not as root), the owner is lent the access first, and the mode
+/// to give back is answered. The sandbox is frozen while it is sealed, so
+/// nothing swaps the listed entry for a link between the look and the
+/// change.
+fn open_lending(
+    dir: impl std::os::fd::AsFd,
+    name: &CStr,
+    stat: &Stat,
+    lend: Lend,
+) -> rustix::io::Result<(OwnedFd, Option<Mode>)> {
+    let open = || match lend {
+        Lend::Dir => open_dir(&dir, name.to_bytes()),
+        Lend::File => rustix::fs::openat(
+            &dir,
+            name,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+            Mode::empty(),
+        ),
+    };
+    match open() {
+        Err(Errno::ACCESS) if stat.st_uid == rustix::process::geteuid().as_raw() => {
+            let mode = stat.st_mode & 0o7777;
+            let access = match lend {
+                Lend::Dir => 0o500,
+                Lend::File => 0o400,
+            };
+            let original = Mode::from_raw_mode(mode);
+            rustix::fs::chmodat(
+                &dir,
+                name,
+                Mode::from_raw_mode(mode | access),
+                AtFlags::empty(),
+            )?;
+            match open() {
+                Ok(fd) => Ok((fd, Some(original))),
+                Err(error) => {
+                    let _ = rustix::fs::chmodat(&dir, name, original, AtFlags::empty());
+                    Err(error)
+                }
+            }
+        }
+        opened => opened.map(|fd| (fd, None)),
+    }
 }
 
 fn open_dir(dir: impl std::os::fd::AsFd, name: &[u8]) -> rustix::io::Result<OwnedFd> {

@@ -1,7 +1,7 @@
 //! Rootless: an ordinary user pulls an OCI image, unpacks it and runs a
 //! sandbox of it, with every file its own on the host and its sandbox's
 //! root's inside, as rootless runtimes keep them without a subordinate id
-//! range. Run as root, the test drops to `nobody` for real (`setpriv`) and
+//! range, and snapshots and forks it. Run as root, the test drops to `nobody` for real (`setpriv`) and
 //! runs [`child`] of this same test binary as that user.
 
 use std::os::unix::fs::MetadataExt;
@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use sandfleet_backend_local::{IsolationMode, LocalBackend, LocalConfig};
-use sandfleet_core::{Backend, RunId, TemplateSpec};
+use sandfleet_core::{Backend, RunId, TemplateSpec, snapshots_of};
 
 use crate::common::{PATIENCE, sh_ok};
 use crate::oci_image;
@@ -134,5 +134,29 @@ async fn child() {
     )
     .await;
     assert_eq!(seen, "0\n0\n0\n2\n");
+    // A directory and a file the task locked even its owner out of: the
+    // sandbox's root reads past that, the host's ordinary user does not,
+    // and a snapshot still holds them as they were, and leaves them so.
+    sh_ok(
+        &backend,
+        &sandbox,
+        "mkdir locked && echo kept > locked/file && chmod 000 locked/file locked",
+    )
+    .await;
+    let snapshots = snapshots_of(&backend).unwrap();
+    let deadline = Instant::now() + PATIENCE;
+    let snapshot = snapshots
+        .snapshot(&sandbox, &run_id.labels(), deadline)
+        .await
+        .unwrap();
+    let modes = "stat -c %a locked locked/file; cat locked/file";
+    assert_eq!(sh_ok(&backend, &sandbox, modes).await, "0\n0\nkept\n");
+    let forks = snapshots
+        .fork(&snapshot, 1, &run_id.labels(), deadline)
+        .await
+        .unwrap();
+    assert_eq!(sh_ok(&backend, &forks[0], modes).await, "0\n0\nkept\n");
+    backend.release(&forks[0]).await.unwrap();
+    snapshots.delete_snapshot(&snapshot).await.unwrap();
     backend.release(&sandbox).await.unwrap();
 }
