@@ -24,7 +24,7 @@ pub(crate) const MANAGER: &str = "sandfleet";
 /// The verbs a run uses in its namespace, per resource: (API group,
 /// resource, subresource, verbs). The preflight reviews each with a
 /// `SelfSubjectAccessReview`; `deploy/rbac.yaml` grants them.
-pub const PREFLIGHT_ACCESS: [(&str, &str, &str, &[&str]); 7] = [
+pub const PREFLIGHT_ACCESS: [(&str, &str, &str, &[&str]); 8] = [
     (
         EXTENSIONS_GROUP,
         "sandboxtemplates",
@@ -46,6 +46,7 @@ pub const PREFLIGHT_ACCESS: [(&str, &str, &str, &[&str]); 7] = [
     (CORE_GROUP, "sandboxes", "", &["get", "list"]),
     ("", "pods", "", &["get"]),
     ("", "pods", "exec", &["create"]),
+    ("", "events", "", &["list"]),
     ("", "nodes", "", &["list"]),
 ];
 
@@ -293,6 +294,11 @@ async fn access(client: &kube::Client, config: &K8sConfig, prepull: bool, found:
             Ok(_) if resource == "nodes" => found
                 .warnings
                 .push("RBAC forbids listing nodes: capacity is unknown".into()),
+            // Events only explain a claim that timed out.
+            Ok(_) if resource == "events" => found.warnings.push(
+                "RBAC forbids listing events: a claim that times out cannot say why its pod did not start"
+                    .into(),
+            ),
             Ok(review) => {
                 let reason = review
                     .status

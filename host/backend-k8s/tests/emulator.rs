@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::node::v1::RuntimeClass;
 use sandfleet_backend_k8s::{ExecMode, K8sBackend, K8sClients, K8sConfig};
 use sandfleet_core::{
     Backend, BackendError, ErrorKind, ExecRequest, ExecResult, LABEL_TASK, Recycling, RunId,
@@ -1025,4 +1026,37 @@ async fn a_claim_that_times_out_says_what_the_scheduler_or_the_kubelet_said() {
         );
     }
     backend.reap(&run).await.unwrap();
+    // A RuntimeClass whose handler the nodes' runtime lacks: the pod stays
+    // Pending with nothing in its status, and its Warning event says why.
+    let classes: kube::Api<RuntimeClass> = kube::Api::all(cluster.client().await);
+    let class: RuntimeClass = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "gvisor"}, "handler": "runsc",
+    }))
+    .unwrap();
+    classes
+        .create(&kube::api::PostParams::default(), &class)
+        .await
+        .unwrap();
+    let sandboxed = cluster.backend(K8sConfig {
+        bind_timeout: Some(Duration::from_secs(6)),
+        runtime_class: Some("gvisor".into()),
+        ..cluster.config()
+    });
+    let template = sandboxed.ensure_template(&spec(&run)).await.unwrap();
+    let error = sandboxed
+        .claim(
+            &template,
+            &run.labels(),
+            Instant::now() + Duration::from_secs(8),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Timeout, "{error}");
+    assert!(
+        error.message().contains(
+            "its pod: FailedCreatePodSandBox: Failed to create pod sandbox: rpc error: code = Unknown desc = failed to get sandbox runtime: no runtime for \"runsc\" is configured"
+        ),
+        "{error}"
+    );
+    sandboxed.reap(&run).await.unwrap();
 }

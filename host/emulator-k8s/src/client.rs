@@ -72,6 +72,12 @@ pub(crate) const NETWORK_POLICIES: Gvr = Gvr {
     version: "v1",
     plural: "networkpolicies",
 };
+/// node.k8s.io/v1 runtime classes.
+pub(crate) const RUNTIME_CLASSES: Gvr = Gvr {
+    group: "node.k8s.io",
+    version: "v1",
+    plural: "runtimeclasses",
+};
 /// agents.x-k8s.io/v1beta1 sandboxes.
 pub(crate) const SANDBOXES: Gvr = Gvr {
     group: "agents.x-k8s.io",

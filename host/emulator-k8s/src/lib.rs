@@ -130,6 +130,9 @@ pub struct Config {
     /// What the token's user may not do (RBAC that forbids it): 403s and denied
     /// access reviews.
     pub deny: Vec<DenyRule>,
+    /// The RuntimeClass handlers the nodes' runtime has (a kubelet's CRI
+    /// runtime handlers): a pod whose class names another stays Pending.
+    pub runtime_handlers: Vec<String>,
 }
 
 impl Default for Config {
@@ -156,6 +159,7 @@ impl Default for Config {
             tuning: Tuning::default(),
             event_ttl: Duration::from_secs(3600),
             deny: Vec::new(),
+            runtime_handlers: vec!["runc".to_string()],
         }
     }
 }
@@ -250,7 +254,11 @@ impl Emulator {
             tokio::spawn(gc::run(state.clone())),
             tokio::spawn(events::expire(state.clone(), config.event_ttl)),
             tokio::spawn(controllers::run(state.clone(), config.tuning.clone())),
-            tokio::spawn(kubelet::run(state.clone(), state.runtime.clone())),
+            tokio::spawn(kubelet::run(
+                state.clone(),
+                state.runtime.clone(),
+                config.runtime_handlers.clone(),
+            )),
         ];
         let (stop, stopped) = oneshot::channel::<()>();
         let router = server::router(state.clone());
@@ -463,6 +471,11 @@ pub struct K8sArgs {
     /// more relists by watchers that fall behind.
     #[arg(long, default_value_t = 10_000)]
     pub watch_cache_size: usize,
+    /// A RuntimeClass handler the nodes' runtime has, as a CRI runtime's
+    /// configured handlers (repeatable): a pod whose RuntimeClass names
+    /// another stays Pending with a `FailedCreatePodSandBox` event.
+    #[arg(long = "runtime-handler", value_name = "NAME", default_value = "runc")]
+    pub runtime_handlers: Vec<String>,
 }
 
 impl K8sArgs {
@@ -499,6 +512,7 @@ impl K8sArgs {
             deny: self.deny.clone(),
             event_ttl: self.event_ttl,
             history: self.watch_cache_size,
+            runtime_handlers: self.runtime_handlers.clone(),
             ..Config::default()
         })
     }

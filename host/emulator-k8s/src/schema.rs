@@ -1,8 +1,17 @@
 //! Structural schema validation of custom resources against a CRD version's
-//! `openAPIV3Schema`: types, `required`, `enum`, bounds, and unknown fields (rejected
-//! under `fieldValidation=Strict`, pruned otherwise — custom resources never keep
-//! fields their schema does not declare, unless `x-kubernetes-preserve-unknown-fields`).
+//! `openAPIV3Schema`: types, `required`, `enum`, bounds, `pattern`, `format`,
+//! validation rules (`x-kubernetes-validations`, in [`rules`]), and unknown fields
+//! (rejected under `fieldValidation=Strict`, pruned otherwise — custom resources never
+//! keep fields their schema does not declare, unless
+//! `x-kubernetes-preserve-unknown-fields`).
 
+mod format;
+mod rules;
+
+use std::collections::HashMap;
+use std::sync::{LazyLock, Mutex};
+
+use regex::Regex;
 use serde_json::{Map, Value};
 
 use crate::status::Cause;
@@ -49,8 +58,9 @@ fn flag(schema: &Value, name: &str) -> bool {
     schema.get(name).and_then(Value::as_bool).unwrap_or(false)
 }
 
-/// Validate `object` (a whole custom resource) against `schema`, pruning unknown fields.
-pub(crate) fn validate(schema: &Value, object: &mut Value) -> Findings {
+/// Validate `object` (a whole custom resource) against `schema`, pruning unknown fields;
+/// `old` is the stored object an update replaces, for transition rules.
+pub(crate) fn validate(schema: &Value, object: &mut Value, old: Option<&Value>) -> Findings {
     let mut findings = Findings::default();
     let Some(map) = object.as_object_mut() else {
         findings.causes.push(Cause {
@@ -78,7 +88,13 @@ pub(crate) fn validate(schema: &Value, object: &mut Value) -> Findings {
         match props.and_then(|p| p.get(&key)) {
             Some(sub) => {
                 let value = map.get_mut(&key).expect("key listed above");
-                node(sub, value, &key, &mut findings);
+                node(
+                    sub,
+                    value,
+                    old.and_then(|o| o.get(&key)),
+                    &key,
+                    &mut findings,
+                );
             }
             None if flag(schema, "x-kubernetes-preserve-unknown-fields") => {}
             None => {
@@ -87,7 +103,27 @@ pub(crate) fn validate(schema: &Value, object: &mut Value) -> Findings {
             }
         }
     }
+    if schema.get("x-kubernetes-validations").is_some() {
+        let old = old.map(root_for_rules);
+        rules::check(
+            schema,
+            &root_for_rules(object),
+            old.as_ref(),
+            "",
+            &mut findings.causes,
+        );
+    }
     findings
+}
+
+/// What a rule at a resource's root sees: the object, with only the name and
+/// generateName of its metadata.
+fn root_for_rules(object: &Value) -> Value {
+    let mut seen = object.clone();
+    if let Some(meta) = seen.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.retain(|k, _| matches!(k.as_str(), "name" | "generateName"));
+    }
+    seen
 }
 
 /// Structural defaulting: a missing property with a `default` gets it.
@@ -117,7 +153,13 @@ fn invalid(field: &str, message: String) -> Cause {
     }
 }
 
-fn node(schema: &Value, value: &mut Value, path: &str, findings: &mut Findings) {
+fn node(
+    schema: &Value,
+    value: &mut Value,
+    old: Option<&Value>,
+    path: &str,
+    findings: &mut Findings,
+) {
     if value.is_null() {
         if !flag(schema, "nullable") && schema.get("type").is_some() {
             // A null for a non-nullable field is dropped, as the API server does.
@@ -136,6 +178,9 @@ fn node(schema: &Value, value: &mut Value, path: &str, findings: &mut Findings) 
                     short(&Value::String(type_name(value).into()))
                 ),
             ));
+        } else {
+            bounds(schema, value, path, findings);
+            rules::check(schema, value, old, path, &mut findings.causes);
         }
         return;
     }
@@ -167,17 +212,59 @@ fn node(schema: &Value, value: &mut Value, path: &str, findings: &mut Findings) 
         });
     }
     bounds(schema, value, path, findings);
+    rules::check(schema, value, old, path, &mut findings.causes);
     match value {
-        Value::Object(map) => object(schema, map, path, findings),
+        Value::Object(map) => object(schema, map, old, path, findings),
         Value::Array(items) => {
             if let Some(item_schema) = schema.get("items") {
                 for (i, item) in items.iter_mut().enumerate() {
-                    node(item_schema, item, &format!("{path}[{i}]"), findings);
+                    let old_item = old.and_then(|o| correlated_item(schema, o, item));
+                    node(
+                        item_schema,
+                        item,
+                        old_item,
+                        &format!("{path}[{i}]"),
+                        findings,
+                    );
                 }
             }
         }
         _ => {}
     }
+}
+
+/// The stored item a list item replaces, where the API server correlates
+/// them: only in lists of `x-kubernetes-list-type: map`, by their keys.
+fn correlated_item<'old>(schema: &Value, old: &'old Value, item: &Value) -> Option<&'old Value> {
+    if schema.get("x-kubernetes-list-type").and_then(Value::as_str) != Some("map") {
+        return None;
+    }
+    let keys: Vec<&str> = schema
+        .get("x-kubernetes-list-map-keys")?
+        .as_array()?
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    old.as_array()?
+        .iter()
+        .find(|candidate| keys.iter().all(|k| candidate.get(k) == item.get(k)))
+}
+
+/// Patterns compiled once each: a kind's few patterns run on every write.
+static PATTERNS: LazyLock<Mutex<HashMap<String, Option<Regex>>>> = LazyLock::new(Mutex::default);
+
+/// Whether `text` matches `pattern` (RE2 syntax, which `regex` shares); a
+/// pattern that does not compile matches nothing, as the CRD would have been
+/// refused upstream.
+fn matches(pattern: &str, text: &str) -> bool {
+    let mut patterns = PATTERNS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    patterns
+        .entry(pattern.to_string())
+        .or_insert_with(|| Regex::new(pattern).ok())
+        .as_ref()
+        .is_some_and(|re| re.is_match(text))
 }
 
 fn bounds(schema: &Value, value: &Value, path: &str, findings: &mut Findings) {
@@ -223,10 +310,32 @@ fn bounds(schema: &Value, value: &Value, path: &str, findings: &mut Findings) {
                 field: path.into(),
             });
         }
+        if let Some(pattern) = schema.get("pattern").and_then(Value::as_str)
+            && !matches(pattern, s)
+        {
+            findings.causes.push(invalid(
+                path,
+                format!("Invalid value: \"{s}\": {path} in body should match '{pattern}'"),
+            ));
+        }
+        if let Some(name) = schema.get("format").and_then(Value::as_str)
+            && format::conforms(name, s) == Some(false)
+        {
+            findings.causes.push(invalid(
+                path,
+                format!("Invalid value: \"{s}\": {path} in body must be of type {name}: \"{s}\""),
+            ));
+        }
     }
 }
 
-fn object(schema: &Value, map: &mut Map<String, Value>, path: &str, findings: &mut Findings) {
+fn object(
+    schema: &Value,
+    map: &mut Map<String, Value>,
+    old: Option<&Value>,
+    path: &str,
+    findings: &mut Findings,
+) {
     if let Some(required) = schema.get("required").and_then(Value::as_array) {
         for r in required.iter().filter_map(Value::as_str) {
             if map.get(r).is_none_or(Value::is_null) {
@@ -242,10 +351,23 @@ fn object(schema: &Value, map: &mut Map<String, Value>, path: &str, findings: &m
     let keys: Vec<String> = map.keys().cloned().collect();
     for key in keys {
         let field = join(path, &key);
+        let old_value = old.and_then(|o| o.get(&key));
         if let Some(sub) = props.and_then(|p| p.get(&key)) {
-            node(sub, map.get_mut(&key).expect("listed"), &field, findings);
+            node(
+                sub,
+                map.get_mut(&key).expect("listed"),
+                old_value,
+                &field,
+                findings,
+            );
         } else if let Some(sub) = additional.filter(|a| a.is_object()) {
-            node(sub, map.get_mut(&key).expect("listed"), &field, findings);
+            node(
+                sub,
+                map.get_mut(&key).expect("listed"),
+                old_value,
+                &field,
+                findings,
+            );
         } else if additional == Some(&Value::Bool(true))
             || preserve
             || (embedded && matches!(key.as_str(), "apiVersion" | "kind" | "metadata"))
@@ -285,7 +407,7 @@ mod tests {
     #[test]
     fn required_type_and_enum_failures_name_the_field() {
         let mut obj = json!({"spec": {"replicas": "two", "policy": "Keep"}});
-        let f = validate(&schema(), &mut obj);
+        let f = validate(&schema(), &mut obj, None);
         // In the order of the object's or the schema's keys, whichever
         // serde_json keeps: compare as a set.
         let mut fields: Vec<_> = f.causes.iter().map(|c| c.field.as_str()).collect();
@@ -308,7 +430,7 @@ mod tests {
     #[test]
     fn unknown_fields_are_reported_and_pruned_but_preserved_where_declared() {
         let mut obj = json!({"spec": {"image": "x", "bogus": 1, "extra": {"any": 1}, "ports": [{"port": 1, "nope": 2}]}});
-        let f = validate(&schema(), &mut obj);
+        let f = validate(&schema(), &mut obj, None);
         assert!(f.causes.is_empty(), "{:?}", f.causes);
         assert_eq!(f.unknown, ["spec.bogus", "spec.ports[0].nope"]);
         assert_eq!(
@@ -321,7 +443,7 @@ mod tests {
     fn defaults_fill_missing_properties() {
         let schema = json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {"replicas": {"type": "integer", "default": 1}}}}});
         let mut obj = json!({"spec": {}});
-        assert!(validate(&schema, &mut obj).causes.is_empty());
+        assert!(validate(&schema, &mut obj, None).causes.is_empty());
         assert_eq!(obj, json!({"spec": {"replicas": 1}}));
     }
 }

@@ -445,6 +445,97 @@ async fn access_reviews_answer_allowed_and_denied_and_denied_requests_get_403() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pods_runtime_class_is_admitted_and_run_as_the_api_server_and_the_kubelet_do() {
+    let (_dir, images) = image("py");
+    let emulator = Emulator::start(Config {
+        images,
+        runtime: PodRuntime::Plain,
+        ..Config::default()
+    })
+    .await
+    .unwrap();
+    let api = Api::new(&emulator);
+    // No such RuntimeClass: the admission plugin refuses the pod.
+    let (code, status) = api
+        .send(
+            Method::POST,
+            PODS,
+            Some(pod("nope", "py", json!({"runtimeClassName": "gvisor"}))),
+        )
+        .await;
+    assert_eq!(code, 403, "{status}");
+    assert_eq!(
+        status["message"],
+        "pods \"nope\" is forbidden: pod rejected: RuntimeClass \"gvisor\" not found"
+    );
+    assert!(api.get(&format!("{PODS}/nope")).await.is_none());
+    let class = |name: &str, handler: &str| {
+        json!({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": name},
+            "handler": handler, "overhead": {"podFixed": {"cpu": "250m", "memory": "32Mi"}}})
+    };
+    let classes = "/apis/node.k8s.io/v1/runtimeclasses";
+    api.create(classes, class("gvisor", "runsc")).await;
+    api.create(classes, class("standard", "runc")).await;
+    // A class whose handler the nodes' runtime lacks: admitted, its overhead
+    // set, and left Pending by the kubelet with the CRI's error.
+    let admitted = api
+        .create(
+            PODS,
+            pod("gvisor", "py", json!({"runtimeClassName": "gvisor"})),
+        )
+        .await;
+    assert_eq!(
+        admitted["spec"]["overhead"],
+        json!({"cpu": "250m", "memory": "32Mi"})
+    );
+    let deadline = Instant::now() + LIMIT;
+    let refused = loop {
+        let events = events_of(&api, "gvisor").await;
+        if let Some((_, message)) = events.iter().find(|(r, _)| r == "FailedCreatePodSandBox") {
+            break message.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no FailedCreatePodSandBox: {events:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    };
+    assert_eq!(
+        refused,
+        "Failed to create pod sandbox: rpc error: code = Unknown desc = failed to get sandbox runtime: no runtime for \"runsc\" is configured"
+    );
+    // A handler it has: the pod runs.
+    api.create(
+        PODS,
+        pod("standard", "py", json!({"runtimeClassName": "standard"})),
+    )
+    .await;
+    running(&api, "standard").await;
+    let stuck = api.get(&format!("{PODS}/gvisor")).await.unwrap();
+    assert_eq!(stuck["status"]["phase"], "Pending", "{stuck}");
+    // An overhead the pod states that is not its class's: refused.
+    let (code, status) = api
+        .send(
+            Method::POST,
+            PODS,
+            Some(pod(
+                "cheat",
+                "py",
+                json!({"runtimeClassName": "standard", "overhead": {"cpu": "1m"}}),
+            )),
+        )
+        .await;
+    assert_eq!(code, 403, "{status}");
+    assert!(
+        status["message"].as_str().unwrap().ends_with(
+            "pod rejected: Pod's Overhead doesn't match RuntimeClass's defined Overhead"
+        ),
+        "{status}"
+    );
+    emulator.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn namespaces_runtime_classes_secrets_and_crds_behave_as_a_real_server() {
     let emulator = Emulator::start(Config::default()).await.unwrap();
     let api = Api::new(&emulator);

@@ -267,6 +267,87 @@ async fn delete_collects_dependents_in_background_and_foreground_and_orphans_on_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn patterns_formats_and_validation_rules_refuse_what_the_api_server_refuses() {
+    let cluster = with_crds().await;
+    // A request that is no quantity: the CRD's `pattern` on resources.
+    let cpu = cluster.file(
+        "cpu.yaml",
+        &TEMPLATE.replace(
+            "        image: python:3.12\n",
+            "        image: python:3.12\n        resources:\n          requests:\n            cpu: lots\n",
+        ),
+    );
+    let err = cluster.fails(&["apply", "-f", cpu.to_str().unwrap()]).await;
+    let field = "spec.podTemplate.spec.containers[0].resources.requests.cpu";
+    assert!(
+        err.contains(&format!(
+            "{field}: Invalid value: \"lots\": {field} in body should match '^(\\+|-)?"
+        )),
+        "{err}"
+    );
+    // A time that is no RFC 3339 date-time: the CRD's `format`.
+    let sandbox = |extra: &str| {
+        format!(
+            "apiVersion: agents.x-k8s.io/v1beta1\nkind: Sandbox\nmetadata:\n  name: s\nspec:\n{extra}  podTemplate:\n    spec:\n      containers:\n      - name: main\n        image: python:3.12\n"
+        )
+    };
+    let tomorrow = cluster.file("tomorrow.yaml", &sandbox("  shutdownTime: tomorrow\n"));
+    let err = cluster
+        .fails(&["apply", "-f", tomorrow.to_str().unwrap()])
+        .await;
+    assert!(
+        err.contains(
+            "spec.shutdownTime: Invalid value: \"tomorrow\": spec.shutdownTime in body must be of type date-time: \"tomorrow\""
+        ),
+        "{err}"
+    );
+    // The Sandbox CRD's CEL transition rule: volumeClaimTemplates never change.
+    let claims = "  volumeClaimTemplates:\n  - metadata:\n      name: work\n    spec:\n      accessModes: [ReadWriteOnce]\n      resources:\n        requests:\n          storage: 1Gi\n";
+    let with_claims = cluster.file("claims.yaml", &sandbox(claims));
+    cluster
+        .ok(&["create", "-f", with_claims.to_str().unwrap()])
+        .await;
+    let err = cluster
+        .fails(&[
+            "patch",
+            "sandbox",
+            "s",
+            "--type",
+            "json",
+            "-p",
+            r#"[{"op":"replace","path":"/spec/volumeClaimTemplates/0/spec/resources/requests/storage","value":"2Gi"}]"#,
+        ])
+        .await;
+    assert!(
+        err.contains("The Sandbox \"s\" is invalid: spec: Invalid value: \"object\": volumeClaimTemplates is immutable"),
+        "{err}"
+    );
+    // Another change to the spec keeps the rule and is taken.
+    cluster
+        .ok(&[
+            "patch",
+            "sandbox",
+            "s",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"shutdownTime":"2030-01-01T00:00:00Z"}}"#,
+        ])
+        .await;
+    let storage = cluster
+        .ok(&[
+            "get",
+            "sandbox",
+            "s",
+            "-o",
+            "jsonpath={.spec.volumeClaimTemplates[0].spec.resources.requests.storage} {.spec.shutdownTime}",
+        ])
+        .await;
+    assert_eq!(storage, "1Gi 2030-01-01T00:00:00Z");
+    cluster.emulator.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_gets_a_status_kubectl_prints_and_the_server_keeps_serving() {
     let cluster = with_crds().await;
     // Schema failure: a required field missing and a wrong type.

@@ -4,9 +4,9 @@
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::ResourceExt;
-use kube::api::PostParams;
+use kube::api::{ListParams, PostParams};
 use sandfleet_core::{
     BackendError, ErrorKind, Labels, SandboxHandle, TemplateRef, validate_labels,
 };
@@ -226,7 +226,32 @@ impl K8sBackend {
         };
         let pods = self.api::<Pod>().await.ok()?;
         let pod = pods.get_opt(&pod).await.ok()??;
-        waiting_on(&pod)
+        match waiting_on(&pod) {
+            Some(said) => Some(said),
+            None => self.last_warning(&pod).await,
+        }
+    }
+
+    /// The pod's newest Warning event, for what its status does not name: a
+    /// kubelet that cannot make its sandbox (`FailedCreatePodSandBox`) or
+    /// mount its volumes leaves the pod Pending with no reason.
+    async fn last_warning(&self, pod: &Pod) -> Option<String> {
+        let uid = pod.metadata.uid.as_deref()?;
+        let events = self.api::<Event>().await.ok()?;
+        let params =
+            ListParams::default().fields(&format!("involvedObject.uid={uid},type=Warning"));
+        let listed = events.list(&params).await.ok()?;
+        let newest = listed.items.into_iter().max_by_key(|e| {
+            e.last_timestamp
+                .as_ref()
+                .map(|t| t.0)
+                .or_else(|| e.event_time.as_ref().map(|t| t.0))
+        })?;
+        Some(format!(
+            "{}: {}",
+            newest.reason.unwrap_or_default(),
+            newest.message.unwrap_or_default()
+        ))
     }
 
     fn not_ready(

@@ -6,6 +6,7 @@ use crate::fields;
 use crate::state::State;
 use crate::status::{ApiError, ApiResult, Cause};
 
+use super::admission;
 use super::defaults::defaults;
 use super::validate::{check_identity, validate};
 use super::write::{ensure_namespace, store_new, write};
@@ -80,7 +81,8 @@ pub(super) fn apply(
             let dry_run = query.dry_run()?;
             let validation = query.field_validation()?;
             ensure_namespace(state, target)?;
-            let warnings = validate(target, &mut object, validation, true)?;
+            let warnings = validate(target, &mut object, validation, None)?;
+            admission::admit(state, target, &mut object)?;
             object["apiVersion"] = json!(target.api_version());
             object["kind"] = json!(target.resource.kind);
             defaults(state, target, &mut object);

@@ -9,6 +9,7 @@
 //! `scale` the scale subresource, `delete` single and collection deletes, and
 //! `read` get and list.
 
+mod admission;
 mod apply;
 mod defaults;
 mod delete;

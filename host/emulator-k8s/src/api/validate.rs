@@ -51,13 +51,13 @@ fn is_dns_subdomain(name: &str) -> bool {
         && name.as_bytes()[name.len() - 1].is_ascii_alphanumeric()
 }
 
-/// Validate an object about to be written; prunes unknown fields of custom resources.
-/// Returns the warnings to send.
+/// Validate an object about to be written over `stored` (none on a create); prunes
+/// unknown fields of custom resources. Returns the warnings to send.
 pub(super) fn validate(
     target: &Target,
     object: &mut Value,
     validation: &str,
-    creating: bool,
+    stored: Option<&Value>,
 ) -> ApiResult<Vec<String>> {
     let r = &target.resource;
     if !object.is_object() {
@@ -82,7 +82,7 @@ pub(super) fn validate(
         name.clone()
     };
     let mut causes = Vec::new();
-    if creating
+    if stored.is_none()
         && name.is_empty()
         && object["metadata"]["generateName"]
             .as_str()
@@ -117,7 +117,7 @@ pub(super) fn validate(
     }
     let mut warnings = Vec::new();
     if let Some(schema) = r.version(&target.version).and_then(|v| v.schema.as_ref()) {
-        let findings = schema::validate(schema, object);
+        let findings = schema::validate(schema, object, stored);
         causes.extend(findings.causes);
         if !findings.unknown.is_empty() {
             match validation {

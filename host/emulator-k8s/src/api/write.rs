@@ -7,6 +7,7 @@ use crate::registry::resource_from_crd;
 use crate::state::State;
 use crate::status::{ApiError, ApiResult};
 
+use super::admission;
 use super::defaults::{crd_status, defaults};
 use super::scale::set_scale;
 use super::validate::{check_identity, validate};
@@ -70,7 +71,8 @@ pub(crate) fn create(
     let validation = query.field_validation()?;
     check_identity(target, &object)?;
     ensure_namespace(state, target)?;
-    let warnings = validate(target, &mut object, validation, true)?;
+    let warnings = validate(target, &mut object, validation, None)?;
+    admission::admit(state, target, &mut object)?;
     object["apiVersion"] = json!(target.api_version());
     object["kind"] = json!(target.resource.kind);
     if let Some(meta) = object["metadata"].as_object_mut() {
@@ -149,7 +151,7 @@ pub(super) fn write(
     let validation = query.field_validation()?;
     let name = target.name().to_string();
     check_identity(target, &new)?;
-    let warnings = validate(target, &mut new, validation, false)?;
+    let warnings = validate(target, &mut new, validation, Some(old))?;
     if let Some(meta_name) = new["metadata"]["name"].as_str()
         && meta_name != name
     {

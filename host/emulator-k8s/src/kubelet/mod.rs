@@ -6,7 +6,9 @@
 //! `ErrImagePull`, then `ImagePullBackOff`, and a registry's failure is tried again
 //! with back-off; `Never` and an image the node lacks, `ErrImageNeverPull`), it runs
 //! as a local sandbox with an IP from 127.42.0.0/16, and it goes `Succeeded` or
-//! `Failed` when its container's command exits — it is never restarted. The command's output is the container's log
+//! `Failed` when its container's command exits — it is never restarted. A pod whose
+//! RuntimeClass names a handler the runtime lacks stays Pending with a
+//! `FailedCreatePodSandBox` event. The command's output is the container's log
 //! (`pods/log`). A deleted pod's sandbox is destroyed, and its logs dropped.
 //!
 //! One module per job: `bind` is the scheduler's side (binding pending pods where
@@ -45,6 +47,8 @@ const SCHEDULER: &str = "default-scheduler";
 struct Kubelet {
     state: Arc<State>,
     runtime: Arc<Runtime>,
+    /// The RuntimeClass handlers the nodes' container runtime has.
+    handlers: Vec<String>,
     addresses: Mutex<Addresses>,
     /// Pods (by uid) whose start has begun.
     started: Mutex<HashSet<String>>,
@@ -148,10 +152,11 @@ impl Kubelet {
 }
 
 /// Run the scheduler and the kubelets until the store's change channel closes.
-pub(crate) async fn run(state: Arc<State>, runtime: Arc<Runtime>) {
+pub(crate) async fn run(state: Arc<State>, runtime: Arc<Runtime>, handlers: Vec<String>) {
     let kubelet = Arc::new(Kubelet {
         state: state.clone(),
         runtime,
+        handlers,
         addresses: Mutex::new(Addresses::new()),
         started: Mutex::new(HashSet::new()),
     });

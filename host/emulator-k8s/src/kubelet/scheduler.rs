@@ -18,20 +18,23 @@ pub(crate) struct Requests {
 }
 
 /// The sum of a pod's container requests (limits stand in for missing requests, as the
-/// API server defaults them).
+/// API server defaults them) and its RuntimeClass's overhead.
 pub(crate) fn requests(pod: &Value) -> Requests {
-    let mut total = Requests::default();
-    for c in pod["spec"]["containers"].as_array().into_iter().flatten() {
-        let res = &c["resources"];
-        let get = |name: &str| {
-            res["requests"][name]
-                .as_str()
-                .or_else(|| res["limits"][name].as_str())
-        };
+    fn add<'v>(total: &mut Requests, get: impl Fn(&str) -> Option<&'v str>) {
         total.cpu_milli += get("cpu").and_then(milli).unwrap_or(0);
         total.memory += get("memory").and_then(units).unwrap_or(0);
         total.disk += get("ephemeral-storage").and_then(units).unwrap_or(0);
     }
+    let mut total = Requests::default();
+    for c in pod["spec"]["containers"].as_array().into_iter().flatten() {
+        let res = &c["resources"];
+        add(&mut total, |name| {
+            res["requests"][name]
+                .as_str()
+                .or_else(|| res["limits"][name].as_str())
+        });
+    }
+    add(&mut total, |name| pod["spec"]["overhead"][name].as_str());
     total
 }
 
@@ -283,6 +286,17 @@ mod tests {
             err.starts_with("0/2 nodes are available: 1 Insufficient cpu, 1 node(s) didn't match"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_runtime_class_overhead_is_asked_of_the_node_with_the_containers() {
+        let a = node("a", "1", "x");
+        let mut want = pod("800m", json!({}));
+        let nodes = vec![NodeLoad::new(&a)];
+        assert_eq!(choose(&want, &nodes).unwrap(), 0);
+        want["spec"]["overhead"] = json!({"cpu": "250m"});
+        let err = choose(&want, &nodes).unwrap_err();
+        assert!(err.contains("1 Insufficient cpu"), "{err}");
     }
 
     #[test]

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use super::container_log::{ContainerLog, ReadOptions};
 use super::{KUBELET, Kubelet, condition, containers, default_pull_policy, quantity, uid};
-use crate::client::{self, NODES, PODS};
+use crate::client::{self, NODES, PODS, RUNTIME_CLASSES};
 use crate::store::now_rfc3339;
 
 /// A failed container's termination message: the tail of its log, as the kubelet
@@ -31,6 +31,12 @@ impl Kubelet {
             .unwrap_or_default()
             .to_string();
         let c = self.client(KUBELET);
+        if let Some(message) = self.sandbox_refusal(&pod) {
+            // The kubelet retries the pod's sandbox with back-off, but a
+            // handler its runtime lacks never comes: the pod stays Pending.
+            c.event(&pod, "Warning", "FailedCreatePodSandBox", &message);
+            return;
+        }
         let mut all = containers(&pod, "initContainers");
         let main = containers(&pod, "containers");
         all.extend(main.iter().cloned());
@@ -244,6 +250,24 @@ impl Kubelet {
         self.patch_status(&running, status);
         // The pod keeps its IP, as a terminated pod's status does; its sandbox is gone.
         self.runtime.stop(&pod_uid).await;
+    }
+
+    /// Why the node's runtime cannot make `pod`'s sandbox: its RuntimeClass
+    /// is gone, or names a handler the runtime is not configured with (the
+    /// kubelet's `FailedCreatePodSandBox` message).
+    fn sandbox_refusal(&self, pod: &Value) -> Option<String> {
+        let class_name = pod["spec"]["runtimeClassName"].as_str()?;
+        let Some(class) = self.client(KUBELET).get(RUNTIME_CLASSES, "", class_name) else {
+            return Some(format!(
+                "Failed to create pod sandbox: RuntimeClass \"{class_name}\" not found"
+            ));
+        };
+        let handler = class["handler"].as_str().unwrap_or_default();
+        (!self.handlers.iter().any(|h| h == handler)).then(|| {
+            format!(
+                "Failed to create pod sandbox: rpc error: code = Unknown desc = failed to get sandbox runtime: no runtime for \"{handler}\" is configured"
+            )
+        })
     }
 
     fn node_ip(&self, node: &str) -> String {
