@@ -976,6 +976,21 @@ async fn a_reap_in_a_namespace_of_5000_foreign_sandboxes_reads_only_its_own() {
     assert_eq!(left.items.len(), FOREIGN);
 }
 
+/// A claim of `template` that must time out (the bind timeout is 6 s).
+async fn timed_out(backend: &K8sBackend, template: &TemplateSpec, run: &RunId) -> BackendError {
+    let template = backend.ensure_template(template).await.unwrap();
+    let error = backend
+        .claim(
+            &template,
+            &run.labels(),
+            Instant::now() + Duration::from_secs(8),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Timeout, "{error}");
+    error
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_that_times_out_says_what_the_scheduler_or_the_kubelet_said() {
     let cluster = Cluster::agent_sandbox().await;
@@ -1010,16 +1025,7 @@ async fn a_claim_that_times_out_says_what_the_scheduler_or_the_kubelet_said() {
         ),
     ];
     for (template, said) in cases {
-        let template = backend.ensure_template(&template).await.unwrap();
-        let error = backend
-            .claim(
-                &template,
-                &run.labels(),
-                Instant::now() + Duration::from_secs(8),
-            )
-            .await
-            .unwrap_err();
-        assert_eq!(error.kind(), ErrorKind::Timeout, "{error}");
+        let error = timed_out(&backend, &template, &run).await;
         assert!(
             said.iter().any(|said| error.message().contains(said)),
             "{error}"
@@ -1042,16 +1048,7 @@ async fn a_claim_that_times_out_says_what_the_scheduler_or_the_kubelet_said() {
         runtime_class: Some("gvisor".into()),
         ..cluster.config()
     });
-    let template = sandboxed.ensure_template(&spec(&run)).await.unwrap();
-    let error = sandboxed
-        .claim(
-            &template,
-            &run.labels(),
-            Instant::now() + Duration::from_secs(8),
-        )
-        .await
-        .unwrap_err();
-    assert_eq!(error.kind(), ErrorKind::Timeout, "{error}");
+    let error = timed_out(&sandboxed, &spec(&run), &run).await;
     assert!(
         error.message().contains(
             "its pod: FailedCreatePodSandBox: Failed to create pod sandbox: rpc error: code = Unknown desc = failed to get sandbox runtime: no runtime for \"runsc\" is configured"

@@ -352,15 +352,10 @@ fn object(
     for key in keys {
         let field = join(path, &key);
         let old_value = old.and_then(|o| o.get(&key));
-        if let Some(sub) = props.and_then(|p| p.get(&key)) {
-            node(
-                sub,
-                map.get_mut(&key).expect("listed"),
-                old_value,
-                &field,
-                findings,
-            );
-        } else if let Some(sub) = additional.filter(|a| a.is_object()) {
+        let declared = props
+            .and_then(|p| p.get(&key))
+            .or_else(|| additional.filter(|a| a.is_object()));
+        if let Some(sub) = declared {
             node(
                 sub,
                 map.get_mut(&key).expect("listed"),

@@ -52,6 +52,20 @@ async fn running(api: &Api, name: &str) -> Value {
     .unwrap()
 }
 
+/// An emulator of plain pods that can run image `py` (kept while the
+/// directory lives).
+async fn plain_with_py() -> (tempfile::TempDir, Emulator) {
+    let (dir, images) = image("py");
+    let emulator = Emulator::start(Config {
+        images,
+        runtime: PodRuntime::Plain,
+        ..Config::default()
+    })
+    .await
+    .unwrap();
+    (dir, emulator)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_first_pull_of_an_image_on_a_node_pays_the_latency_and_later_pods_start_from_cache() {
     let (_dir, images) = image("py");
@@ -192,14 +206,7 @@ async fn a_node_pulls_one_image_at_a_time_each_at_its_size_over_the_bandwidth() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_image_with_no_directory_leaves_the_pod_pending_in_err_image_pull() {
-    let (_dir, images) = image("py");
-    let emulator = Emulator::start(Config {
-        images,
-        runtime: PodRuntime::Plain,
-        ..Config::default()
-    })
-    .await
-    .unwrap();
+    let (_dir, emulator) = plain_with_py().await;
     let api = Api::new(&emulator);
     // A bare name mapped to nothing: no registry is asked (a reference would be
     // pulled, with isolated pods; see tests/oci.rs against a loopback registry).
@@ -446,14 +453,7 @@ async fn access_reviews_answer_allowed_and_denied_and_denied_requests_get_403() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pods_runtime_class_is_admitted_and_run_as_the_api_server_and_the_kubelet_do() {
-    let (_dir, images) = image("py");
-    let emulator = Emulator::start(Config {
-        images,
-        runtime: PodRuntime::Plain,
-        ..Config::default()
-    })
-    .await
-    .unwrap();
+    let (_dir, emulator) = plain_with_py().await;
     let api = Api::new(&emulator);
     // No such RuntimeClass: the admission plugin refuses the pod.
     let (code, status) = api

@@ -24,13 +24,15 @@ use serde_json::Value;
 
 use crate::status::Cause;
 
+/// A rule's program, or why it does not compile.
+type Compiled = Result<Arc<Program>, String>;
+
 /// Rules compiled once each: the same few rules run on every write of a kind.
-static PROGRAMS: LazyLock<Mutex<HashMap<String, Result<Arc<Program>, String>>>> =
-    LazyLock::new(Mutex::default);
+static PROGRAMS: LazyLock<Mutex<HashMap<String, Compiled>>> = LazyLock::new(Mutex::default);
 
 static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| Arc::new(Env::stdlib()));
 
-fn compiled(rule: &str) -> Result<Arc<Program>, String> {
+fn compiled(rule: &str) -> Compiled {
     let mut programs = PROGRAMS
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
