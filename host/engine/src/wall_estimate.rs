@@ -52,6 +52,10 @@ pub struct SandboxCosts {
     pub nodes: u32,
     /// Pulls one node makes at once.
     pub pulls_per_node: u32,
+    /// Of an image's claims, the share the placement policy puts on the
+    /// cluster of the image's pool (1: every one, as image affinity does).
+    /// The rest find no warm sandbox of theirs and start cold.
+    pub pool_hit: f64,
     /// When the clusters share the host's CPU (a devcluster): what their
     /// work costs it.
     pub host_cpu: Option<HostCpu>,
@@ -254,13 +258,20 @@ fn price_image(
         tasks
     };
     let pull = costs.pulls.get(image).copied().unwrap_or_default();
+    // Claims placed away from the pool's cluster start cold there.
+    let at_pool = if replicas > 0 {
+        (f64::from(claims) * costs.pool_hit.clamp(0.0, 1.0)).round() as u32
+    } else {
+        claims
+    };
+    let away = claims - at_pool;
     // A pool serves as many claims as it holds sandboxes at once; a claim
     // behind them takes the pool's refill when it is ready before the
     // claim starts cold. The scheduler spreads an image's pods over the
     // emptiest nodes, so the first `nodes` of them each pull it, the
     // pool's first: a refill or cold start there waits for the pull.
-    let warm = claims.min(replicas);
-    let behind = claims - warm;
+    let warm = at_pool.min(replicas);
+    let behind = at_pool - warm;
     let pulls = (claims + replicas).min(nodes);
     let warm_pulls = replicas.min(nodes);
     let pulling = behind.min(nodes.saturating_sub(replicas));
@@ -276,7 +287,8 @@ fn price_image(
         + costs.reset * (tasks - claims)
         + costs.warm_claim * warm
         + refilled(true) * pulling
-        + refilled(false) * (behind - pulling);
+        + refilled(false) * (behind - pulling)
+        + costs.cold_claim * away;
     Priced {
         tasks,
         replicas,
@@ -372,6 +384,7 @@ mod tests {
             pulls: vec![Duration::from_secs(4); images],
             nodes: 2,
             pulls_per_node: 1,
+            pool_hit: 1.0,
             host_cpu: None,
         }
     }
@@ -412,6 +425,26 @@ mod tests {
         assert_eq!(estimate.wall_s, 5.0 + 3.0 + 1.5);
         assert_eq!(estimate.warming_s, 5.0);
         assert_eq!(estimate.creates, 6);
+    }
+
+    #[test]
+    fn claims_placed_away_from_their_pool_start_cold() {
+        // Half the 4 claims land where the pool of 2 is and are served
+        // warm; the other half start cold on another cluster (2 s each):
+        // 8 s of work over 2 slots and a 2 s path, after the 5 s wave.
+        let away = SandboxCosts {
+            pool_hit: 0.5,
+            ..roomy(1)
+        };
+        let estimate = estimate(&one(4, 2, 2), &settings(Strategy::Naive), &away);
+        assert_eq!(estimate.wall_s, 5.0 + 4.0 + 2.0);
+        // Without a pool every claim is cold wherever it lands.
+        let none = estimate_none(&away);
+        assert_eq!(none, estimate_none(&roomy(1)));
+    }
+
+    fn estimate_none(costs: &SandboxCosts) -> f64 {
+        estimate(&one(4, 0, 2), &settings(Strategy::None), costs).wall_s
     }
 
     #[test]

@@ -197,7 +197,7 @@ pub fn rehearse(options: &Options) -> anyhow::Result<Rehearsal> {
             concurrent: CONCURRENT,
             plain: runtime == PodRuntime::Plain,
         };
-        let costs = |plan: &Plan, placed: &[u32]| costs(plan, &calibration, shapes, placed);
+        let costs = |plan: &Plan, placed: &Placement| costs(plan, &calibration, shapes, placed);
         let mut outcome = tokio.block_on(run_variant(&dir, &rig, &fleet, &costs, options))?;
         outcome.check();
         rehearsal.variants.push(outcome);
@@ -257,7 +257,12 @@ fn pulling_nodes(shapes: &[Shape], placed: &[u32]) -> u32 {
 
 /// The plan's images priced with the calibration and the pull model, its
 /// pulls on the nodes of the clusters the placement policy uses.
-fn costs(plan: &Plan, calibration: &Calibration, shapes: &[Shape], placed: &[u32]) -> SandboxCosts {
+fn costs(
+    plan: &Plan,
+    calibration: &Calibration,
+    shapes: &[Shape],
+    placed: &Placement,
+) -> SandboxCosts {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
     SandboxCosts {
         task: Duration::from_secs_f64(calibration.task_s),
@@ -267,8 +272,9 @@ fn costs(plan: &Plan, calibration: &Calibration, shapes: &[Shape], placed: &[u32
         cold_start_after: sandfleet_emulator_k8s::Tuning::default().cold_start_after,
         reset: Duration::from_secs_f64(calibration.reset_s),
         pulls: plan.images.iter().map(|i| pull_cost(i)).collect(),
-        nodes: pulling_nodes(shapes, placed),
+        nodes: pulling_nodes(shapes, &placed.per_cluster),
         pulls_per_node: PULLS_PER_NODE as u32,
+        pool_hit: placed.pool_hit,
         host_cpu: Some(HostCpu {
             fresh_task: Duration::from_secs_f64(calibration.host_cpu_fresh_task_s),
             reused_task: Duration::from_secs_f64(calibration.host_cpu_reused_task_s),
@@ -362,7 +368,7 @@ async fn run_variant(
     dir: &Path,
     rig: &Rig<'_>,
     fleet: &FleetFile<'_>,
-    costs: &dyn Fn(&Plan, &[u32]) -> SandboxCosts,
+    costs: &dyn Fn(&Plan, &Placement) -> SandboxCosts,
     options: &Options,
 ) -> anyhow::Result<VariantOutcome> {
     if dir.exists() {
@@ -400,7 +406,7 @@ async fn measure(
     fleet: &FleetFile<'_>,
     shapes: &[Shape],
     clusters: &[devclusters::Devcluster],
-    costs: &dyn Fn(&Plan, &[u32]) -> SandboxCosts,
+    costs: &dyn Fn(&Plan, &Placement) -> SandboxCosts,
     options: &Options,
 ) -> anyhow::Result<VariantOutcome> {
     let fleet_path = dir.join("fleet.toml");
@@ -461,6 +467,7 @@ async fn measure(
             0.0
         },
         estimate,
+        pool_hit: ran.placed.pool_hit,
         host_cpu_s,
         claims: report.map_or(0, |r| r.claims),
         creates: outcomes.iter().map(|c| c.creates).sum(),
@@ -484,53 +491,97 @@ async fn measure(
 /// report or why there is none.
 struct Ran {
     plan: Option<(Plan, sandfleet_engine::FleetSettings)>,
-    placed: Vec<u32>,
+    placed: Placement,
     report: Result<RunReport, String>,
 }
 
-/// The sandboxes of `plan`'s peak the placement policy puts on each
-/// cluster, placed one by one as the run's first claims are, before
-/// anything is warm or pulled: each cluster as its capacity and weight
-/// describe it, its free slots falling as sandboxes land.
+/// Where the placement policy puts a run's sandboxes, found before the run
+/// through the policy itself.
+struct Placement {
+    /// The sandboxes of the plan's peak on each cluster.
+    per_cluster: Vec<u32>,
+    /// Of an image's claims, the share put on the cluster of its pool.
+    pool_hit: f64,
+}
+
+/// Claims of each image placed after its pool, to measure the pool hits.
+const CLAIMS_AFTER_POOL: u64 = 8;
+
+/// Where the placement policy puts `plan`'s peak: its sandboxes placed one
+/// by one as the run's first claims are, before anything is warm or
+/// pulled, each cluster as its capacity and weight describe it, its free
+/// slots falling as sandboxes land. Then, for each image, its pool and a
+/// few of its claims after it, the pool's cluster holding the image and a
+/// warm sandbox of it, as the engine shows them to the policy.
 async fn place_peak(
     plan: &Plan,
     placement: &PlacementPolicy,
     capacity: &[sandfleet_core::Capacity],
     weights: &[u32],
-) -> anyhow::Result<Vec<u32>> {
-    let mut placed = vec![0u32; capacity.len()];
-    let images = plan.images.len().max(1) as u32;
-    for sequence in 0..u64::from(plan.peak_warm + plan.concurrent) {
-        let states: Vec<ClusterState> = capacity
+) -> anyhow::Result<Placement> {
+    let states = |live: &[u32], pool: Option<usize>| -> Vec<ClusterState> {
+        capacity
             .iter()
             .zip(weights)
-            .zip(&placed)
-            .map(|((capacity, weight), live)| ClusterState {
+            .zip(live)
+            .enumerate()
+            .map(|(index, ((capacity, weight), live))| ClusterState {
                 healthy: true,
-                has_image: false,
+                has_image: pool == Some(index),
                 free_slots: capacity
                     .sandbox_slots
                     .map_or(u32::MAX, |slots| slots.saturating_sub(*live)),
                 live: *live,
-                warm_ready: 0,
+                warm_ready: u32::from(pool == Some(index)),
                 weight: *weight,
                 cpu_free_milli: u32::MAX,
                 memory_free_mib: u32::MAX,
             })
-            .collect();
+            .collect()
+    };
+    let place = |kind: DemandKind, image: u32, sequence: u64, states: Vec<ClusterState>| async move {
         let demand = Demand {
-            kind: DemandKind::Claim,
-            image: (sequence % u64::from(images)) as u32,
+            kind,
+            image,
             count: 1,
             sequence,
         };
-        let index = placement
+        placement
             .place(&demand, &Clusters::from_states(&states))
             .await
-            .context("placing the plan's peak")?;
-        placed[index as usize] += 1;
+            .context("placing the plan's sandboxes")
+            .map(|index| index as usize)
+    };
+    let mut placed = vec![0u32; capacity.len()];
+    let images = plan.images.len().max(1) as u32;
+    let mut sequence = 0;
+    while sequence < u64::from(plan.peak_warm + plan.concurrent) {
+        let image = (sequence % u64::from(images)) as u32;
+        let at = place(DemandKind::Claim, image, sequence, states(&placed, None)).await?;
+        placed[at] += 1;
+        sequence += 1;
     }
-    Ok(placed)
+    let (mut claims, mut hits) = (0u32, 0u32);
+    for image in 0..images {
+        let pool = place(DemandKind::Pool, image, sequence, states(&placed, None)).await?;
+        sequence += 1;
+        for _ in 0..CLAIMS_AFTER_POOL {
+            let at = place(
+                DemandKind::Claim,
+                image,
+                sequence,
+                states(&placed, Some(pool)),
+            )
+            .await?;
+            sequence += 1;
+            claims += 1;
+            hits += u32::from(at == pool);
+        }
+    }
+    Ok(Placement {
+        per_cluster: placed,
+        pool_hit: f64::from(hits) / f64::from(claims.max(1)),
+    })
 }
 
 /// Runs the fleet file as `sandfleet run` does, with the plan
@@ -553,7 +604,10 @@ async fn run_fleet(fleet_path: &Path, options: &Options) -> anyhow::Result<Ran> 
         Err(refused) => {
             return Ok(Ran {
                 plan: None,
-                placed: Vec::new(),
+                placed: Placement {
+                    per_cluster: Vec::new(),
+                    pool_hit: 1.0,
+                },
                 report: Err(format!("the plan was refused: {refused:#}")),
             });
         }
@@ -646,7 +700,7 @@ fn calibrate(
         "calibration"
     });
     let before = host_cpu();
-    let no_costs = |_: &Plan, _: &[u32]| costs_unknown();
+    let no_costs = |_: &Plan, _: &Placement| costs_unknown();
     tokio.block_on(run_variant(&dir, &rig, &fleet, &no_costs, options))?;
     let cpu = host_cpu().saturating_sub(before);
     let report: serde_json::Value = serde_json::from_str(
@@ -704,6 +758,7 @@ fn costs_unknown() -> SandboxCosts {
         pulls: Vec::new(),
         nodes: 1,
         pulls_per_node: 1,
+        pool_hit: 1.0,
         host_cpu: None,
     }
 }

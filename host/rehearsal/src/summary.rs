@@ -73,6 +73,9 @@ pub struct VariantOutcome {
     pub estimate_ratio: f64,
     /// The estimate's terms (none when the plan was refused).
     pub estimate: Option<WallEstimate>,
+    /// Of an image's claims, the share the placement policy put on its
+    /// pool's cluster before the run (the rest the estimate prices cold).
+    pub pool_hit: f64,
     /// The host's CPU the run used (every process).
     pub host_cpu_s: f64,
     /// Claims the engine made (its report).
@@ -255,6 +258,7 @@ mod tests {
             wall_s: 10.0,
             plan_estimate_s: 10.0,
             estimate_ratio: 1.0,
+            pool_hit: 1.0,
             estimate: Some(WallEstimate {
                 wall_s: 10.0,
                 warming_s: 0.0,
