@@ -50,10 +50,6 @@ struct Options {
     tty: bool,
 }
 
-fn flag(query: &Query, key: &str) -> bool {
-    matches!(query.get(key), Some("true" | "1" | ""))
-}
-
 fn options(query: &Query) -> ApiResult<Options> {
     let command: Vec<String> = query
         .all("command")
@@ -65,10 +61,10 @@ fn options(query: &Query) -> ApiResult<Options> {
     }
     let o = Options {
         command,
-        stdin: flag(query, "stdin"),
-        stdout: flag(query, "stdout"),
-        stderr: flag(query, "stderr"),
-        tty: flag(query, "tty"),
+        stdin: query.flag("stdin"),
+        stdout: query.flag("stdout"),
+        stderr: query.flag("stderr"),
+        tty: query.flag("tty"),
     };
     if !(o.stdin || o.stdout || o.stderr) {
         return Err(ApiError::bad_request(

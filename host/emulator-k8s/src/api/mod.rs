@@ -115,9 +115,12 @@ impl Query {
             .collect()
     }
 
-    /// A boolean parameter (`true`/`1`).
+    /// A boolean parameter as the API server decodes one: absent, `0` or
+    /// `false` in any case is false, anything else true — Python clients
+    /// send `watch=True`, and `?watch` alone is a watch.
     pub(crate) fn flag(&self, key: &str) -> bool {
-        matches!(self.get(key), Some("true" | "1"))
+        self.get(key)
+            .is_some_and(|value| value != "0" && !value.eq_ignore_ascii_case("false"))
     }
 
     /// `dryRun=All`.
@@ -241,5 +244,20 @@ fn body_rv(object: &Value) -> ApiResult<Option<u64>> {
         Some(s) => s.parse().map(Some).map_err(|_| {
             ApiError::bad_request(format!("invalid resourceVersion \"{s}\" in metadata"))
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Query;
+
+    #[test]
+    fn flags_decode_as_the_api_server_decodes_them() {
+        let query = Query::parse(Some("a=True&b=1&c=&d=FALSE&e=0&f=false&g=yes"));
+        let set: Vec<bool> = ["a", "b", "c", "d", "e", "f", "g", "absent"]
+            .iter()
+            .map(|key| query.flag(key))
+            .collect();
+        assert_eq!(set, [true, true, true, false, false, false, true, false]);
     }
 }
