@@ -14,7 +14,7 @@ use sandfleet_jail::protocol::IdMap;
 use crate::backend::{Inner, WARM_CREATE_TIMEOUT};
 use crate::error::{IoContext, LocalError};
 use crate::machine;
-use crate::namespace::SANDBOX_PATH;
+use crate::namespace::{SANDBOX_PATH, sandbox_tool};
 use crate::sandbox::{ImageRoot, Isolation, Resources, Sandbox, Template};
 use crate::state;
 
@@ -83,7 +83,7 @@ impl Inner {
             tools.push("git");
         }
         for tool in tools {
-            if !on_sandbox_path(tool) {
+            if sandbox_tool(tool).is_none() {
                 report.failures.push(format!(
                     "`{tool}` is not in any directory of {SANDBOX_PATH}"
                 ));
@@ -203,13 +203,4 @@ fn preflight_run() -> RunId {
     static PREFLIGHTS: AtomicU64 = AtomicU64::new(0);
     let number = PREFLIGHTS.fetch_add(1, Ordering::Relaxed);
     RunId::new(format!("preflight-{}-{number}", std::process::id())).expect("a valid run id")
-}
-
-/// Whether `tool` is an executable file in a directory of [`SANDBOX_PATH`].
-fn on_sandbox_path(tool: &str) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    SANDBOX_PATH.split(':').any(|dir| {
-        std::fs::metadata(Path::new(dir).join(tool))
-            .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
-    })
 }

@@ -37,6 +37,18 @@ use crate::remove::remove_beneath;
 pub(crate) const SANDBOX_PATH: &str =
     "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
+/// Where `tool` is: the first executable file of that name in a directory
+/// of [`SANDBOX_PATH`].
+pub(crate) fn sandbox_tool(tool: &str) -> Option<PathBuf> {
+    SANDBOX_PATH
+        .split(':')
+        .map(|dir| Path::new(dir).join(tool))
+        .find(|path| {
+            std::fs::metadata(path)
+                .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+        })
+}
+
 /// The supervisor's stderr, kept in the sandbox directory for diagnosis.
 const INIT_LOG: &str = "init.log";
 

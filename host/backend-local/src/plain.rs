@@ -60,9 +60,12 @@ impl PathMap {
         self.to_host(arg).unwrap_or_else(|| arg.to_string())
     }
 
-    /// `env -i -C <workdir> VARS... ARGV...` for `request`, paths mapped,
-    /// with `vars` (`PATH` first) then `HOME`, `TMPDIR`, `env` and the
-    /// sandbox's `marker`, last so that no command environment can drop it.
+    /// `request` as `env -i -C <workdir> VARS... ARGV...` would run it,
+    /// paths mapped, with `vars` (`PATH` first) then `HOME`, `TMPDIR`, `env`
+    /// and the sandbox's `marker`, last so that no command environment can
+    /// drop it. A program found on that `PATH`, in a workdir that exists, is
+    /// started as it is, without `env` in front: a process less to load per
+    /// command.
     pub(crate) fn command(
         &self,
         request: &ExecRequest,
@@ -80,16 +83,72 @@ impl PathMap {
         vars.push(("TMPDIR".to_string(), self.host_dir("/tmp")));
         vars.extend(env);
         vars.push((MARKER_ENV.to_string(), marker.to_string()));
-        let mut command = Command::new("env");
+        let workdir = self.map_arg(workdir);
+        let args = request.argv.iter().skip(1).map(|arg| self.map_arg(arg));
+        let path = vars.iter().rev().find(|(name, _)| name == "PATH");
+        if let Some(found) = path.and_then(|(_, path)| runnable_on(path, program))
+            && Path::new(&workdir).is_dir()
+        {
+            let mut command = Command::new(found);
+            command
+                .arg0(program)
+                .args(args)
+                .env_clear()
+                .envs(vars.iter().map(|(name, value)| (name, value)))
+                .current_dir(workdir);
+            return Ok(command);
+        }
+        // By its path: a child whose `PATH` differs from ours is searched
+        // for by std in a fork of this whole process (a copy of its page
+        // tables, the largest cost of a command in a busy devcluster);
+        // a program given by path is started by posix_spawn, which copies
+        // nothing.
+        static ENV: std::sync::LazyLock<PathBuf> = std::sync::LazyLock::new(|| {
+            crate::namespace::sandbox_tool("env").unwrap_or_else(|| PathBuf::from("env"))
+        });
+        let mut command = Command::new(&*ENV);
         command
             .env_clear()
             .env("PATH", SANDBOX_PATH)
             .args(["-i", "-C"])
-            .arg(self.map_arg(workdir))
+            .arg(workdir)
             .args(vars.iter().map(|(name, value)| format!("{name}={value}")))
-            .args(request.argv.iter().map(|arg| self.map_arg(arg)));
+            .arg(self.map_arg(program))
+            .args(args);
         Ok(command)
     }
+}
+
+/// Where `execvp` would find `program` (a bare name) on `path`, when it is
+/// a file the kernel runs itself (`#!` or ELF) and every directory searched
+/// before it is absolute: `env` handles the rest (a script without `#!` is
+/// run by `sh`, a missing program is exit 127, an empty entry is the
+/// workdir).
+fn runnable_on(path: &str, program: &str) -> Option<PathBuf> {
+    use std::io::Read;
+    use std::os::unix::fs::PermissionsExt;
+    if program.is_empty() || program.contains('/') {
+        return None;
+    }
+    let mut found = None;
+    for dir in path.split(':') {
+        if !dir.starts_with('/') {
+            return None;
+        }
+        let candidate = Path::new(dir).join(program);
+        if std::fs::metadata(&candidate)
+            .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+        {
+            found = Some(candidate);
+            break;
+        }
+    }
+    let found = found?;
+    let mut magic = [0u8; 4];
+    std::fs::File::open(&found)
+        .and_then(|mut file| file.read_exact(&mut magic))
+        .ok()?;
+    (magic.starts_with(b"#!") || magic == *b"\x7fELF").then_some(found)
 }
 
 /// Makes a plain sandbox of `template` in `dir`: the mapped directories,
@@ -147,5 +206,33 @@ mod tests {
         assert_eq!(paths.map_arg("-c"), "-c");
         assert_eq!(paths.map_arg("cat /workspace/a"), "cat /workspace/a");
         assert_eq!(paths.to_host("/usr/bin"), None);
+    }
+
+    #[test]
+    fn only_programs_the_kernel_runs_from_absolute_path_entries_skip_env() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        for (name, text) in [
+            ("script", "#!/bin/sh\ntrue\n"),
+            ("bare", "true\n"),
+            ("unrunnable", "#!/bin/sh\n"),
+        ] {
+            std::fs::write(bin.join(name), text).unwrap();
+            let mode = if name == "unrunnable" { 0o644 } else { 0o755 };
+            std::fs::set_permissions(bin.join(name), std::fs::Permissions::from_mode(mode))
+                .unwrap();
+        }
+        let path = format!("{}:/usr/bin:/bin", bin.display());
+        assert_eq!(runnable_on(&path, "script"), Some(bin.join("script")));
+        // A script without `#!` is for `env` (execvp runs it with sh).
+        assert_eq!(runnable_on(&path, "bare"), None);
+        assert_eq!(runnable_on(&path, "unrunnable"), None);
+        assert_eq!(runnable_on(&path, "no-such-program"), None);
+        assert_eq!(runnable_on(&path, "./script"), None);
+        assert!(runnable_on("/usr/bin:/bin", "true").is_some());
+        // A relative entry searched first would be the workdir's.
+        assert_eq!(runnable_on(&format!(":{path}"), "script"), None);
     }
 }
