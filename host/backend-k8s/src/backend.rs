@@ -129,7 +129,7 @@ impl K8sBackend {
         config
             .validate()
             .map_err(|e| BackendError::new(ErrorKind::Invalid, name, e))?;
-        let clients = Clients::over(service, &config.namespace);
+        let clients = Clients::over(service.clone(), service, &config.namespace);
         let slot = ClientSlot::ready(clients, "the given service".into());
         Ok(Self::with_slot(name, config, slot))
     }
@@ -306,7 +306,7 @@ impl K8sBackend {
         Ok(Target {
             // Retrying: a refused exec upgrade ran nothing, and the engine
             // never repeats a command.
-            pods: Api::<Pod>::namespaced(self.clients().await?.retrying, &data.namespace),
+            pods: Api::<Pod>::namespaced(self.clients().await?.exec, &data.namespace),
             pod: data.pod.clone(),
         })
     }

@@ -3,18 +3,21 @@
 //!
 //! The client is made on first use, so a kubeconfig that cannot be read or
 //! has no such context is a preflight failure naming the cluster, not a
-//! crash at start. Its HTTP stack bounds the requests in flight and the idle
-//! connections kept, so a burst of claims does not leave hundreds of
-//! connections open against the API server: what a run holds is its watch,
-//! its exec sessions and a handful of pooled connections.
+//! crash at start. API calls go over HTTP/2 when the server offers it (as
+//! every API server does): a run's claims, watches and deletes share one
+//! connection, so a burst of claims neither opens hundreds of connections
+//! against the API server nor waits for a handful; exec websockets, which
+//! only HTTP/1.1 can upgrade, take a connection each. What a run holds is
+//! that connection, its exec sessions and a few idle ones.
 //!
-//! One configuration makes two clients over that one pool and bound:
-//! `retrying`, with kube's retries of 429/503/504 after `Retry-After`, for
-//! the calls nobody above the driver repeats (reaps, clean-up, watches,
-//! reads), and `single`, which sends each request once, for the calls the
-//! engine retries as a whole within its run's budget (release, renewal,
-//! template and pool writes, claims) — so one throttled call is not sent
-//! kube's attempts times the engine's.
+//! One configuration makes two API clients over that one connection and
+//! bound: `retrying`, with kube's retries of 429/503/504 after
+//! `Retry-After`, for the calls nobody above the driver repeats (reaps,
+//! clean-up, watches, reads), and `single`, which sends each request once,
+//! for the calls the engine retries as a whole within its run's budget
+//! (release, renewal, template and pool writes, claims) — so one throttled
+//! call is not sent kube's attempts times the engine's. A third, `exec`,
+//! retries like `retrying` over HTTP/1.1.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -30,10 +33,12 @@ use tower::{BoxError, Service, ServiceBuilder};
 use crate::config::K8sConfig;
 
 /// Requests in flight at once on one client (an answer's headers free a
-/// slot; watch and exec streams then hold only their connection).
-const MAX_IN_FLIGHT: usize = 16;
+/// slot; watch and exec streams then hold only their connection). As many
+/// as the engine's largest burst of claims: over HTTP/2 they are streams
+/// of one connection, and the API server's own fairness queues them.
+const MAX_IN_FLIGHT: usize = 256;
 
-/// Idle connections kept per client.
+/// Idle connections kept per client (HTTP/1.1, or a server without HTTP/2).
 const MAX_IDLE: usize = 4;
 
 /// How long an idle pooled connection is kept.
@@ -52,49 +57,98 @@ pub(crate) enum Source {
     InCluster,
 }
 
-/// The two clients of one configuration (see the module's docs).
+/// The clients of one configuration (see the module's docs).
 #[derive(Clone)]
 pub(crate) struct Clients {
     /// kube retries 429, 503 and 504 itself, after `Retry-After`.
     pub(crate) retrying: kube::Client,
     /// Every request is sent once; its failure goes back to the caller.
     pub(crate) single: kube::Client,
+    /// For `pods/exec` websockets, retrying like `retrying` (a refused
+    /// upgrade ran nothing): over HTTP/1.1, the only protocol a websocket
+    /// upgrade has, where the others share one HTTP/2 connection.
+    pub(crate) exec: kube::Client,
 }
 
 impl Clients {
-    /// Both roles played by `client` as it is.
+    /// Every role played by `client` as it is.
     pub(crate) fn same(client: kube::Client) -> Self {
         Clients {
             retrying: client.clone(),
-            single: client,
+            single: client.clone(),
+            exec: client,
         }
     }
 
-    /// The two clients over `service` (an HTTP stack that reaches the API
-    /// server), sharing its connections and one bound on requests in
-    /// flight.
-    pub(crate) fn over<S, B>(service: S, namespace: &str) -> Self
+    /// The clients over `api` and `exec` (HTTP stacks that reach the API
+    /// server; `exec` speaks HTTP/1.1), each with its bound on requests in
+    /// flight; `retrying` and `single` share `api`'s.
+    pub(crate) fn over<S, B, E, C>(api: S, exec: E, namespace: &str) -> Self
     where
         S: Service<http::Request<Body>, Response = http::Response<B>> + Clone + Send + 'static,
         S::Future: Send + 'static,
         S::Error: Into<BoxError>,
         B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
         B::Error: Into<BoxError>,
+        E: Service<http::Request<Body>, Response = http::Response<C>> + Clone + Send + 'static,
+        E::Future: Send + 'static,
+        E::Error: Into<BoxError>,
+        C: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+        C::Error: Into<BoxError>,
     {
-        let bounded = ServiceBuilder::new()
-            .concurrency_limit(MAX_IN_FLIGHT)
-            .map_err(|error: S::Error| -> BoxError { error.into() })
-            .service(service);
-        // Outside the bound, so a retry waiting out Retry-After holds no
-        // slot.
-        let retrying = ServiceBuilder::new()
-            .layer(tower::retry::RetryLayer::new(RetryPolicy::server_retry()))
-            .service(bounded.clone());
+        let api = bounded(api);
         Clients {
-            retrying: kube::Client::new(retrying, namespace),
-            single: kube::Client::new(bounded, namespace),
+            retrying: kube::Client::new(retrying(api.clone()), namespace),
+            single: kube::Client::new(api, namespace),
+            exec: kube::Client::new(retrying(bounded(exec)), namespace),
         }
     }
+}
+
+/// `service` with at most [`MAX_IN_FLIGHT`] requests in flight.
+fn bounded<S, B>(
+    service: S,
+) -> impl Service<
+    http::Request<Body>,
+    Response = http::Response<B>,
+    Error = BoxError,
+    Future: Send + 'static,
+> + Clone
++ Send
++ 'static
+where
+    S: Service<http::Request<Body>, Response = http::Response<B>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+{
+    ServiceBuilder::new()
+        .concurrency_limit(MAX_IN_FLIGHT)
+        .map_err(|error: S::Error| -> BoxError { error.into() })
+        .service(service)
+}
+
+/// `service` with kube's retries of 429/503/504, outside its bound so a
+/// retry waiting out `Retry-After` holds no slot.
+fn retrying<S, B>(
+    service: S,
+) -> impl Service<
+    http::Request<Body>,
+    Response = http::Response<B>,
+    Error = BoxError,
+    Future: Send + 'static,
+> + Clone
++ Send
++ 'static
+where
+    S: Service<http::Request<Body>, Response = http::Response<B>, Error = BoxError>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    ServiceBuilder::new()
+        .layer(tower::retry::RetryLayer::new(RetryPolicy::server_retry()))
+        .service(service)
 }
 
 /// A client, made once on first use.
@@ -223,26 +277,51 @@ pub(crate) async fn connect(source: &Source) -> Result<(Clients, String), String
     Ok((client, server))
 }
 
-/// kube's own stack (base URI, auth, TLS) with a bounded pool, as the two
-/// clients.
+/// kube's own stack (base URI, auth, TLS) over two pools: the API calls
+/// on HTTP/2 when the server offers it (every claim, watch and delete of
+/// a run multiplexed on one connection, no TLS handshake per burst), the
+/// exec websockets on HTTP/1.1.
 fn build(config: kube::Config) -> Result<Clients, kube::Error> {
     let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
     http.enforce_http(false);
     http.set_connect_timeout(config.connect_timeout);
     http.set_nodelay(true);
-    let https = config.rustls_https_connector_with_connector(http)?;
-    let hyper = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+    let mut tls = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(config.rustls_client_config()?)
+        .https_or_http();
+    if let Some(name) = &config.tls_server_name {
+        let name = name.clone().try_into().map_err(|e| {
+            kube::Error::RustlsTls(kube::client::RustlsTlsError::InvalidServerName(e))
+        })?;
+        tls = tls.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name));
+    }
+    let api = pooled(tls.enable_all_versions().wrap_connector(http.clone()));
+    let exec = pooled(config.rustls_https_connector_with_connector(http)?);
+    let stack = |client| -> Result<_, kube::Error> {
+        Ok(ServiceBuilder::new()
+            .layer(config.base_uri_layer())
+            .option_layer(config.auth_layer()?)
+            .layer(config.extra_headers_layer()?)
+            .map_err(BoxError::from)
+            .service(client))
+    };
+    Ok(Clients::over(
+        stack(api)?,
+        stack(exec)?,
+        &config.default_namespace,
+    ))
+}
+
+/// A client over `connector` keeping at most [`MAX_IDLE`] idle connections.
+fn pooled<C>(connector: C) -> hyper_util::client::legacy::Client<C, Body>
+where
+    C: hyper_util::client::legacy::connect::Connect + Clone,
+{
+    hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .pool_max_idle_per_host(MAX_IDLE)
         .pool_idle_timeout(IDLE_TIMEOUT)
         .pool_timer(hyper_util::rt::TokioTimer::new())
-        .build(https);
-    let service = ServiceBuilder::new()
-        .layer(config.base_uri_layer())
-        .option_layer(config.auth_layer()?)
-        .layer(config.extra_headers_layer()?)
-        .map_err(BoxError::from)
-        .service(hyper);
-    Ok(Clients::over(service, &config.default_namespace))
+        .build(connector)
 }
 
 /// An error and its causes on one line.

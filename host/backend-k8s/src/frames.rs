@@ -17,13 +17,13 @@ use sandfleet_core::ExecRequest;
 /// `exit <code>` when `last` (a one-shot exec, whose status channel then
 /// carries the exit code too).
 pub(crate) fn script(request: &ExecRequest, marker: &str, last: bool) -> String {
-    // The child: frames, then workdir, then the command in its own group.
-    const CHILD: &str = r#"m=$1; d=$2; e=$3; shift 3; if [ "$e" = 1 ]; then exec 2>&1; else printf '\n%s S\n' "$m" >&2; fi; printf '\n%s S %s\n' "$m" "$$"; if [ -n "$d" ]; then cd -- "$d" || exit 126; fi; if command -v setsid >/dev/null 2>&1; then exec setsid "$@"; else exec "$@"; fi"#;
+    // The child, a subshell (a fork of the shell, no new program to load):
+    // its own pid (`$$` is the parent's; `/proc/self` read by a builtin is
+    // the subshell's, and where there is no /proc a program started from it
+    // names it as its parent), frames, then workdir, then the command in
+    // its own group.
+    const CHILD: &str = r#"m=$1; d=$2; e=$3; shift 3; read -r p _ 2>/dev/null </proc/self/stat || p=$(exec sh -c 'echo "$PPID"'); if [ "$e" = 1 ]; then exec 2>&1; else printf '\n%s S\n' "$m" >&2; fi; printf '\n%s S %s\n' "$m" "$p"; if [ -n "$d" ]; then cd -- "$d" || exit 126; fi; if command -v setsid >/dev/null 2>&1; then exec setsid "$@"; else exec "$@"; fi"#;
     let mut words: Vec<String> = vec![
-        "sh".into(),
-        "-c".into(),
-        CHILD.into(),
-        "sf".into(),
         marker.into(),
         request.workdir.clone().unwrap_or_default(),
         if request.merge_stderr { "1" } else { "0" }.into(),
@@ -33,7 +33,7 @@ pub(crate) fn script(request: &ExecRequest, marker: &str, last: bool) -> String 
         words.extend(request.env.iter().map(|(k, v)| format!("{k}={v}")));
     }
     words.extend(request.argv.iter().cloned());
-    let command = shell_words::join(&words);
+    let command = format!("( set -- {}; {CHILD} )", shell_words::join(&words));
     let input = match &request.stdin {
         Some(bytes) => format!("printf '{}' | ", octal(bytes)),
         None => String::new(),
@@ -239,7 +239,7 @@ mod tests {
             ..ExecRequest::default()
         };
         let text = script(&request, M, true);
-        assert!(text.starts_with("{ printf 'x\\040y' | sh -c "), "{text}");
+        assert!(text.starts_with("{ printf 'x\\040y' | ( set -- "), "{text}");
         assert!(text.trim_end().ends_with("exit \"$sf_c\"; }"), "{text}");
     }
 }

@@ -268,6 +268,36 @@ async fn cold_claims_bind_through_an_empty_pool_and_one_shot_exec_gives_the_stat
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_claims_shares_one_api_connection_and_sessions_upgrade_beside_it() {
+    let cluster = Cluster::agent_sandbox().await;
+    let backend = Arc::new(cluster.backend(cluster.config()));
+    let run = RunId::new("run-burst").unwrap();
+    let template = warm_template(&backend, &run, 24).await;
+    let claims = (0..24).map(|_| {
+        let (backend, template, labels) = (backend.clone(), template.clone(), run.labels());
+        tokio::spawn(async move { backend.claim(&template, &labels, soon()).await.unwrap() })
+    });
+    let mut handles = Vec::new();
+    for claim in claims {
+        handles.push(claim.await.unwrap());
+    }
+    // The 24 creates, sandbox reads and the run's watch were streams of one
+    // HTTP/2 connection (over HTTP/1.1 they took a connection each, and
+    // four stayed open idle).
+    assert_eq!(cluster.emulator.connections(), 1);
+    // A websocket upgrade has only HTTP/1.1: sessions go over connections
+    // of their own.
+    for handle in &handles[..3] {
+        let out = backend
+            .exec(handle, &command(&["true"]), None)
+            .await
+            .unwrap();
+        assert_eq!(out.exit_code, 0);
+    }
+    backend.reap(&run).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reaping_one_run_leaves_another_runs_objects_in_the_namespace_whole() {
     let cluster = Cluster::agent_sandbox().await;
     let backend = Arc::new(cluster.backend(cluster.config()));
