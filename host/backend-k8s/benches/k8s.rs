@@ -1,18 +1,23 @@
 //! The Kubernetes driver against one devcluster (the emulator in a child
-//! process, this binary run again, so the client's CPU is its own), side by
-//! side in one run:
+//! process, this binary run again, so the client's CPU is its own and the
+//! devcluster's is read from /proc), side by side in one run:
 //!
-//! - claim → ready → one `true` → release at concurrency 256 from a
-//!   pre-filled warm pool: claims per second and client CPU per claim, with
-//!   the persistent exec session and with one websocket per command;
-//! - the latency of `true` over the persistent session and one-shot;
-//! - the API server connections the client holds while 1,000 claims are live.
+//! - the latency of `true` over the persistent exec session and one-shot;
+//! - claims at concurrency 1, 64 and 256, each row from a warm pool of its
+//!   concurrency filled before the clock starts: a plain kube-rs client
+//!   (create, watch until Ready, delete), the driver (claim, release), the
+//!   driver with one `true` between, and the official Python SDK when
+//!   `SANDFLEET_BENCH_SDK_PYTHON` names a Python with
+//!   `k8s-agent-sandbox[async]`; claims/s, claim → Ready p50/p99, and the
+//!   client's and the devcluster's CPU per claim;
+//! - the API server connections the driver holds while 1,000 claims are
+//!   live.
 //!
 //! Pods run as plain processes (`PodRuntime::Plain`): this measures the
 //! driver, not sandbox isolation.
 //!
-//! `cargo bench -p sandfleet-backend-k8s --bench k8s` (`K8S_BENCH_CLAIMS`,
-//! `K8S_BENCH_LIVE` override the sizes).
+//! `cargo bench -p sandfleet-backend-k8s --bench k8s` (`K8S_BENCH_SERIAL`,
+//! `K8S_BENCH_CLAIMS` and `K8S_BENCH_LIVE` override the sizes).
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -26,6 +31,7 @@ use sandfleet_core::{
 };
 use sandfleet_emulator_k8s::{CONTEXT, Config, Emulator, ImageMap, NodeShape, PodRuntime};
 
+/// Claims at once while filling up to the live claims.
 const CONCURRENCY: usize = 256;
 const IMAGE: &str = "calc";
 
@@ -111,6 +117,11 @@ impl Server {
         }
     }
 
+    /// The devcluster's CPU time so far, its commands' included.
+    fn cpu_seconds(&self) -> f64 {
+        process_cpu_seconds(&self.child.id().to_string(), true)
+    }
+
     /// Connections the emulator holds open now.
     fn connections(&mut self) -> usize {
         let stdin = self.stdin.as_mut().unwrap();
@@ -132,6 +143,21 @@ impl Server {
     }
 }
 
+impl Server {
+    /// A kube client as its defaults make it: no bound on connections.
+    async fn plain_client(&self) -> kube::Client {
+        let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig).unwrap();
+        let options = kube::config::KubeConfigOptions {
+            context: Some(CONTEXT.into()),
+            ..Default::default()
+        };
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+            .await
+            .unwrap();
+        kube::Client::try_from(config).unwrap()
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         drop(self.stdin.take());
@@ -139,15 +165,31 @@ impl Drop for Server {
     }
 }
 
+/// A number no other call in this process got.
+fn unique() -> usize {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    process_cpu_seconds("self", false)
+}
+
+/// CPU time of process `pid`, with its waited-for children's if `children`.
+fn process_cpu_seconds(pid: &str, children: bool) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
     let fields: Vec<&str> = stat
         .rsplit(')')
         .next()
         .unwrap()
         .split_whitespace()
         .collect();
-    (fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap()) / 100.0
+    let ticks = if children { 11..15 } else { 11..13 };
+    fields[ticks]
+        .iter()
+        .map(|t| t.parse::<f64>().unwrap())
+        .sum::<f64>()
+        / 100.0
 }
 
 /// Median and 99th percentile (nearest rank), in ms.
@@ -192,37 +234,244 @@ async fn template(backend: &K8sBackend, run: &RunId, warm: u32) -> TemplateRef {
     template
 }
 
-/// claim → ready → `true` → release, `total` times at concurrency 256.
-async fn claim_cycle(server: &Server, exec: ExecMode, name: &str, total: usize) {
-    let backend = server.backend(exec);
-    let run = RunId::new(format!("bench-cycle-{}", name.replace(' ', "-"))).unwrap();
-    let template = template(&backend, &run, CONCURRENCY as u32).await;
+/// One way of taking a claim from a warm pool and giving it back.
+#[derive(Clone, Copy)]
+enum Claimer {
+    /// kube-rs as anyone would use it: create the claim, watch it by name
+    /// from the create's resourceVersion until Ready, delete it.
+    Plain,
+    /// The driver: claim (through the run's shared watch), release.
+    Driver,
+    /// The driver: claim, one `true` over the persistent session, release.
+    DriverWithTrue,
+    /// The official Python SDK (`k8s-agent-sandbox`), in a process of its own.
+    Sdk,
+}
+
+impl Claimer {
+    fn name(self) -> &'static str {
+        match self {
+            Claimer::Plain => "plain kube-rs client: create → Ready → delete",
+            Claimer::Driver => "driver: claim → release",
+            Claimer::DriverWithTrue => "driver: claim → `true` → release",
+            Claimer::Sdk => "official Python SDK: create → Ready → delete",
+        }
+    }
+}
+
+/// What one row measured.
+struct Measured {
+    elapsed: f64,
+    cpu: f64,
+    /// The devcluster's, its commands' included.
+    server_cpu: f64,
+    /// claim → Ready, seconds.
+    latencies: Vec<f64>,
+}
+
+fn claims_api(client: kube::Client) -> kube::Api<kube::core::DynamicObject> {
+    let resource = kube::core::ApiResource {
+        group: "extensions.agents.x-k8s.io".into(),
+        version: "v1beta1".into(),
+        api_version: "extensions.agents.x-k8s.io/v1beta1".into(),
+        kind: "SandboxClaim".into(),
+        plural: "sandboxclaims".into(),
+    };
+    kube::Api::namespaced_with(client, "default", &resource)
+}
+
+fn bound_and_ready(claim: &kube::core::DynamicObject) -> bool {
+    let status = &claim.data["status"];
+    let ready = status["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == "Ready" && c["status"] == "True");
+    ready
+        && status["sandbox"]["name"]
+            .as_str()
+            .is_some_and(|n| !n.is_empty())
+}
+
+/// One plain claim: create, watch until Ready, delete; the time to Ready.
+async fn plain_claim(api: &kube::Api<kube::core::DynamicObject>, pool: &str) -> f64 {
+    use futures_util::StreamExt;
+    let begun = Instant::now();
+    let name = format!("plain-{}", unique());
+    let claim: kube::core::DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "extensions.agents.x-k8s.io/v1beta1", "kind": "SandboxClaim",
+        "metadata": {"name": name}, "spec": {"warmPoolRef": {"name": pool}},
+    }))
+    .unwrap();
+    let made = api.create(&Default::default(), &claim).await.unwrap();
+    if !bound_and_ready(&made) {
+        let params = kube::api::WatchParams::default()
+            .fields(&format!("metadata.name={name}"))
+            .timeout(290);
+        let version = made.metadata.resource_version.clone().unwrap_or_default();
+        let mut events = std::pin::pin!(api.watch(&params, &version).await.unwrap());
+        loop {
+            match events
+                .next()
+                .await
+                .expect("the claim became Ready")
+                .unwrap()
+            {
+                kube::core::WatchEvent::Added(o) | kube::core::WatchEvent::Modified(o)
+                    if bound_and_ready(&o) =>
+                {
+                    break;
+                }
+                kube::core::WatchEvent::Error(e) => panic!("watch of {name}: {e:?}"),
+                _ => {}
+            }
+        }
+    }
+    let ready = begun.elapsed().as_secs_f64();
+    api.delete(&name, &Default::default()).await.unwrap();
+    ready
+}
+
+async fn driver_claim(
+    backend: &K8sBackend,
+    template: &TemplateRef,
+    labels: &sandfleet_core::Labels,
+    with_true: bool,
+) -> f64 {
+    let begun = Instant::now();
+    let handle = backend.claim(template, labels, deadline()).await.unwrap();
+    let ready = begun.elapsed().as_secs_f64();
+    if with_true {
+        let result = backend.exec(&handle, &truth(), None).await.unwrap();
+        assert_eq!(result.exit_code, 0);
+    }
+    backend.release(&handle).await.unwrap();
+    ready
+}
+
+/// The SDK's row, or why there is none.
+fn sdk_claims(
+    server: &Server,
+    pool: &str,
+    concurrency: usize,
+    total: usize,
+) -> Result<Measured, String> {
+    let python = std::env::var("SANDFLEET_BENCH_SDK_PYTHON").map_err(|_| {
+        "skipped: set SANDFLEET_BENCH_SDK_PYTHON to a Python with `k8s-agent-sandbox[async]`"
+            .to_string()
+    })?;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/sdk_claims.py");
+    let output = Command::new(&python)
+        .arg(&script)
+        .args([
+            server.kubeconfig.to_str().unwrap(),
+            CONTEXT,
+            "default",
+            pool,
+        ])
+        .args([concurrency.to_string(), total.to_string()])
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("{python}: {e}"))?;
+    if !output.status.success() {
+        return Err(format!("{python} {}: {}", script.display(), output.status));
+    }
+    let said: serde_json::Value = serde_json::from_slice(&output.stdout)
+        .map_err(|e| format!("{}: {e}", String::from_utf8_lossy(&output.stdout)))?;
+    Ok(Measured {
+        elapsed: said["elapsed"].as_f64().unwrap(),
+        cpu: said["cpu"].as_f64().unwrap(),
+        server_cpu: 0.0,
+        latencies: said["latencies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect(),
+    })
+}
+
+/// `total` claims by `claimer` at `concurrency` from a warm pool of
+/// `concurrency`, filled before the clock starts (it refills behind them).
+async fn claims_by(
+    server: &Server,
+    claimer: Claimer,
+    concurrency: usize,
+    total: usize,
+) -> Result<Measured, String> {
+    let backend = server.backend(ExecMode::Session);
+    let run = RunId::new(format!("bench-claims-{}", unique())).unwrap();
+    let template = template(&backend, &run, concurrency as u32).await;
+    let plain = claims_api(server.plain_client().await);
+    let server_cpu = server.cpu_seconds();
     let cpu = cpu_seconds();
     let started = Instant::now();
-    let permits = Arc::new(tokio::sync::Semaphore::new(CONCURRENCY));
-    let mut set = tokio::task::JoinSet::new();
-    for _ in 0..total {
-        let permit = permits.clone().acquire_owned().await.unwrap();
-        let (backend, template, labels) = (backend.clone(), template.clone(), run.labels());
-        set.spawn(async move {
-            let handle = backend.claim(&template, &labels, deadline()).await.unwrap();
-            let result = backend.exec(&handle, &truth(), None).await.unwrap();
-            assert_eq!(result.exit_code, 0);
-            backend.release(&handle).await.unwrap();
-            drop(permit);
-        });
-    }
-    while let Some(done) = set.join_next().await {
-        done.unwrap();
-    }
-    let elapsed = started.elapsed().as_secs_f64();
-    let cpu = cpu_seconds() - cpu;
-    println!(
-        "k8s/claim→ready→true→release ({name}), {total} at concurrency {CONCURRENCY}: {:.1} claims/s, client CPU {:.2} ms per claim",
-        total as f64 / elapsed,
-        cpu / total as f64 * 1e3
-    );
+    let measured = if let Claimer::Sdk = claimer {
+        let (pool, concurrency) = (template.name.clone(), concurrency);
+        tokio::task::block_in_place(|| sdk_claims(server, &pool, concurrency, total))
+    } else {
+        let permits = Arc::new(tokio::sync::Semaphore::new(concurrency));
+        let mut set = tokio::task::JoinSet::new();
+        for _ in 0..total {
+            let permit = permits.clone().acquire_owned().await.unwrap();
+            let (backend, template, labels) = (backend.clone(), template.clone(), run.labels());
+            let plain = plain.clone();
+            set.spawn(async move {
+                let ready = match claimer {
+                    Claimer::Plain => plain_claim(&plain, &template.name).await,
+                    Claimer::Driver => driver_claim(&backend, &template, &labels, false).await,
+                    _ => driver_claim(&backend, &template, &labels, true).await,
+                };
+                drop(permit);
+                ready
+            });
+        }
+        let latencies = set.join_all().await;
+        Ok(Measured {
+            elapsed: started.elapsed().as_secs_f64(),
+            cpu: cpu_seconds() - cpu,
+            server_cpu: 0.0,
+            latencies,
+        })
+    };
+    let measured = measured.map(|m| Measured {
+        server_cpu: server.cpu_seconds() - server_cpu,
+        ..m
+    });
     backend.reap(&run).await.unwrap();
+    measured
+}
+
+/// Every claimer at concurrency 1, 64 and 256, side by side.
+async fn claims_side_by_side(server: &Server) {
+    let rows = [
+        (1, size("K8S_BENCH_SERIAL", 100)),
+        (64, size("K8S_BENCH_CLAIMS", 1024)),
+        (256, size("K8S_BENCH_CLAIMS", 1024)),
+    ];
+    for (concurrency, total) in rows {
+        println!("k8s/claims at concurrency {concurrency}, {total} each:");
+        for claimer in [
+            Claimer::Plain,
+            Claimer::Driver,
+            Claimer::DriverWithTrue,
+            Claimer::Sdk,
+        ] {
+            match claims_by(server, claimer, concurrency, total).await {
+                Ok(mut measured) => {
+                    let (p50, p99) = percentiles(&mut measured.latencies);
+                    println!(
+                        "  {:<48} {:>6.1} claims/s  claim → Ready p50 {p50:>7.1} ms p99 {p99:>7.1} ms  CPU per claim: client {:.2} ms, devcluster {:.2} ms",
+                        claimer.name(),
+                        total as f64 / measured.elapsed,
+                        measured.cpu / total as f64 * 1e3,
+                        measured.server_cpu / total as f64 * 1e3
+                    );
+                }
+                Err(why) => println!("  {:<48} {why}", claimer.name()),
+            }
+        }
+    }
 }
 
 /// The latency of `true`, `count` times in a row on one sandbox.
@@ -242,14 +491,16 @@ async fn latency_of_true(server: &Server, count: usize) {
         // The first command opens the session.
         backend.exec(&handle, &truth(), None).await.unwrap();
         let mut samples = Vec::with_capacity(count);
+        let server_cpu = server.cpu_seconds();
         for _ in 0..count {
             let started = Instant::now();
             backend.exec(&handle, &truth(), None).await.unwrap();
             samples.push(started.elapsed().as_secs_f64());
         }
+        let server_cpu = (server.cpu_seconds() - server_cpu) / count as f64 * 1e3;
         let (p50, p99) = percentiles(&mut samples);
         println!(
-            "k8s/exec `true` over the {name}: p50 {p50:.2} ms, p99 {p99:.2} ms ({count} runs)"
+            "k8s/exec `true` over the {name}: p50 {p50:.2} ms, p99 {p99:.2} ms ({count} runs), devcluster CPU {server_cpu:.2} ms each"
         );
     }
     session.reap(&run).await.unwrap();
@@ -298,10 +549,8 @@ fn main() {
         .unwrap();
     let mut server = Server::start();
     runtime.block_on(async {
-        let total = size("K8S_BENCH_CLAIMS", 512);
         latency_of_true(&server, 200).await;
-        claim_cycle(&server, ExecMode::Session, "persistent session", total).await;
-        claim_cycle(&server, ExecMode::Oneshot, "one-shot exec", total).await;
+        claims_side_by_side(&server).await;
         connections_holding(&mut server, size("K8S_BENCH_LIVE", 1000)).await;
     });
 }
