@@ -224,7 +224,8 @@ struct Priced {
     /// Of its pulls, those its warm sandboxes make and those its claims do.
     warm_pulls: u32,
     claim_pulls: u32,
-    /// Claims behind the pool that pull on their task's path.
+    /// Claims that pull on their task's path: behind the pool, or away
+    /// from it.
     pulling: u32,
     pull: Duration,
     slot_work: Duration,
@@ -275,6 +276,9 @@ fn price_image(
     let pulls = (claims + replicas).min(nodes);
     let warm_pulls = replicas.min(nodes);
     let pulling = behind.min(nodes.saturating_sub(replicas));
+    // Away from the pool, on nodes the pool did not warm, the first claim
+    // on each node pulls the image before it starts.
+    let away_pulling = away.min(nodes.saturating_sub(warm_pulls + pulling));
     let refilled = |pulled: bool| {
         let pull = if pulled { pull } else { Duration::ZERO };
         if replicas > 0 && costs.warm_start + pull <= costs.cold_start_after {
@@ -288,7 +292,8 @@ fn price_image(
         + costs.warm_claim * warm
         + refilled(true) * pulling
         + refilled(false) * (behind - pulling)
-        + costs.cold_claim * away;
+        + costs.cold_claim * away
+        + pull * away_pulling;
     Priced {
         tasks,
         replicas,
@@ -297,7 +302,7 @@ fn price_image(
         pulls,
         warm_pulls,
         claim_pulls: pulls - warm_pulls,
-        pulling,
+        pulling: pulling + away_pulling,
         pull,
         slot_work,
         path: slot_work.checked_div(tasks).unwrap_or_default(),
@@ -441,6 +446,20 @@ mod tests {
         // Without a pool every claim is cold wherever it lands.
         let none = estimate_none(&away);
         assert_eq!(none, estimate_none(&roomy(1)));
+    }
+
+    #[test]
+    fn claims_away_from_their_pool_pull_on_nodes_it_did_not_warm() {
+        // As above with 6 nodes: the pool of 2 warmed two of them, so the
+        // 2 claims away start cold and pull (2 s + 4 s each): 16 s of
+        // work over 2 slots and a 4 s path, after the 5 s wave.
+        let away = SandboxCosts {
+            pool_hit: 0.5,
+            nodes: 6,
+            ..roomy(1)
+        };
+        let estimate = estimate(&one(4, 2, 2), &settings(Strategy::Naive), &away);
+        assert_eq!(estimate.wall_s, 5.0 + 8.0 + 4.0);
     }
 
     fn estimate_none(costs: &SandboxCosts) -> f64 {
