@@ -129,26 +129,11 @@ where
 
 /// `service` with kube's retries of 429/503/504, outside its bound so a
 /// retry waiting out `Retry-After` holds no slot.
-fn retrying<S, B>(
-    service: S,
-) -> impl Service<
-    http::Request<Body>,
-    Response = http::Response<B>,
-    Error = BoxError,
-    Future: Send + 'static,
-> + Clone
-+ Send
-+ 'static
-where
-    S: Service<http::Request<Body>, Response = http::Response<B>, Error = BoxError>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-{
-    ServiceBuilder::new()
-        .layer(tower::retry::RetryLayer::new(RetryPolicy::server_retry()))
-        .service(service)
+fn retrying<S>(service: S) -> tower::retry::Retry<RetryPolicy, S> {
+    tower::Layer::layer(
+        &tower::retry::RetryLayer::new(RetryPolicy::server_retry()),
+        service,
+    )
 }
 
 /// A client, made once on first use.
