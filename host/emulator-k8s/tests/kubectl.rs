@@ -542,6 +542,30 @@ async fn kubectl_create_sends_built_in_kinds_as_protobuf_and_they_are_stored() {
         ])
         .await;
     assert_eq!(secret, "dg== Opaque");
+    cluster.ok(&["create", "serviceaccount", "runner"]).await;
+    let account = cluster
+        .ok(&[
+            "get",
+            "serviceaccount",
+            "runner",
+            "-o",
+            "jsonpath={.metadata.name}",
+        ])
+        .await;
+    assert_eq!(account, "runner");
+    cluster
+        .ok(&["create", "service", "clusterip", "web", "--tcp=8080:80"])
+        .await;
+    let service = cluster
+        .ok(&[
+            "get",
+            "service",
+            "web",
+            "-o",
+            "jsonpath={.spec.type} {.spec.selector.app} {.spec.ports[0].name} {.spec.ports[0].port}->{.spec.ports[0].targetPort}",
+        ])
+        .await;
+    assert_eq!(service, "ClusterIP web 8080-80 8080->80");
     // A kind not decoded from protobuf says which are.
     let refused = cluster
         .fails(&["create", "deployment", "web", "--image=calc"])

@@ -100,8 +100,145 @@ struct Secret {
     immutable: Option<bool>,
 }
 
+/// `core/v1.ServiceAccount` (`kubectl create serviceaccount`).
+#[derive(Clone, PartialEq, Message)]
+struct ServiceAccount {
+    #[prost(message, optional, tag = "1")]
+    metadata: Option<ObjectMeta>,
+    #[prost(message, repeated, tag = "2")]
+    secrets: Vec<ObjectReference>,
+    #[prost(message, repeated, tag = "3")]
+    image_pull_secrets: Vec<LocalObjectReference>,
+    #[prost(bool, optional, tag = "4")]
+    automount_service_account_token: Option<bool>,
+}
+
+/// `core/v1.ObjectReference`.
+#[derive(Clone, PartialEq, Message)]
+struct ObjectReference {
+    #[prost(string, optional, tag = "1")]
+    kind: Option<String>,
+    #[prost(string, optional, tag = "2")]
+    namespace: Option<String>,
+    #[prost(string, optional, tag = "3")]
+    name: Option<String>,
+    #[prost(string, optional, tag = "4")]
+    uid: Option<String>,
+    #[prost(string, optional, tag = "5")]
+    api_version: Option<String>,
+    #[prost(string, optional, tag = "6")]
+    resource_version: Option<String>,
+    #[prost(string, optional, tag = "7")]
+    field_path: Option<String>,
+}
+
+/// `core/v1.LocalObjectReference`.
+#[derive(Clone, PartialEq, Message)]
+struct LocalObjectReference {
+    #[prost(string, optional, tag = "1")]
+    name: Option<String>,
+}
+
+/// `core/v1.Service` (`kubectl create service`); its status is the
+/// server's.
+#[derive(Clone, PartialEq, Message)]
+struct Service {
+    #[prost(message, optional, tag = "1")]
+    metadata: Option<ObjectMeta>,
+    #[prost(message, optional, tag = "2")]
+    spec: Option<ServiceSpec>,
+}
+
+/// `core/v1.ServiceSpec`.
+#[derive(Clone, PartialEq, Message)]
+struct ServiceSpec {
+    #[prost(message, repeated, tag = "1")]
+    ports: Vec<ServicePort>,
+    #[prost(btree_map = "string, string", tag = "2")]
+    selector: BTreeMap<String, String>,
+    #[prost(string, optional, tag = "3")]
+    cluster_ip: Option<String>,
+    #[prost(string, repeated, tag = "18")]
+    cluster_ips: Vec<String>,
+    #[prost(string, optional, tag = "4")]
+    type_: Option<String>,
+    #[prost(string, repeated, tag = "5")]
+    external_ips: Vec<String>,
+    #[prost(string, optional, tag = "7")]
+    session_affinity: Option<String>,
+    #[prost(string, optional, tag = "8")]
+    load_balancer_ip: Option<String>,
+    #[prost(string, repeated, tag = "9")]
+    load_balancer_source_ranges: Vec<String>,
+    #[prost(string, optional, tag = "10")]
+    external_name: Option<String>,
+    #[prost(string, optional, tag = "11")]
+    external_traffic_policy: Option<String>,
+    #[prost(int32, optional, tag = "12")]
+    health_check_node_port: Option<i32>,
+    #[prost(bool, optional, tag = "13")]
+    publish_not_ready_addresses: Option<bool>,
+    #[prost(message, optional, tag = "14")]
+    session_affinity_config: Option<SessionAffinityConfig>,
+    #[prost(string, optional, tag = "17")]
+    ip_family_policy: Option<String>,
+    #[prost(string, repeated, tag = "19")]
+    ip_families: Vec<String>,
+    #[prost(bool, optional, tag = "20")]
+    allocate_load_balancer_node_ports: Option<bool>,
+    #[prost(string, optional, tag = "21")]
+    load_balancer_class: Option<String>,
+    #[prost(string, optional, tag = "22")]
+    internal_traffic_policy: Option<String>,
+    #[prost(string, optional, tag = "23")]
+    traffic_distribution: Option<String>,
+}
+
+/// `core/v1.SessionAffinityConfig`.
+#[derive(Clone, PartialEq, Message)]
+struct SessionAffinityConfig {
+    #[prost(message, optional, tag = "1")]
+    client_ip: Option<ClientIpConfig>,
+}
+
+/// `core/v1.ClientIPConfig`.
+#[derive(Clone, PartialEq, Message)]
+struct ClientIpConfig {
+    #[prost(int32, optional, tag = "1")]
+    timeout_seconds: Option<i32>,
+}
+
+/// `core/v1.ServicePort`.
+#[derive(Clone, PartialEq, Message)]
+struct ServicePort {
+    #[prost(string, optional, tag = "1")]
+    name: Option<String>,
+    #[prost(string, optional, tag = "2")]
+    protocol: Option<String>,
+    #[prost(int32, optional, tag = "3")]
+    port: Option<i32>,
+    #[prost(message, optional, tag = "4")]
+    target_port: Option<IntOrString>,
+    #[prost(int32, optional, tag = "5")]
+    node_port: Option<i32>,
+    #[prost(string, optional, tag = "6")]
+    app_protocol: Option<String>,
+}
+
+/// `util/intstr.IntOrString`: `type` 0 is the int, 1 the string.
+#[derive(Clone, PartialEq, Message)]
+struct IntOrString {
+    #[prost(int64, optional, tag = "1")]
+    type_: Option<i64>,
+    #[prost(int32, optional, tag = "2")]
+    int_val: Option<i32>,
+    #[prost(string, optional, tag = "3")]
+    str_val: Option<String>,
+}
+
 /// The kinds decoded, as a 415 names them.
-const DECODED: &str = "application/vnd.kubernetes.protobuf (v1 Namespace, ConfigMap, Secret)";
+const DECODED: &str = "application/vnd.kubernetes.protobuf (v1 Namespace, ConfigMap, Secret, \
+                       ServiceAccount, Service)";
 
 /// The object a protobuf body holds, as JSON.
 ///
@@ -174,6 +311,31 @@ pub(crate) fn decode(body: &[u8]) -> ApiResult<Value> {
             }
             object
         }
+        ("v1", "ServiceAccount") => {
+            let account = ServiceAccount::decode(raw.as_slice()).map_err(bad_object)?;
+            let mut object = json!({"metadata": metadata(account.metadata.unwrap_or_default())});
+            if !account.secrets.is_empty() {
+                object["secrets"] = account.secrets.into_iter().map(reference).collect();
+            }
+            if !account.image_pull_secrets.is_empty() {
+                object["imagePullSecrets"] = account
+                    .image_pull_secrets
+                    .into_iter()
+                    .map(|r| Value::from(Fields::default().text("name", r.name)))
+                    .collect();
+            }
+            if let Some(automount) = account.automount_service_account_token {
+                object["automountServiceAccountToken"] = json!(automount);
+            }
+            object
+        }
+        ("v1", "Service") => {
+            let service = Service::decode(raw.as_slice()).map_err(bad_object)?;
+            json!({
+                "metadata": metadata(service.metadata.unwrap_or_default()),
+                "spec": service_spec(service.spec.unwrap_or_default()),
+            })
+        }
         _ => {
             return Err(ApiError::new(
                 415,
@@ -189,6 +351,125 @@ pub(crate) fn decode(body: &[u8]) -> ApiResult<Value> {
     object["apiVersion"] = json!(api_version);
     object["kind"] = json!(kind);
     Ok(object)
+}
+
+/// A JSON object of the fields Go's encoder would write: empty strings,
+/// lists and zero numbers left out (`omitempty`), as a protobuf body
+/// carries every field of a struct whatever its value.
+#[derive(Default)]
+struct Fields(serde_json::Map<String, Value>);
+
+impl Fields {
+    fn text(mut self, key: &str, value: Option<String>) -> Self {
+        if let Some(value) = value.filter(|v| !v.is_empty()) {
+            self.0.insert(key.into(), json!(value));
+        }
+        self
+    }
+
+    fn texts(mut self, key: &str, values: Vec<String>) -> Self {
+        if !values.is_empty() {
+            self.0.insert(key.into(), json!(values));
+        }
+        self
+    }
+
+    fn number(mut self, key: &str, value: Option<i32>) -> Self {
+        if let Some(value) = value.filter(|v| *v != 0) {
+            self.0.insert(key.into(), json!(value));
+        }
+        self
+    }
+
+    /// A `*bool`: present whatever its value.
+    fn flag(mut self, key: &str, value: Option<bool>) -> Self {
+        if let Some(value) = value {
+            self.0.insert(key.into(), json!(value));
+        }
+        self
+    }
+
+    fn value(mut self, key: &str, value: Option<Value>) -> Self {
+        if let Some(value) = value {
+            self.0.insert(key.into(), value);
+        }
+        self
+    }
+}
+
+impl From<Fields> for Value {
+    fn from(fields: Fields) -> Value {
+        Value::Object(fields.0)
+    }
+}
+
+fn reference(r: ObjectReference) -> Value {
+    Fields::default()
+        .text("kind", r.kind)
+        .text("namespace", r.namespace)
+        .text("name", r.name)
+        .text("uid", r.uid)
+        .text("apiVersion", r.api_version)
+        .text("resourceVersion", r.resource_version)
+        .text("fieldPath", r.field_path)
+        .into()
+}
+
+fn service_spec(spec: ServiceSpec) -> Value {
+    let ports: Vec<Value> = spec.ports.into_iter().map(service_port).collect();
+    let affinity = spec
+        .session_affinity_config
+        .and_then(|c| c.client_ip)
+        .map(|ip| json!({"clientIP": Value::from(Fields::default().number("timeoutSeconds", ip.timeout_seconds))}));
+    Fields::default()
+        .value("ports", (!ports.is_empty()).then(|| json!(ports)))
+        .value(
+            "selector",
+            (!spec.selector.is_empty()).then(|| json!(spec.selector)),
+        )
+        .text("clusterIP", spec.cluster_ip)
+        .texts("clusterIPs", spec.cluster_ips)
+        .text("type", spec.type_)
+        .texts("externalIPs", spec.external_ips)
+        .text("sessionAffinity", spec.session_affinity)
+        .text("loadBalancerIP", spec.load_balancer_ip)
+        .texts("loadBalancerSourceRanges", spec.load_balancer_source_ranges)
+        .text("externalName", spec.external_name)
+        .text("externalTrafficPolicy", spec.external_traffic_policy)
+        .number("healthCheckNodePort", spec.health_check_node_port)
+        .value(
+            "publishNotReadyAddresses",
+            spec.publish_not_ready_addresses
+                .filter(|p| *p)
+                .map(|p| json!(p)),
+        )
+        .value("sessionAffinityConfig", affinity)
+        .text("ipFamilyPolicy", spec.ip_family_policy)
+        .texts("ipFamilies", spec.ip_families)
+        .flag(
+            "allocateLoadBalancerNodePorts",
+            spec.allocate_load_balancer_node_ports,
+        )
+        .text("loadBalancerClass", spec.load_balancer_class)
+        .text("internalTrafficPolicy", spec.internal_traffic_policy)
+        .text("trafficDistribution", spec.traffic_distribution)
+        .into()
+}
+
+fn service_port(port: ServicePort) -> Value {
+    let target = port.target_port.and_then(|t| match t.type_.unwrap_or(0) {
+        1 => t.str_val.filter(|s| !s.is_empty()).map(|s| json!(s)),
+        _ => t.int_val.filter(|i| *i != 0).map(|i| json!(i)),
+    });
+    Fields::default()
+        .text("name", port.name)
+        .text("protocol", port.protocol)
+        .text("appProtocol", port.app_protocol)
+        // Not `omitempty`: a port is always written.
+        .value("port", Some(json!(port.port.unwrap_or(0))))
+        .value("targetPort", target)
+        .number("nodePort", port.node_port)
+        .into()
 }
 
 /// Bytes values as JSON carries them: base64.
@@ -281,5 +562,41 @@ mod tests {
             other.message
         );
         assert_eq!(decode(b"{}").unwrap_err().code, 400);
+    }
+
+    #[test]
+    fn a_service_keeps_what_go_would_write_and_drops_the_zero_values_protobuf_carries() {
+        let service = Service {
+            metadata: Some(ObjectMeta {
+                name: Some("web".into()),
+                ..ObjectMeta::default()
+            }),
+            spec: Some(ServiceSpec {
+                ports: vec![ServicePort {
+                    name: Some("http".into()),
+                    protocol: Some("TCP".into()),
+                    port: Some(80),
+                    target_port: Some(IntOrString {
+                        type_: Some(1),
+                        int_val: Some(0),
+                        str_val: Some("http-alt".into()),
+                    }),
+                    node_port: Some(0),
+                    app_protocol: Some(String::new()),
+                }],
+                cluster_ip: Some(String::new()),
+                type_: Some("ClusterIP".into()),
+                publish_not_ready_addresses: Some(false),
+                allocate_load_balancer_node_ports: Some(false),
+                ..ServiceSpec::default()
+            }),
+        };
+        let decoded = decode(&body("v1", "Service", service.encode_to_vec())).unwrap();
+        assert_eq!(
+            decoded["spec"],
+            json!({"ports": [{"name": "http", "protocol": "TCP", "port": 80,
+                              "targetPort": "http-alt"}],
+                   "type": "ClusterIP", "allocateLoadBalancerNodePorts": false})
+        );
     }
 }
