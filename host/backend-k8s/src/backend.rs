@@ -262,17 +262,18 @@ impl K8sBackend {
         one_shot(target, request, output).await
     }
 
-    /// `error`, or the sandbox lost when the server `refused` the exec
-    /// because the pod has ended or is gone: the engine replaces a lost
-    /// sandbox, where it would give up on an invalid request.
+    /// `error`, or the sandbox lost when the pod has ended or is gone and
+    /// that `may_explain` the error (the server refused the exec, or the
+    /// stream ended mid-command): the engine replaces a lost sandbox, where
+    /// it would give up on an invalid request or a command cut short.
     async fn lost_if_ended(
         &self,
         target: &Target,
         sandbox: &SandboxHandle,
-        refused: bool,
+        may_explain: bool,
         error: BackendError,
     ) -> BackendError {
-        if !refused || error.kind() == ErrorKind::SandboxLost {
+        if !may_explain || error.kind() == ErrorKind::SandboxLost {
             return error;
         }
         match target.ended().await {
@@ -458,9 +459,9 @@ impl Backend for K8sBackend {
         match ran {
             Ok(result) => Ok(result),
             Err(failure) => {
-                let refused = failure.not_started();
+                let ended = failure.pod_may_have_ended();
                 let error = failure.into_error(&self.name, sandbox, program);
-                Err(self.lost_if_ended(&target, sandbox, refused, error).await)
+                Err(self.lost_if_ended(&target, sandbox, ended, error).await)
             }
         }
     }

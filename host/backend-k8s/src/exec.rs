@@ -48,9 +48,11 @@ pub(crate) enum Failure {
 }
 
 impl Failure {
-    /// Whether nothing was sent to the pod: the server refused the exec.
-    pub(crate) fn not_started(&self) -> bool {
-        matches!(self, Failure::NotStarted(_))
+    /// Whether the pod's end may explain it: the server refused the exec,
+    /// or the stream ended before the command's end (a pod evicted while
+    /// the command ran).
+    pub(crate) fn pod_may_have_ended(&self) -> bool {
+        matches!(self, Failure::NotStarted(_) | Failure::Lost(_))
     }
 
     /// The failure as the engine sees it: whether the command may have

@@ -883,6 +883,44 @@ async fn a_claim_whose_pod_is_evicted_ends_at_once_as_the_sandbox_lost_and_is_de
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_past_the_ephemeral_storage_limit_evict_the_pod_and_lose_the_sandbox() {
+    let cluster = Cluster::agent_sandbox().await;
+    let backend = cluster.backend(cluster.config());
+    let run = RunId::new("run-disk").unwrap();
+    // The pod's ephemeral-storage limit is the template's disk (16Mi).
+    let spec = TemplateSpec {
+        disk_mib: 16,
+        ..spec(&run)
+    };
+    let template = backend.ensure_template(&spec).await.unwrap();
+    let handle = backend
+        .claim(&template, &run.labels(), soon())
+        .await
+        .unwrap();
+    let within = backend
+        .exec(&handle, &sh("head -c 4M /dev/zero > /tmp/small"), None)
+        .await
+        .unwrap();
+    assert_eq!(within.exit_code, 0);
+    let error = backend
+        .exec(
+            &handle,
+            &sh("for i in $(seq 40); do head -c 1M /dev/zero > /tmp/f$i; done; exec sleep 300"),
+            None,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::SandboxLost, "{error}");
+    assert!(
+        error.message().contains(
+            "Evicted: Pod ephemeral local storage usage exceeds the total limit of containers 16Mi."
+        ),
+        "{error}"
+    );
+    backend.reap(&run).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_command_into_a_pod_that_has_failed_finds_the_sandbox_lost() {
     use k8s_openapi::api::core::v1::Pod;
     use kube::runtime::wait::await_condition;

@@ -170,7 +170,7 @@ impl DiskLimit {
     /// Why a command was stopped at `usage`.
     pub(crate) fn stopped_because(&self, usage: Usage) -> String {
         format!(
-            "the sandbox's writes ({} MiB in {} files) passed its disk limit ({} MiB, {} files: \
+            "the sandbox's writes ({} MiB in {} files) {DISK_LIMIT_PASSED} ({} MiB, {} files: \
              the template's disk_mib)",
             usage.bytes >> 20,
             usage.inodes,
@@ -179,6 +179,9 @@ impl DiskLimit {
         )
     }
 }
+
+/// What the error of a command stopped at its sandbox's disk limit says.
+pub const DISK_LIMIT_PASSED: &str = "passed its disk limit";
 
 /// The disk limit watched while a command runs.
 pub(crate) struct DiskWatch<'a> {

@@ -66,6 +66,7 @@ pub use config::{
     ImageSource, IsolationMode, LimitOverrides, LocalConfig, OciSource, RegistrySettings,
     SandboxLimits,
 };
+pub use disk::DISK_LIMIT_PASSED;
 pub use error::LocalError;
 pub use spawn::{Exit, SpawnRequest, Spawned};
 pub use state::{SnapshotsHeld, list_run, reap_run, snapshots_held};

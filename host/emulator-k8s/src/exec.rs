@@ -12,6 +12,7 @@
 //! that reads slowly holds the command back. With `tty`, the command runs under
 //! `script` on a pseudo-terminal (stdout and stderr are one stream, as on a tty).
 
+use std::process::ExitStatus;
 use std::sync::Arc;
 
 use axum::extract::FromRequestParts;
@@ -21,7 +22,8 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures_util::stream::SplitStream;
 use futures_util::{SinkExt, StreamExt};
-use sandfleet_backend_local::{SpawnRequest, Spawned};
+use sandfleet_backend_local::{DISK_LIMIT_PASSED, SpawnRequest, Spawned};
+use sandfleet_core::BackendError;
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
@@ -81,7 +83,7 @@ fn sandbox_for(
     namespace: &str,
     name: &str,
     container: Option<&str>,
-) -> ApiResult<Arc<PodSandbox>> {
+) -> ApiResult<(Arc<Value>, Arc<PodSandbox>)> {
     let pod = crate::pods::get(state, namespace, name)?;
     let container = crate::pods::container(&pod, name, container)?;
     let phase = pod["status"]["phase"].as_str().unwrap_or_default();
@@ -96,11 +98,12 @@ fn sandbox_for(
         )));
     }
     let uid = pod["metadata"]["uid"].as_str().unwrap_or_default();
-    runtime.sandbox(uid).ok_or_else(|| {
+    let sandbox = runtime.sandbox(uid).ok_or_else(|| {
         ApiError::bad_request(format!(
             "unable to upgrade connection: container not found (\"{container}\")"
         ))
-    })
+    })?;
+    Ok((pod, sandbox))
 }
 
 /// Answer `GET|POST .../pods/NAME/exec` with a websocket upgrade.
@@ -112,7 +115,7 @@ pub(crate) async fn serve(
 ) -> ApiResult<Response> {
     let query = Query::parse(parts.uri.query());
     let opts = options(&query)?;
-    let sandbox = sandbox_for(
+    let (pod, sandbox) = sandbox_for(
         &state,
         &state.runtime,
         namespace,
@@ -139,7 +142,7 @@ pub(crate) async fn serve(
     let v5 = *chosen == PROTOCOLS[0];
     Ok(upgrade
         .protocols(PROTOCOLS)
-        .on_upgrade(move |socket| session(socket, state, sandbox, opts, v5))
+        .on_upgrade(move |socket| session(socket, state, pod, sandbox, opts, v5))
         .into_response())
 }
 
@@ -201,6 +204,7 @@ async fn relay(
 async fn session(
     socket: WebSocket,
     state: Arc<State>,
+    pod: Arc<Value>,
     sandbox: Arc<PodSandbox>,
     opts: Options,
     v5: bool,
@@ -244,7 +248,15 @@ async fn session(
     let status = match state.runtime.spawn(&sandbox, request).await {
         Ok(spawned) => {
             state.executions.started(&opts.command, opts.stdin);
-            run(spawned, &opts, v5, &mut receiver, &out, &state.executions).await
+            match run(spawned, &opts, v5, &mut receiver, &out, &state.executions).await {
+                Ok(status) => exit_status(&opts.command, exit_code(status)),
+                Err(error) => {
+                    if error.message().contains(DISK_LIMIT_PASSED) {
+                        crate::kubelet::evict_for_storage(&state, &pod).await;
+                    }
+                    failure_status(&error.to_string())
+                }
+            }
         }
         Err(error) => failure_status(&error.to_string()),
     };
@@ -260,7 +272,7 @@ async fn session(
 }
 
 /// Relays a running command until it has exited and its output has ended; returns
-/// the status the error channel carries.
+/// how it ended.
 async fn run(
     spawned: Spawned,
     opts: &Options,
@@ -268,7 +280,7 @@ async fn run(
     receiver: &mut SplitStream<WebSocket>,
     out: &mpsc::Sender<Message>,
     executions: &crate::executions::Counters,
-) -> Value {
+) -> Result<ExitStatus, BackendError> {
     let Spawned {
         mut stdin,
         stdout,
@@ -321,8 +333,5 @@ async fn run(
     for relay in relays {
         let _ = relay.await;
     }
-    match exited {
-        Ok(status) => exit_status(&opts.command, exit_code(status)),
-        Err(error) => failure_status(&error.to_string()),
-    }
+    exited
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 use axum::http::StatusCode;
 use jiff::Timestamp;
 use sandfleet_core::{Backend, ErrorKind, TemplateRef};
-use sandfleet_emulator_runtime::{CREATE_TIMEOUT, CreateGate, Resolved, SandboxHost};
+use sandfleet_emulator_runtime::{CREATE_TIMEOUT, CreateGate, Resolved, SandboxHost, Shape};
 use tokio::net::TcpSocket;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -192,7 +192,15 @@ impl Fleet {
     async fn template(&self, spec: &CreateSpec) -> Result<TemplateRef, ApiError> {
         let key = format!("{}|{}|{}", spec.image, spec.cpu_milli, spec.memory_mib);
         self.host
-            .template(&key, &spec.image, spec.cpu_milli, spec.memory_mib)
+            .template(
+                &key,
+                &spec.image,
+                Shape {
+                    cpu_milli: spec.cpu_milli,
+                    memory_mib: spec.memory_mib,
+                    disk_mib: Shape::DEFAULT_DISK_MIB,
+                },
+            )
             .await
             .map_err(|e| {
                 ApiError::runtime(

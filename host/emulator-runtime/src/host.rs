@@ -45,6 +45,23 @@ pub enum Resolved {
     Unknown,
 }
 
+/// What a sandbox may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    /// CPU, in thousandths of a core.
+    pub cpu_milli: u32,
+    /// Memory, in MiB.
+    pub memory_mib: u32,
+    /// What its writes may take on disk, in MiB: past it, the command
+    /// writing is stopped.
+    pub disk_mib: u32,
+}
+
+impl Shape {
+    /// Disk for a sandbox that asks for no limit.
+    pub const DEFAULT_DISK_MIB: u32 = 10 * 1024;
+}
+
 /// The local backend of one emulator and what it made there.
 pub struct SandboxHost {
     backend: Arc<LocalBackend>,
@@ -157,8 +174,7 @@ impl SandboxHost {
         &self,
         key: &str,
         image: &str,
-        cpu_milli: u32,
-        memory_mib: u32,
+        shape: Shape,
     ) -> Result<TemplateRef, BackendError> {
         let mut templates = self.templates.lock().await;
         if let Some(made) = templates.get(key) {
@@ -167,9 +183,9 @@ impl SandboxHost {
         let spec = TemplateSpec {
             name: sandfleet_core::template_name(&self.run_id, key),
             image: image.to_string(),
-            cpu_milli,
-            memory_mib,
-            disk_mib: 10 * 1024,
+            cpu_milli: shape.cpu_milli,
+            memory_mib: shape.memory_mib,
+            disk_mib: shape.disk_mib,
             network: false,
             env: BTreeMap::new(),
             labels: self.run_id.labels(),

@@ -12,7 +12,7 @@ mod images;
 
 pub use fleet_file::images_from_fleet;
 pub use gate::{CreateGate, Creating};
-pub use host::{CREATE_TIMEOUT, Isolation, Resolved, SandboxHost};
+pub use host::{CREATE_TIMEOUT, Isolation, Resolved, SandboxHost, Shape};
 pub use images::{FleetImages, ImageMap, OciMap, parse_image_arg};
 
 /// The environment variable whose value marks a client's logical command:

@@ -25,6 +25,8 @@ pub(crate) mod runtime;
 pub(crate) mod scheduler;
 mod start;
 
+pub(crate) use start::evict_for_storage;
+
 use std::collections::{BTreeSet, HashSet};
 use std::sync::{Arc, Mutex};
 

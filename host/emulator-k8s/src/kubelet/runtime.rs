@@ -18,7 +18,7 @@ use anyhow::Context;
 use sandfleet_backend_local::{LocalError, SpawnRequest, Spawned};
 use sandfleet_core::{Backend, SandboxHandle, TemplateRef};
 use sandfleet_emulator_runtime::{
-    CreateGate, FleetImages, ImageMap, OciMap, Resolved, SandboxHost,
+    CreateGate, FleetImages, ImageMap, OciMap, Resolved, SandboxHost, Shape,
 };
 use tokio::io::AsyncReadExt;
 use tokio::sync::OnceCell;
@@ -412,17 +412,20 @@ impl Runtime {
             .collect()
     }
 
-    async fn template(
-        &self,
-        image: &str,
-        cpu_milli: u32,
-        memory_mib: u32,
-    ) -> anyhow::Result<TemplateRef> {
+    async fn template(&self, image: &str, shape: Shape) -> anyhow::Result<TemplateRef> {
         // An OCI image's digest is part of the key: after a pull that followed a
         // moved tag, new pods get the new image.
-        let key = format!("{image}|{}|{cpu_milli}|{memory_mib}", self.image_id(image));
+        let Shape {
+            cpu_milli,
+            memory_mib,
+            disk_mib,
+        } = shape;
+        let key = format!(
+            "{image}|{}|{cpu_milli}|{memory_mib}|{disk_mib}",
+            self.image_id(image)
+        );
         self.host()?
-            .template(&key, image, cpu_milli, memory_mib)
+            .template(&key, image, shape)
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))
     }
@@ -432,15 +435,14 @@ impl Runtime {
         &self,
         uid: &str,
         image: &str,
-        cpu_milli: u32,
-        memory_mib: u32,
+        shape: Shape,
         env: Vec<(String, String)>,
         workdir: Option<String>,
     ) -> anyhow::Result<Arc<PodSandbox>> {
         let Some(_starting) = self.gate.enter() else {
             anyhow::bail!("the cluster is shutting down");
         };
-        let template = self.template(image, cpu_milli, memory_mib).await?;
+        let template = self.template(image, shape).await?;
         let handle = self
             .host()?
             .claim(&template, uid)

@@ -7,8 +7,10 @@ use serde_json::{Value, json};
 
 use super::container_log::{ContainerLog, ReadOptions};
 use super::{KUBELET, Kubelet, condition, containers, default_pull_policy, quantity, uid};
-use crate::client::{self, NODES, PODS, RUNTIME_CLASSES};
+use crate::client::{self, Client, NODES, PODS, RUNTIME_CLASSES};
+use crate::state::State;
 use crate::store::now_rfc3339;
+use sandfleet_emulator_runtime::Shape;
 
 /// A failed container's termination message: the tail of its log, as the kubelet
 /// reads it under `terminationMessagePolicy: FallbackToLogsOnError` (the last 80
@@ -87,12 +89,27 @@ impl Kubelet {
         let memory = limit("memory")
             .and_then(quantity::units)
             .map_or(1024, |b| (b / (1024 * 1024)).clamp(16, 1 << 20) as u32);
+        // The kubelet evicts a pod whose writes pass its containers'
+        // ephemeral-storage limits; the sandbox's disk limit stops them.
+        let disk = ephemeral_storage_limit(&main).map_or(Shape::DEFAULT_DISK_MIB, |b| {
+            b.div_ceil(1024 * 1024).clamp(1, u128::from(u32::MAX)) as u32
+        });
         let image = first["image"].as_str().unwrap_or_default();
         let pod_uid = uid(&pod);
         let workdir = first["workingDir"].as_str().map(str::to_string);
         let sandbox = match self
             .runtime
-            .start(&pod_uid, image, cpu, memory, env, workdir)
+            .start(
+                &pod_uid,
+                image,
+                Shape {
+                    cpu_milli: cpu,
+                    memory_mib: memory,
+                    disk_mib: disk,
+                },
+                env,
+                workdir,
+            )
             .await
         {
             Ok(s) => s,
@@ -282,4 +299,59 @@ impl Kubelet {
             })
             .unwrap_or_else(|| "127.42.0.1".into())
     }
+}
+
+/// The sum of `containers`' `ephemeral-storage` limits in bytes, when any
+/// sets one.
+fn ephemeral_storage_limit(containers: &[Value]) -> Option<u128> {
+    containers
+        .iter()
+        .filter_map(|c| {
+            c["resources"]["limits"]["ephemeral-storage"]
+                .as_str()
+                .and_then(quantity::units)
+        })
+        .reduce(|a, b| a + b)
+}
+
+/// `bytes` as a quantity, in the largest binary unit that divides it.
+fn binary_quantity(bytes: u128) -> String {
+    let units = [
+        ("Ti", 1u128 << 40),
+        ("Gi", 1 << 30),
+        ("Mi", 1 << 20),
+        ("Ki", 1 << 10),
+    ];
+    units
+        .iter()
+        .find(|(_, size)| bytes >= *size && bytes.is_multiple_of(*size))
+        .map_or_else(
+            || bytes.to_string(),
+            |(unit, size)| format!("{}{unit}", bytes / size),
+        )
+}
+
+/// Evicts `pod` as the kubelet does when its writes pass its containers'
+/// ephemeral-storage limits (the sandbox's disk limit stopped a command):
+/// `Failed`, reason `Evicted`, a Warning event, its sandbox stopped. A pod
+/// with no such limit is left alone: only the command failed.
+pub(crate) async fn evict_for_storage(state: &Arc<State>, pod: &Value) {
+    let Some(limit) = ephemeral_storage_limit(&containers(pod, "containers")) else {
+        return;
+    };
+    let message = format!(
+        "Pod ephemeral local storage usage exceeds the total limit of containers {}. ",
+        binary_quantity(limit)
+    );
+    let c = Client::new(state, KUBELET);
+    let (ns, name) = client::names(pod);
+    let pod_uid = uid(pod);
+    if c.get(PODS, &ns, &name).is_none_or(|p| uid(&p) != pod_uid) {
+        return;
+    }
+    let status = json!({"phase": "Failed", "reason": "Evicted", "message": message});
+    if let Ok(evicted) = c.merge_patch(PODS, &ns, &name, &json!({"status": status}), true) {
+        c.event(&evicted, "Warning", "Evicted", &message);
+    }
+    state.runtime.stop(&pod_uid).await;
 }
