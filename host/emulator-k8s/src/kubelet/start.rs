@@ -355,3 +355,24 @@ pub(crate) async fn evict_for_storage(state: &Arc<State>, pod: &Value) {
     }
     state.runtime.stop(&pod_uid).await;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pods_storage_limit_is_its_containers_sum_shown_as_the_kubelet_shows_it() {
+        let containers = [
+            json!({"resources": {"limits": {"ephemeral-storage": "16Mi"}}}),
+            json!({"resources": {"requests": {"ephemeral-storage": "1Gi"}}}),
+            json!({"resources": {"limits": {"ephemeral-storage": "1Gi"}}}),
+        ];
+        let limit = ephemeral_storage_limit(&containers).unwrap();
+        assert_eq!(limit, (1 << 30) + (16 << 20));
+        assert_eq!(binary_quantity(limit), "1040Mi");
+        assert_eq!(binary_quantity(2 << 30), "2Gi");
+        assert_eq!(binary_quantity(1500), "1500");
+        // Requests alone set no limit: nothing to evict for.
+        assert_eq!(ephemeral_storage_limit(&containers[1..2]), None);
+    }
+}
