@@ -40,13 +40,29 @@ pub(crate) const SANDBOX_PATH: &str =
 /// Where `tool` is: the first executable file of that name in a directory
 /// of [`SANDBOX_PATH`].
 pub(crate) fn sandbox_tool(tool: &str) -> Option<PathBuf> {
-    SANDBOX_PATH
-        .split(':')
-        .map(|dir| Path::new(dir).join(tool))
-        .find(|path| {
-            std::fs::metadata(path)
-                .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
-        })
+    executable_on(SANDBOX_PATH, tool)
+}
+
+/// Where `execvp` would find `program` (a bare name) on `path`: the first
+/// executable file of that name, when every directory searched before it
+/// is absolute (an empty or relative entry would be the caller's working
+/// directory's).
+pub(crate) fn executable_on(path: &str, program: &str) -> Option<PathBuf> {
+    if program.is_empty() || program.contains('/') {
+        return None;
+    }
+    for dir in path.split(':') {
+        if !dir.starts_with('/') {
+            return None;
+        }
+        let candidate = Path::new(dir).join(program);
+        if fs::metadata(&candidate)
+            .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+        {
+            return Some(candidate);
+        }
+    }
+    None
 }
 
 /// The supervisor's stderr, kept in the sandbox directory for diagnosis.

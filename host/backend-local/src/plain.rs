@@ -120,32 +120,20 @@ impl PathMap {
 }
 
 /// Where `execvp` would find `program` (a bare name) on `path`, when it is
-/// a file the kernel runs itself (`#!` or ELF) and every directory searched
-/// before it is absolute: `env` handles the rest (a script without `#!` is
-/// run by `sh`, a missing program is exit 127, an empty entry is the
-/// workdir).
+/// a file the kernel runs itself (`#!` or ELF): `env` handles the rest (a
+/// script without `#!` is run by `sh`, a missing program is exit 127, an
+/// empty entry is the workdir).
 fn runnable_on(path: &str, program: &str) -> Option<PathBuf> {
     use std::io::Read;
-    use std::os::unix::fs::PermissionsExt;
-    if program.is_empty() || program.contains('/') {
-        return None;
-    }
-    let mut found = None;
-    for dir in path.split(':') {
-        if !dir.starts_with('/') {
-            return None;
-        }
-        let candidate = Path::new(dir).join(program);
-        if std::fs::metadata(&candidate)
-            .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
-        {
-            found = Some(candidate);
-            break;
-        }
-    }
-    let found = found?;
+    use std::os::unix::fs::OpenOptionsExt;
+    let found = crate::namespace::executable_on(path, program)?;
     let mut magic = [0u8; 4];
-    std::fs::File::open(&found)
+    // Non-blocking: a task that swaps the file for a FIFO after the check
+    // must not hang this thread in `open`.
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&found)
         .and_then(|mut file| file.read_exact(&mut magic))
         .ok()?;
     (magic.starts_with(b"#!") || magic == *b"\x7fELF").then_some(found)
