@@ -32,6 +32,7 @@ use crate::sandbox::{Isolation, Sandbox, Site};
 use crate::spawn::{SpawnRequest, Spawned};
 use crate::state::{self, StateDir};
 use crate::{ids, machine};
+use sandfleet_jail::protocol::Volume;
 
 /// The embedded local backend: sandboxes on this machine, isolated with
 /// Linux namespaces, cgroups, dropped capabilities and seccomp (or, with
@@ -193,6 +194,29 @@ impl LocalBackend {
     ) -> Result<Spawned, BackendError> {
         self.inner
             .spawn(sandbox, request)
+            .await
+            .map_err(|e| self.error(e))
+    }
+
+    /// A sandbox of `template`, as [`Backend::claim`] makes one, with
+    /// `volumes` (host directories) mounted into it every time it starts:
+    /// made new, never taken warm. Running as root, each volume's directory
+    /// is given to the sandbox's root.
+    ///
+    /// # Errors
+    ///
+    /// As [`Backend::claim`]; [`sandfleet_core::ErrorKind::Invalid`] for a
+    /// volume whose directory is missing or whose mount point is not an
+    /// absolute path, or for volumes without namespaces.
+    pub async fn claim_with_volumes(
+        &self,
+        template: &TemplateRef,
+        labels: &Labels,
+        volumes: Vec<Volume>,
+        deadline: Instant,
+    ) -> Result<SandboxHandle, BackendError> {
+        self.inner
+            .claim_with(template, labels, volumes, deadline)
             .await
             .map_err(|e| self.error(e))
     }

@@ -135,7 +135,7 @@ impl Inner {
         });
         let run_id = template.run_id.clone();
         let deadline = Instant::now() + WARM_CREATE_TIMEOUT;
-        let made = Sandbox::create(&self.site, template, Vec::new(), deadline).await;
+        let made = Sandbox::create(&self.site, template, Vec::new(), Vec::new(), deadline).await;
         let destroyed = match &made {
             Ok(sandbox) => sandbox.destroy().await,
             Err(_) => Ok(()),

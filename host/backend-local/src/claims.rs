@@ -11,11 +11,13 @@ use sandfleet_core::{
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::backend::{Inner, WARM_CREATE_TIMEOUT};
+use crate::blocking;
 use crate::error::{IoContext, LocalError};
 use crate::exec;
 use crate::inventory::Held;
 use crate::sandbox::{Sandbox, Template};
 use crate::state;
+use sandfleet_jail::protocol::Volume;
 
 impl Inner {
     pub(crate) async fn claim(
@@ -24,10 +26,27 @@ impl Inner {
         labels: &Labels,
         deadline: Instant,
     ) -> Result<SandboxHandle, LocalError> {
+        self.claim_with(template, labels, Vec::new(), deadline)
+            .await
+    }
+
+    /// [`Inner::claim`], with `volumes` mounted: a sandbox with volumes is
+    /// always made new (warm ones have none).
+    pub(crate) async fn claim_with(
+        self: &Arc<Self>,
+        template: &TemplateRef,
+        labels: &Labels,
+        volumes: Vec<Volume>,
+        deadline: Instant,
+    ) -> Result<SandboxHandle, LocalError> {
         let run_id = Inner::run_of(labels, template)?;
         sandfleet_core::validate_labels(labels).map_err(|e| LocalError::Rejected(e.to_string()))?;
         let made = self.live().template(&run_id, &template.name)?;
+        let volumes = self.own_volumes(volumes).await?;
         let held = loop {
+            if !volumes.is_empty() {
+                break self.make_cold(Arc::clone(&made), volumes, deadline).await?;
+            }
             match self.take_warm(&made) {
                 Some(held) if held.sandbox.is_alive() => {
                     self.refill(&made);
@@ -40,7 +59,11 @@ impl Inner {
                     );
                     self.destroy_all(vec![dead]).await;
                 }
-                None => break self.make_cold(Arc::clone(&made), deadline).await?,
+                None => {
+                    break self
+                        .make_cold(Arc::clone(&made), Vec::new(), deadline)
+                        .await?;
+                }
             }
         };
         tracing::debug!(cluster = %self.name, sandbox = held.sandbox.id(), ?labels, "claimed");
@@ -62,13 +85,40 @@ impl Inner {
         }
     }
 
+    /// Checks `volumes` and, running as root, gives each directory to the
+    /// sandboxes' root (ids the caller's directories are not).
+    async fn own_volumes(&self, volumes: Vec<Volume>) -> Result<Vec<Volume>, LocalError> {
+        let ids = self.site.ids;
+        blocking(move || {
+            for volume in &volumes {
+                Volume::check_target(&volume.target).map_err(LocalError::Rejected)?;
+                let source = std::fs::canonicalize(&volume.source).map_err(|e| {
+                    LocalError::Rejected(format!("volume {}: {e}", volume.source.display()))
+                })?;
+                if source != volume.source || !source.is_dir() {
+                    return Err(LocalError::Rejected(format!(
+                        "volume {} is not a canonical path to a directory",
+                        volume.source.display()
+                    )));
+                }
+                if rustix::process::geteuid().is_root() {
+                    std::os::unix::fs::chown(&source, Some(ids.uid), Some(ids.gid))
+                        .context(|| format!("giving volume {} to the sandbox", source.display()))?;
+                }
+            }
+            Ok(volumes)
+        })
+        .await
+    }
+
     async fn make_cold(
         &self,
         template: Arc<Template>,
+        volumes: Vec<Volume>,
         deadline: Instant,
     ) -> Result<Held, LocalError> {
         let slot = self.take_slots(1, deadline).await?;
-        let sandbox = Sandbox::create(&self.site, template, Vec::new(), deadline).await?;
+        let sandbox = Sandbox::create(&self.site, template, Vec::new(), volumes, deadline).await?;
         Ok(Held {
             sandbox: Arc::new(sandbox),
             _slot: slot,

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sandfleet_jail::cgroup::Cgroups;
-use sandfleet_jail::protocol::{TmpfsSizes, WorkdirMode};
+use sandfleet_jail::protocol::{TmpfsSizes, Volume, WorkdirMode};
 use tokio::process::Child;
 
 use crate::blocking;
@@ -150,6 +150,8 @@ pub(crate) struct Place<'a> {
     pub(crate) marker: &'a str,
     /// The snapshot layers it starts from, lowest first.
     pub(crate) snapshots: &'a [PathBuf],
+    /// Host directories mounted into it.
+    pub(crate) volumes: &'a [Volume],
 }
 
 /// A namespaced sandbox.
@@ -311,6 +313,7 @@ async fn start(
         dir,
         marker,
         snapshots,
+        volumes,
     } = place;
     let cgroup_dirs = cgroup.map_or_else(Vec::new, |cgroup| cgroup.dirs.clone());
     let spec = InitSpec {
@@ -329,6 +332,7 @@ async fn start(
         cgroups: &cgroup_dirs,
         workdir_kept,
         snapshots,
+        volumes,
     };
     let running = namespace::start(&spec, deadline).await?;
     let workdir = running.started.workdir;
@@ -345,7 +349,10 @@ async fn start(
     let mut hidden = site.hidden.clone();
     hidden.push(template.source.host_dir().display().to_string());
     let own_root = template.source.oci().is_some();
-    let report = match entry.probe(&template.workdir, hidden, own_root).await {
+    let report = match entry
+        .probe(&template.workdir, hidden, own_root, volumes)
+        .await
+    {
         Ok(report) => report,
         Err(error) => {
             init.stop().await;

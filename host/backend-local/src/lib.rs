@@ -68,6 +68,8 @@ pub use config::{
 };
 pub use disk::DISK_LIMIT_PASSED;
 pub use error::LocalError;
+pub use remove::remove_tree;
+pub use sandfleet_jail::protocol::Volume;
 pub use spawn::{Exit, SpawnRequest, Spawned};
 pub use state::{SnapshotsHeld, list_run, reap_run, snapshots_held};
 

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use sandfleet_jail::protocol::{
     Action, EnterRequest, IdMap, Image, ProbeReport, ProbeRequest, ProcessRef, StartRequest,
-    Started, TmpfsSizes,
+    Started, TmpfsSizes, Volume,
 };
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
@@ -102,6 +102,8 @@ pub(crate) struct InitSpec<'a> {
     pub(crate) workdir_kept: bool,
     /// The snapshot layers it starts from, lowest first.
     pub(crate) snapshots: &'a [PathBuf],
+    /// Host directories mounted into it.
+    pub(crate) volumes: &'a [Volume],
 }
 
 /// The parts of the writable layer every init gets new: the overlays' work
@@ -223,6 +225,7 @@ pub(crate) async fn start(spec: &InitSpec<'_>, deadline: Instant) -> Result<Runn
         cgroups: spec.cgroups.to_vec(),
         workdir_kept: spec.workdir_kept,
         snapshots: spec.snapshots.to_vec(),
+        volumes: spec.volumes.to_vec(),
     };
     let log_path = spec.sandbox_dir.join(INIT_LOG);
     let log = File::create(&log_path).context(|| format!("creating {}", log_path.display()))?;
@@ -352,6 +355,7 @@ impl Entry<'_> {
         workdir: &str,
         hidden: Vec<String>,
         own_root: bool,
+        volumes: &[Volume],
     ) -> Result<ProbeReport, LocalError> {
         use std::os::unix::fs::MetadataExt;
         let root = fs::metadata("/").context(|| "stat /".into())?;
@@ -359,6 +363,7 @@ impl Entry<'_> {
             host_root: (root.dev(), root.ino()),
             hidden,
             own_root,
+            volumes: volumes.to_vec(),
         });
         let env = vec![("PATH".to_string(), SANDBOX_PATH.to_string())];
         let (mut command, header) = self.command(workdir, env, None, action)?;

@@ -60,7 +60,7 @@ pub(crate) fn remove_beneath(parent: &Path, name: &str) -> Result<bool, LocalErr
 /// # Errors
 ///
 /// As [`remove_beneath`]'s; also a path with no last component.
-pub(crate) fn remove_tree(path: &Path) -> Result<bool, LocalError> {
+pub fn remove_tree(path: &Path) -> Result<bool, LocalError> {
     let (Some(parent), Some(name)) = (path.parent(), path.file_name().and_then(OsStr::to_str))
     else {
         return Err(LocalError::Rejected(format!(

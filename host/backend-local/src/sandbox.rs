@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use sandfleet_core::{ExecRequest, RunId};
 use sandfleet_jail::cgroup::{Cgroups, Limits};
-use sandfleet_jail::protocol::{Action, IdMap, Image, WorkdirMode};
+use sandfleet_jail::protocol::{Action, IdMap, Image, Volume, WorkdirMode};
 use tokio::process::Command;
 
 use crate::blocking;
@@ -227,6 +227,8 @@ pub(crate) struct Sandbox {
     /// The snapshot layers it runs over, lowest first (none for a sandbox
     /// of its image alone).
     layers: Mutex<Vec<Arc<SealedLayer>>>,
+    /// Host directories mounted into it, every time it starts.
+    volumes: Vec<Volume>,
 }
 
 /// What holds a sandbox's processes.
@@ -254,6 +256,7 @@ impl Sandbox {
         site: &Site,
         template: Arc<Template>,
         layers: Vec<Arc<SealedLayer>>,
+        volumes: Vec<Volume>,
         deadline: Instant,
     ) -> Result<Sandbox, LocalError> {
         let (id, dir) = allocate_dir(site, &template)?;
@@ -269,6 +272,7 @@ impl Sandbox {
                     dir: &dir,
                     marker: &marker,
                     snapshots: &snapshots,
+                    volumes: &volumes,
                 };
                 Isolated::create(place, deadline)
                     .await
@@ -276,6 +280,9 @@ impl Sandbox {
             }
             Isolation::Plain if !layers.is_empty() => Err(LocalError::Rejected(
                 "sandboxes with isolation = \"none\" cannot start from a snapshot".into(),
+            )),
+            Isolation::Plain if !volumes.is_empty() => Err(LocalError::Rejected(
+                "sandboxes with isolation = \"none\" cannot mount volumes".into(),
             )),
             Isolation::Plain => plain::make(&template, &template.workdir, &dir, deadline)
                 .await
@@ -300,6 +307,7 @@ impl Sandbox {
             jail,
             workdir_mode: workdir_copy,
             layers: Mutex::new(layers),
+            volumes,
         };
         let meta = SandboxMeta {
             id: sandbox.id.clone(),
@@ -499,6 +507,7 @@ impl Sandbox {
             dir: &self.dir,
             marker: &self.marker,
             snapshots,
+            volumes: &self.volumes,
         }
     }
 

@@ -185,7 +185,8 @@ impl Inner {
             let (layers, starts) = (snapshot.layers.clone(), Arc::clone(&starts));
             making.spawn(async move {
                 let _start = starts.acquire_owned().await;
-                let sandbox = Sandbox::create(&inner.site, template, layers, deadline).await?;
+                let sandbox =
+                    Sandbox::create(&inner.site, template, layers, Vec::new(), deadline).await?;
                 Ok::<_, LocalError>(Held {
                     sandbox: Arc::new(sandbox),
                     _slot: slot,

@@ -136,7 +136,14 @@ impl Inner {
             // The semaphore is never closed, so this always gets a permit.
             let _turn = self.warm_creations.acquire().await;
             let deadline = Instant::now() + WARM_CREATE_TIMEOUT;
-            Sandbox::create(&self.site, Arc::clone(&template), Vec::new(), deadline).await
+            Sandbox::create(
+                &self.site,
+                Arc::clone(&template),
+                Vec::new(),
+                Vec::new(),
+                deadline,
+            )
+            .await
         };
         let made = match made {
             Ok(sandbox) => Some(Held {

@@ -43,6 +43,7 @@ mod seccomp;
 mod supervise;
 mod sys;
 mod user;
+mod volumes;
 
 use std::io::Write;
 

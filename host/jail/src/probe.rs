@@ -18,12 +18,22 @@ const CAP_SYS_ADMIN: u32 = 21;
 
 /// Runs every check; `workdir` is the sandbox's workdir.
 pub(crate) fn run(request: &ProbeRequest, workdir: &str) -> ProbeReport {
-    let writable = rootfs::writable_mounts(workdir);
+    let volumes = |writable_only: bool| {
+        request
+            .volumes
+            .iter()
+            .filter(move |volume| !(writable_only && volume.read_only))
+            .map(|volume| volume.target.clone())
+    };
+    let mut writable = rootfs::writable_mounts(workdir);
+    writable.extend(volumes(true));
     let mut failures = Vec::new();
     let mut fail = |message: String| failures.push(message);
     check_mounts(&writable, request.own_root, &mut fail);
     if request.own_root {
-        check_own_root(&rootfs::own_root_mounts(workdir), &mut fail);
+        let mut expected = rootfs::own_root_mounts(workdir);
+        expected.extend(volumes(false));
+        check_own_root(&expected, &mut fail);
     }
     check_root(request, &mut fail);
     check_status(&mut fail);

@@ -102,6 +102,45 @@ pub struct StartRequest {
     /// own writable layer.
     #[serde(default)]
     pub snapshots: Vec<PathBuf>,
+    /// Host directories mounted into the sandbox, in order.
+    #[serde(default)]
+    pub volumes: Vec<Volume>,
+}
+
+/// A host directory mounted into a sandbox: storage its containers share
+/// (a pod's `emptyDir`, which an init container fills and the main one
+/// reads), outside the sandbox's own layer and its disk limit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Volume {
+    /// The host directory (canonical).
+    pub source: PathBuf,
+    /// Where the sandbox sees it: absolute, plain components only, not `/`.
+    pub target: String,
+    /// Mounted read-only.
+    pub read_only: bool,
+}
+
+impl Volume {
+    /// Checks `target` is a path a volume may be mounted on.
+    ///
+    /// # Errors
+    ///
+    /// A sentence naming the target.
+    pub fn check_target(target: &str) -> Result<(), String> {
+        // Checked as text: `Path::components` would quietly drop `.` and
+        // repeated slashes.
+        let plain = target.strip_prefix('/').is_some_and(|rest| {
+            rest.split('/')
+                .all(|part| !part.is_empty() && part != "." && part != ".." && !part.contains('\0'))
+        });
+        if plain {
+            Ok(())
+        } else {
+            Err(format!(
+                "volume mount point `{target}` is not an absolute path of plain components"
+            ))
+        }
+    }
 }
 
 /// What a sandbox's files come from.
@@ -231,6 +270,10 @@ pub struct ProbeRequest {
     /// anywhere in it (rather than the host's system directories read-only).
     #[serde(default)]
     pub own_root: bool,
+    /// The sandbox's volumes: their mount points are its own, writable
+    /// unless mounted read-only.
+    #[serde(default)]
+    pub volumes: Vec<Volume>,
 }
 
 /// What the isolation probe found wrong; empty when the sandbox is sound.
@@ -294,6 +337,24 @@ mod tests {
         let mut input = stream.as_slice();
         assert_eq!(read_header(&mut input).unwrap(), request());
         assert_eq!(input, b"the command's stdin");
+    }
+
+    #[test]
+    fn volumes_mount_only_on_absolute_paths_of_plain_components() {
+        for good in ["/data", "/.sandfleet/bin", "/tmp/x"] {
+            assert_eq!(Volume::check_target(good), Ok(()), "{good}");
+        }
+        for bad in [
+            "",
+            "/",
+            "data",
+            "/data/",
+            "/data/../etc",
+            "/./data",
+            "//data/..",
+        ] {
+            assert!(Volume::check_target(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //! /proc            proc, with /proc/sys, /proc/bus… read-only and /proc/kcore, /proc/keys… masked
 //! /tmp             overlay of layer/empty and layer/tmp (nosuid, nodev)
 //! <workdir>        overlay of the image (read-only) and layer/upper (nosuid, nodev)
+//! <volume target>  a host directory of the request's (nosuid, nodev, ro if asked)
 //! ```
 //!
 //! That is a directory image's root; an OCI image's is made by
@@ -45,6 +46,7 @@ use crate::overlay::{SnapshotPart, mount_overlay, snapshot_layers, stage, unstag
 use crate::protocol::{Image, StartRequest, WorkdirMode};
 use crate::supervise::supervisor_alive;
 use crate::sys::{self, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY};
+use crate::volumes;
 
 /// Top-level host directories the sandbox runs the host's tools from.
 const SYSTEM_DIRS: [&str; 8] = [
@@ -153,10 +155,13 @@ fn build(request: &StartRequest) -> Result<WorkdirMode, String> {
         MountPropagationFlags::PRIVATE | MountPropagationFlags::REC,
     )
     .map_err(|e| format!("making / private: {e}"))?;
-    match &request.image {
+    let volumes = volumes::detach(&request.volumes)?;
+    let workdir = match &request.image {
         Image::Directory(image_dir) => build_over_host(request, image_dir),
         Image::Layers { dir, layers } => image_root::build(request, dir, layers),
-    }
+    }?;
+    volumes::attach(volumes)?;
+    Ok(workdir)
 }
 
 /// The root of a directory image's sandbox: the host's system directories,

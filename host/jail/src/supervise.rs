@@ -23,7 +23,7 @@ use rustix::process::{Pid, Signal, WaitOptions};
 
 use crate::creds::{self, Ended};
 use crate::protocol::{
-    EXIT_SETUP, INIT_RECORD, IdMap, Image, ProcessRef, StartRequest, Started, WorkdirMode,
+    EXIT_SETUP, INIT_RECORD, IdMap, Image, ProcessRef, StartRequest, Started, Volume, WorkdirMode,
 };
 use crate::rootfs;
 use crate::sys::{self, Forked};
@@ -62,6 +62,10 @@ fn run() -> Result<i32, String> {
     }
     for snapshot in &request.snapshots {
         check_canonical(snapshot)?;
+    }
+    for volume in &request.volumes {
+        check_canonical(&volume.source)?;
+        Volume::check_target(&volume.target)?;
     }
     // The init executes this same program again as the sandbox's pid 1.
     let program = rustix::fs::open(

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use sandfleet_backend_local::{IsolationMode, LocalBackend, LocalConfig};
+use sandfleet_backend_local::{IsolationMode, LocalBackend, LocalConfig, Volume};
 use sandfleet_core::{Backend, ErrorKind, RunId, SandboxHandle, TemplateSpec};
 use sandfleet_images::{Ownership, Reference, Store};
 use sandfleet_registry_testing::image::{Layer, Tar};
@@ -341,4 +341,123 @@ async fn a_template_whose_registry_is_unavailable_is_tried_once_for_the_engine_t
     assert!(error.kind().is_retryable(), "{error}");
     // One attempt: the engine's retry is the only one, not one inside it.
     assert_eq!(requests.load(Ordering::SeqCst), 1, "{error}");
+}
+
+/// A sandbox of `reference` with `volumes` mounted.
+async fn claimed_with_volumes(
+    backend: &LocalBackend,
+    run_id: &RunId,
+    reference: &str,
+    volumes: Vec<Volume>,
+) -> Result<SandboxHandle, sandfleet_core::BackendError> {
+    let template = backend
+        .ensure_template(&spec(run_id, reference, &[]))
+        .await
+        .unwrap();
+    backend
+        .claim_with_volumes(
+            &template,
+            &run_id.labels(),
+            volumes,
+            Instant::now() + PATIENCE,
+        )
+        .await
+}
+
+fn volume(source: &std::path::Path, target: &str, read_only: bool) -> Volume {
+    Volume {
+        source: source.canonicalize().unwrap(),
+        target: target.into(),
+        read_only,
+    }
+}
+
+#[tokio::test]
+async fn a_volume_is_shared_by_sandboxes_and_read_only_where_asked() {
+    let served = oci_image::serve("oci/volumes", &[], oci_image::escape_config()).await;
+    let state = tempfile::tempdir().unwrap();
+    let shared = tempfile::tempdir().unwrap();
+    let (backend, run_id) = backend(&state);
+    let writer = claimed_with_volumes(
+        &backend,
+        &run_id,
+        &served.reference,
+        vec![volume(shared.path(), "/sandfleet/shared", false)],
+    )
+    .await
+    .unwrap();
+    sh_ok(
+        &backend,
+        &writer,
+        "echo from-the-writer > /sandfleet/shared/note",
+    )
+    .await;
+    assert_eq!(
+        std::fs::read_to_string(shared.path().join("note")).unwrap(),
+        "from-the-writer\n"
+    );
+    let reader = claimed_with_volumes(
+        &backend,
+        &run_id,
+        &served.reference,
+        vec![volume(shared.path(), "/data/in", true)],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        sh_ok(&backend, &reader, "cat /data/in/note").await,
+        "from-the-writer\n"
+    );
+    let refused = sh(&backend, &reader, "echo more > /data/in/note").await;
+    assert_ne!(refused.exit_code, 0, "a read-only volume took a write");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("Read-only file system"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    // A sandbox without the volume does not see it.
+    let other = claimed(&backend, &run_id, &served.reference).await;
+    assert_eq!(
+        sh(&backend, &other, "ls /sandfleet/shared").await.exit_code,
+        2
+    );
+    backend.reap(&run_id).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_link_in_the_image_on_a_volumes_path_is_refused_not_followed() {
+    // The image links the volume's parent to its /etc: followed, the volume
+    // would land at /etc/sub, over what the image holds there.
+    let links = Layer::new(
+        Tar::new().symlink("opt", "/etc").finish(),
+        sandfleet_images::spec::Compression::None,
+    );
+    let served = oci_image::serve("oci/linked", &[links], oci_image::escape_config()).await;
+    let state = tempfile::tempdir().unwrap();
+    let shared = tempfile::tempdir().unwrap();
+    let (backend, run_id) = backend(&state);
+    let error = claimed_with_volumes(
+        &backend,
+        &run_id,
+        &served.reference,
+        vec![volume(shared.path(), "/opt/sub", false)],
+    )
+    .await
+    .expect_err("a volume mounted through the image's link");
+    assert!(
+        error
+            .to_string()
+            .contains("/opt is not a directory reached without links"),
+        "{error}"
+    );
+    let outside = claimed_with_volumes(
+        &backend,
+        &run_id,
+        &served.reference,
+        vec![volume(shared.path(), "/data/../etc", false)],
+    )
+    .await
+    .expect_err("a mount point with `..`");
+    assert_eq!(outside.kind(), ErrorKind::Invalid, "{outside}");
+    backend.reap(&run_id).await.unwrap();
 }
