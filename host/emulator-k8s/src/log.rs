@@ -150,8 +150,8 @@ fn log_status(pod: &Value, name: &str, container: &str, previous: bool) -> Resul
         return Ok(());
     }
     if state["terminated"].is_object() {
-        // An init container's status has no container ID (it ran before the sandbox
-        // the emulator's containers share), so it has no log.
+        // An init container's status has no container ID where it did not run
+        // (pods of plain processes run their first container alone): no log.
         return if state["terminated"]["containerID"]
             .as_str()
             .is_some_and(|id| !id.is_empty())

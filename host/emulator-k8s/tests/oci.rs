@@ -33,7 +33,7 @@ fn tool_image_saying(motd: &[u8]) -> Built {
         "aarch64" => "arm64",
         other => other,
     };
-    let programs = Layer::gzip(programs(&["sh", "cat", "ls", "sleep"]).finish());
+    let programs = Layer::gzip(programs(&["sh", "cat", "ls", "sleep", "true"]).finish());
     let own = Layer::gzip(
         Tar::new()
             .dir("etc", 0o755)
@@ -174,7 +174,7 @@ async fn a_pod_of_a_pushed_image_runs_its_programs_on_its_files_with_the_pull_la
     assert_eq!(first["status"]["phase"], "Succeeded", "{first}");
     assert_eq!(
         log(&api, "first").await,
-        "from the image\nimage data\n/work\nyes\nnot-host\ncat\ndash\nls\nsh\nsleep\n"
+        "from the image\nimage data\n/work\nyes\nnot-host\ncat\ndash\nls\nsh\nsleep\ntrue\n"
     );
     // A tagged reference defaults to IfNotPresent; the pull is real, the
     // latency comes on top, and the kubelet's words report it.
@@ -549,5 +549,123 @@ async fn always_follows_a_moved_tag_and_if_not_present_keeps_the_nodes_image() {
     let moved = finished(&api, "moved").await;
     assert_eq!(log(&api, "moved").await, "second\n");
     assert_ne!(moved["status"]["containerStatuses"][0]["imageID"], first_id);
+    emulator.shutdown().await;
+}
+
+/// A pod of the tool image whose init containers run `init` (one `sh -c`
+/// script each) with an `emptyDir` at `/shared`, then whose main container
+/// prints what they left there.
+fn pod_with_init(name: &str, image: &str, restart: &str, init: &[&str]) -> Value {
+    let mount = json!([{"name": "shared", "mountPath": "/shared"}]);
+    let init: Vec<Value> = init
+        .iter()
+        .enumerate()
+        .map(|(i, script)| {
+            json!({"name": format!("init-{i}"), "image": image, "command": ["sh", "-c", script], "volumeMounts": mount})
+        })
+        .collect();
+    json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": restart,
+            "volumes": [{"name": "shared", "emptyDir": {}}],
+            "initContainers": init,
+            "containers": [{"name": "main", "image": image, "command": ["sh", "-c", "cat /shared/*"],
+                            "volumeMounts": [{"name": "shared", "mountPath": "/shared", "readOnly": true}]}],
+        },
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn init_containers_run_in_order_and_hand_files_to_the_main_one_through_an_empty_dir() {
+    let (_registry, reference) = registry_with_tool().await;
+    let (emulator, api) = cluster(1, Duration::ZERO).await;
+    api.create(
+        PODS,
+        pod_with_init(
+            "handed",
+            &reference,
+            "Never",
+            &[
+                "echo first > /shared/a",
+                // The second sees what the first wrote.
+                "cat /shared/a > /shared/b; echo second >> /shared/b; echo init-log",
+            ],
+        ),
+    )
+    .await;
+    let handed = finished(&api, "handed").await;
+    assert_eq!(handed["status"]["phase"], "Succeeded", "{handed}");
+    assert_eq!(log(&api, "handed").await, "first\nfirst\nsecond\n");
+    let init_log = api
+        .get(&format!("{PODS}/handed/log?container=init-1"))
+        .await;
+    assert_eq!(init_log, Some(Value::String("init-log\n".into())));
+
+    // A failing init container fails a pod that is never restarted, with its
+    // exit code; the main container never runs.
+    api.create(
+        PODS,
+        pod_with_init(
+            "broken",
+            &reference,
+            "Never",
+            &[
+                "echo ok > /shared/a",
+                "echo cannot >&2; exit 3",
+                "echo never",
+            ],
+        ),
+    )
+    .await;
+    let broken = finished(&api, "broken").await;
+    assert_eq!(broken["status"]["phase"], "Failed", "{broken}");
+    let statuses = &broken["status"]["initContainerStatuses"];
+    assert_eq!(statuses[0]["state"]["terminated"]["reason"], "Completed");
+    assert_eq!(statuses[1]["state"]["terminated"]["exitCode"], 3);
+    assert_eq!(statuses[1]["state"]["terminated"]["message"], "cannot");
+    assert_eq!(statuses[2]["state"]["waiting"]["reason"], "PodInitializing");
+    assert_eq!(
+        broken["status"]["containerStatuses"][0]["state"]["waiting"]["reason"],
+        "PodInitializing"
+    );
+    let (code, refusal) = api
+        .send(reqwest::Method::GET, &format!("{PODS}/broken/log"), None)
+        .await;
+    assert_eq!(code, 400, "{refusal}");
+    assert_eq!(
+        refusal["message"],
+        "container \"main\" in pod \"broken\" is waiting to start: PodInitializing"
+    );
+
+    // Restarted pods wait in CrashLoopBackOff instead, Pending.
+    api.create(
+        PODS,
+        pod_with_init("looping", &reference, "Always", &["exit 1"]),
+    )
+    .await;
+    let looping = api
+        .wait(&format!("{PODS}/looping"), LIMIT, |o| {
+            o.is_some_and(|p| {
+                p["status"]["initContainerStatuses"][0]["state"]["waiting"]["reason"]
+                    == "CrashLoopBackOff"
+            })
+        })
+        .await
+        .unwrap();
+    assert_eq!(looping["status"]["phase"], "Pending", "{looping}");
+    assert_eq!(
+        looping["status"]["initContainerStatuses"][0]["lastState"]["terminated"]["exitCode"],
+        1
+    );
+    events_including(
+        &api,
+        "looping",
+        &[(
+            "BackOff",
+            "Back-off restarting failed container init-0 in pod looping".into(),
+        )],
+    )
+    .await;
     emulator.shutdown().await;
 }

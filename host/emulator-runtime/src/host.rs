@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use sandfleet_backend_local::{IsolationMode, LocalBackend, LocalConfig};
+use sandfleet_backend_local::{IsolationMode, LocalBackend, LocalConfig, Volume};
 use sandfleet_core::{
     Backend, BackendError, Labels, RunId, SandboxHandle, TemplateRef, TemplateSpec,
 };
@@ -206,10 +206,25 @@ impl SandboxHost {
         template: &TemplateRef,
         task: &str,
     ) -> Result<SandboxHandle, BackendError> {
+        self.claim_with_volumes(template, task, Vec::new()).await
+    }
+
+    /// [`SandboxHost::claim`], with `volumes` (host directories) mounted
+    /// into the sandbox.
+    ///
+    /// # Errors
+    ///
+    /// As [`SandboxHost::claim`]; also a volume the local backend refuses.
+    pub async fn claim_with_volumes(
+        &self,
+        template: &TemplateRef,
+        task: &str,
+        volumes: Vec<Volume>,
+    ) -> Result<SandboxHandle, BackendError> {
         let mut labels: Labels = self.run_id.labels();
         labels.insert(sandfleet_core::LABEL_TASK.to_string(), task.to_string());
         self.backend
-            .claim(template, &labels, Instant::now() + CREATE_TIMEOUT)
+            .claim_with_volumes(template, &labels, volumes, Instant::now() + CREATE_TIMEOUT)
             .await
     }
 

@@ -4,7 +4,9 @@
 //! are pulled into its node's cache as its `imagePullPolicy` says (an OCI image from
 //! its registry, for real; an image that cannot be pulled leaves it Pending in
 //! `ErrImagePull`, then `ImagePullBackOff`, and a registry's failure is tried again
-//! with back-off; `Never` and an image the node lacks, `ErrImageNeverPull`), it runs
+//! with back-off; `Never` and an image the node lacks, `ErrImageNeverPull`), its init
+//! containers run in order, each to its end in a sandbox of its own, sharing the pod's
+//! `emptyDir` volumes (`volumes`; pods of plain processes only pull them), it runs
 //! as a local sandbox with an IP from 127.42.0.0/16, and it goes `Succeeded` or
 //! `Failed` when its container's command exits — it is never restarted. A pod whose
 //! RuntimeClass names a handler the runtime lacks stays Pending with a
@@ -13,7 +15,8 @@
 //!
 //! One module per job: `bind` is the scheduler's side (binding pending pods where
 //! `scheduler` chooses), `pull` pulls a pod's images, `start` runs a bound pod to its
-//! end, and `addresses` hands out pod IPs; this module follows the pod events.
+//! end, `volumes` makes its `emptyDir`s, and `addresses` hands out pod IPs; this module
+//! follows the pod events.
 
 mod addresses;
 mod bind;
@@ -24,6 +27,7 @@ pub(crate) mod quantity;
 pub(crate) mod runtime;
 pub(crate) mod scheduler;
 mod start;
+mod volumes;
 
 pub(crate) use start::evict_for_storage;
 

@@ -9,13 +9,13 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use sandfleet_backend_local::{LocalError, SpawnRequest, Spawned};
+use sandfleet_backend_local::{LocalError, SpawnRequest, Spawned, Volume};
 use sandfleet_core::{Backend, SandboxHandle, TemplateRef};
 use sandfleet_emulator_runtime::{
     CreateGate, FleetImages, ImageMap, OciMap, Resolved, SandboxHost, Shape,
@@ -25,6 +25,7 @@ use tokio::sync::OnceCell;
 
 use super::container_log::ContainerLog;
 use super::pull_model::{NodePulls, PullModel};
+use super::volumes::{self, PodVolumes};
 use crate::PodRuntime;
 
 /// How long a pod's main command may run: effectively forever, but bounded.
@@ -126,6 +127,38 @@ pub(crate) struct Runtime {
     /// Pod uid → its containers' logs (by container name), from its start until it is
     /// deleted.
     logs: Mutex<HashMap<String, BTreeMap<String, Arc<ContainerLog>>>>,
+    /// Where pods' `emptyDir` volumes live (removed with the runtime), when pods
+    /// run in namespaces.
+    volumes: Option<VolumesRoot>,
+}
+
+/// The directory of every pod's volumes: searchable by the sandboxes' ids, which
+/// open their volumes by path, and listable by no one else.
+struct VolumesRoot {
+    dir: tempfile::TempDir,
+    /// `dir`'s canonical path, as the local backend wants volume sources.
+    path: PathBuf,
+}
+
+impl VolumesRoot {
+    fn make() -> anyhow::Result<VolumesRoot> {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::Builder::new()
+            .prefix("sandfleet-k8s-volumes-")
+            .tempdir()
+            .context("making the directory of pods' volumes")?;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711))?;
+        let path = dir.path().canonicalize()?;
+        Ok(VolumesRoot { dir, path })
+    }
+}
+
+impl Drop for VolumesRoot {
+    fn drop(&mut self) {
+        // Containers may have left directories no one may enter: removed
+        // beneath the root, as the local backend removes sandboxes.
+        let _ = sandfleet_backend_local::remove_tree(self.dir.path());
+    }
 }
 
 impl Runtime {
@@ -173,7 +206,43 @@ impl Runtime {
             sandboxes: Mutex::new(HashMap::new()),
             gate: CreateGate::default(),
             logs: Mutex::new(HashMap::new()),
+            volumes: match runtime {
+                PodRuntime::Plain => None,
+                _ => Some(VolumesRoot::make()?),
+            },
         })
+    }
+
+    /// Makes the `emptyDir` volumes of `pod` (uid `uid`).
+    ///
+    /// # Errors
+    /// When pods run as plain processes (which share the host's root and can
+    /// mount nothing) and a container mounts one, or a directory cannot be made.
+    pub(crate) fn pod_volumes(
+        &self,
+        uid: &str,
+        pod: &serde_json::Value,
+        containers: &[serde_json::Value],
+    ) -> Result<PodVolumes, String> {
+        let Some(root) = &self.volumes else {
+            let volumes = PodVolumes::of(Path::new("/"), uid, pod)?;
+            if volumes.mounted_by(containers) {
+                return Err(
+                    "emptyDir volumes cannot be mounted: pods run as plain processes on \
+                            this host, sharing its root (run the devcluster with isolation)"
+                        .into(),
+                );
+            }
+            return Ok(PodVolumes::default());
+        };
+        let volumes = PodVolumes::of(&root.path, uid, pod)?;
+        volumes.create()?;
+        Ok(volumes)
+    }
+
+    /// Whether pods run as plain processes on the host.
+    pub(crate) fn is_plain(&self) -> bool {
+        self.plain
     }
 
     fn host(&self) -> anyhow::Result<&SandboxHost> {
@@ -430,7 +499,8 @@ impl Runtime {
             .map_err(|e| anyhow::anyhow!("{e}"))
     }
 
-    /// Make the sandbox of pod `uid`.
+    /// Make a sandbox of pod `uid`: its main container's under `uid` itself, an init
+    /// container's under [`init_key`]; with `volumes` mounted.
     pub(crate) async fn start(
         &self,
         uid: &str,
@@ -438,6 +508,7 @@ impl Runtime {
         shape: Shape,
         env: Vec<(String, String)>,
         workdir: Option<String>,
+        volumes: Vec<Volume>,
     ) -> anyhow::Result<Arc<PodSandbox>> {
         let Some(_starting) = self.gate.enter() else {
             anyhow::bail!("the cluster is shutting down");
@@ -445,7 +516,7 @@ impl Runtime {
         let template = self.template(image, shape).await?;
         let handle = self
             .host()?
-            .claim(&template, uid)
+            .claim_with_volumes(&template, uid, volumes)
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         let sandbox = Arc::new(PodSandbox {
@@ -551,17 +622,30 @@ impl Runtime {
             .map_err(|e| anyhow::anyhow!("{e}"))
     }
 
-    /// Destroy the sandbox of pod `uid` (idempotent).
-    pub(crate) async fn stop(&self, uid: &str) {
-        let removed = self
-            .sandboxes
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(uid);
-        if let (Some(sandbox), Ok(host)) = (removed, self.host())
-            && let Err(error) = host.backend().release(&sandbox.handle).await
-        {
-            tracing::warn!(%error, pod = uid, "releasing a pod sandbox failed");
+    /// Destroy the sandboxes of pod `uid` (an init container's running included) and
+    /// its volumes; or, given an [`init_key`], that init container's sandbox alone.
+    /// Idempotent.
+    pub(crate) async fn stop(&self, key: &str) {
+        let init_prefix = format!("{key}.");
+        let removed: Vec<Arc<PodSandbox>> = {
+            let mut sandboxes = self.sandboxes.lock().unwrap_or_else(|e| e.into_inner());
+            let keys: Vec<String> = sandboxes
+                .keys()
+                .filter(|k| *k == key || k.starts_with(&init_prefix))
+                .cloned()
+                .collect();
+            keys.iter().filter_map(|k| sandboxes.remove(k)).collect()
+        };
+        if let Ok(host) = self.host() {
+            for sandbox in removed {
+                if let Err(error) = host.backend().release(&sandbox.handle).await {
+                    tracing::warn!(%error, pod = key, "releasing a pod sandbox failed");
+                }
+            }
+        }
+        if let Some(root) = self.volumes.as_ref().filter(|_| !key.contains('.')) {
+            let (root, uid) = (root.path.clone(), key.to_string());
+            let _ = tokio::task::spawn_blocking(move || volumes::remove(&root, &uid)).await;
         }
     }
 
@@ -620,4 +704,11 @@ impl Runtime {
     pub(crate) fn state_dir(&self) -> Option<PathBuf> {
         self.host.as_ref().map(|h| h.state_dir().to_path_buf())
     }
+}
+
+/// The key of the sandbox of pod `uid`'s init container number `index` (see
+/// [`Runtime::stop`]); it is the sandbox's task label too, so a label value: a
+/// pod's uid has no `.`, and the key stays within 63 characters.
+pub(crate) fn init_key(uid: &str, index: usize) -> String {
+    format!("{uid}.init-{index}")
 }

@@ -6,6 +6,8 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::container_log::{ContainerLog, ReadOptions};
+use super::runtime::init_key;
+use super::volumes::PodVolumes;
 use super::{KUBELET, Kubelet, condition, containers, default_pull_policy, quantity, uid};
 use crate::client::{self, Client, NODES, PODS, RUNTIME_CLASSES};
 use crate::state::State;
@@ -67,59 +69,71 @@ impl Kubelet {
             return;
         }
         let Some(first) = main.first() else { return };
-        let env: Vec<(String, String)> = first["env"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|e| {
-                Some((
-                    e["name"].as_str()?.to_string(),
-                    e["value"].as_str()?.to_string(),
-                ))
-            })
-            .collect();
-        let limit = |name: &str| {
-            first["resources"]["limits"][name]
-                .as_str()
-                .or_else(|| first["resources"]["requests"][name].as_str())
-        };
-        let cpu = limit("cpu")
-            .and_then(quantity::milli)
-            .map_or(1000, |m| m.clamp(10, 64_000) as u32);
-        let memory = limit("memory")
-            .and_then(quantity::units)
-            .map_or(1024, |b| (b / (1024 * 1024)).clamp(16, 1 << 20) as u32);
-        // The kubelet evicts a pod whose writes pass its containers'
-        // ephemeral-storage limits; the sandbox's disk limit stops them.
-        let disk = ephemeral_storage_limit(&main).map_or(Shape::DEFAULT_DISK_MIB, |b| {
-            b.div_ceil(1024 * 1024).clamp(1, u128::from(u32::MAX)) as u32
-        });
-        let image = first["image"].as_str().unwrap_or_default();
         let pod_uid = uid(&pod);
+        let volumes = match self.runtime.pod_volumes(&pod_uid, &pod, &all) {
+            Ok(volumes) => volumes,
+            Err(message) => {
+                self.cannot_run(
+                    &pod,
+                    &format!("failed to mount the pod's volumes: {message}"),
+                );
+                return;
+            }
+        };
+        let init = containers(&pod, "initContainers");
+        let names: Vec<String> = all
+            .iter()
+            .filter_map(|ct| ct["name"].as_str().map(str::to_string))
+            .collect();
+        // Open before anything runs, so a client that sees a container started finds
+        // its log.
+        let logs = self.runtime.open_logs(&pod_uid, &names);
+        let (init_logs, logs) = logs.split_at(init.len().min(logs.len()));
+        // Pods of plain processes share the host's root: there is nothing of
+        // theirs an init container could prepare, and a sandbox per init container
+        // would copy its image each time.
+        // The container IDs of the init containers that ran.
+        let mut init_ids: Vec<String> = Vec::new();
+        if !self.runtime.is_plain() {
+            for (index, (ct, log)) in init.iter().zip(init_logs).enumerate() {
+                let started = now_rfc3339();
+                let key = init_key(&pod_uid, index);
+                let (id, ended) = self.run_init(&key, ct, &volumes, log).await;
+                init_ids.extend(id);
+                let (ns, name) = client::names(&pod);
+                if c.get(PODS, &ns, &name).is_none_or(|p| uid(&p) != pod_uid) {
+                    self.runtime.stop(&pod_uid).await;
+                    return;
+                }
+                let failure = match ended {
+                    Ok(0) => continue,
+                    Ok(code) => Terminated {
+                        exit: code,
+                        reason: "Error",
+                        message: failure_message(log),
+                    },
+                    Err(error) => Terminated {
+                        exit: 128,
+                        reason: "StartError",
+                        message: format!("{error:#}"),
+                    },
+                };
+                self.init_failed(&pod, &init, &init_ids, &failure, &started);
+                self.runtime.stop(&pod_uid).await;
+                return;
+            }
+        }
+        let (env, shape) = container_setup(first, &main);
+        let image = first["image"].as_str().unwrap_or_default();
         let workdir = first["workingDir"].as_str().map(str::to_string);
         let sandbox = match self
             .runtime
-            .start(
-                &pod_uid,
-                image,
-                Shape {
-                    cpu_milli: cpu,
-                    memory_mib: memory,
-                    disk_mib: disk,
-                },
-                env,
-                workdir,
-            )
+            .start(&pod_uid, image, shape, env, workdir, volumes.mounts(first))
             .await
         {
             Ok(s) => s,
             Err(error) => {
-                let message = format!("failed to create the sandbox: {error}");
-                let status =
-                    json!({"phase": "Failed", "reason": "ContainerCannotRun", "message": message});
-                if let Some(p) = self.patch_status(&pod, status) {
-                    c.event(&p, "Warning", "Failed", &message);
-                }
+                self.cannot_run(&pod, &format!("failed to create the sandbox: {error}"));
                 return;
             }
         };
@@ -140,7 +154,7 @@ impl Kubelet {
             return;
         };
         let now = now_rfc3339();
-        let container_id = format!("sandfleet://{}", sandbox.handle.id);
+        let container_id = container_id(&sandbox.handle.id);
         let statuses: Vec<Value> = main
             .iter()
             .map(|ct| json!({
@@ -149,13 +163,21 @@ impl Kubelet {
                 "state": {"running": {"startedAt": now}},
             }))
             .collect();
-        let init: Vec<Value> = containers(&pod, "initContainers")
+        let init: Vec<Value> = init
             .iter()
-            .map(|ct| json!({
-                "name": ct["name"], "image": ct["image"], "imageID": self.runtime.image_id(ct["image"].as_str().unwrap_or_default()),
-                "ready": true, "started": false, "restartCount": 0,
-                "state": {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": now, "finishedAt": now}},
-            }))
+            .enumerate()
+            .map(|(index, ct)| {
+                let mut status = json!({
+                    "name": ct["name"], "image": ct["image"], "imageID": self.runtime.image_id(ct["image"].as_str().unwrap_or_default()),
+                    "ready": true, "started": false, "restartCount": 0,
+                    "state": {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": now, "finishedAt": now}},
+                });
+                if let Some(id) = init_ids.get(index) {
+                    status["containerID"] = json!(id);
+                    status["state"]["terminated"]["containerID"] = json!(id);
+                }
+                status
+            })
             .collect();
         let host_ip = self.node_ip(&node);
         let mut status = json!({
@@ -171,12 +193,6 @@ impl Kubelet {
         if !init.is_empty() {
             status["initContainerStatuses"] = Value::Array(init);
         }
-        let names: Vec<String> = main
-            .iter()
-            .filter_map(|ct| ct["name"].as_str().map(str::to_string))
-            .collect();
-        // Open before the pod shows Running, so a client that sees it running finds them.
-        let logs = self.runtime.open_logs(&pod_uid, &names);
         let Some(running) = self.patch_status(&pod, status) else {
             self.addresses
                 .lock()
@@ -201,17 +217,9 @@ impl Kubelet {
                 &format!("Started container {n}"),
             );
         }
-        let strings = |field: &str| -> Vec<String> {
-            first[field]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|a| a.as_str().map(str::to_string))
-                .collect()
-        };
         let argv = self
             .runtime
-            .argv(image, strings("command"), strings("args"));
+            .argv(image, strings(first, "command"), strings(first, "args"));
         if argv.is_empty() {
             // No command (nor an OCI image's entrypoint or command): the container
             // idles until the pod is deleted, its log empty.
@@ -222,7 +230,7 @@ impl Kubelet {
         };
         let result = self.runtime.run_main(&sandbox, argv, main_log).await;
         // Only the first container has a process; the others end with it.
-        for log in &logs {
+        for log in logs {
             log.end();
         }
         if self.runtime.sandbox(&pod_uid).is_none() {
@@ -269,6 +277,147 @@ impl Kubelet {
         self.runtime.stop(&pod_uid).await;
     }
 
+    /// Fails `pod` whose container could not be made.
+    fn cannot_run(&self, pod: &Value, message: &str) {
+        let status = json!({"phase": "Failed", "reason": "ContainerCannotRun", "message": message});
+        if let Some(p) = self.patch_status(pod, status) {
+            self.client(KUBELET).event(&p, "Warning", "Failed", message);
+        }
+    }
+
+    /// Runs init container `ct` to its end in a sandbox of its own (`key`), with
+    /// the pod's volumes it mounts; returns its container ID, once it has a
+    /// sandbox, and its exit code.
+    async fn run_init(
+        &self,
+        key: &str,
+        ct: &Value,
+        volumes: &PodVolumes,
+        log: &ContainerLog,
+    ) -> (Option<String>, anyhow::Result<i32>) {
+        let image = ct["image"].as_str().unwrap_or_default();
+        let argv = self
+            .runtime
+            .argv(image, strings(ct, "command"), strings(ct, "args"));
+        if argv.is_empty() {
+            log.end();
+            return (None, Err(anyhow::anyhow!("no command specified")));
+        }
+        let (env, shape) = container_setup(ct, std::slice::from_ref(ct));
+        let workdir = ct["workingDir"].as_str().map(str::to_string);
+        let sandbox = self
+            .runtime
+            .start(key, image, shape, env, workdir, volumes.mounts(ct))
+            .await;
+        let ended = match sandbox {
+            Ok(sandbox) => (
+                Some(container_id(&sandbox.handle.id)),
+                self.runtime.run_main(&sandbox, argv, log).await,
+            ),
+            Err(error) => {
+                log.end();
+                (None, Err(error))
+            }
+        };
+        self.runtime.stop(key).await;
+        ended
+    }
+
+    /// Reports the init container after those that ran (`ids`, the last of them
+    /// included when it got a sandbox) ended as `how`: with
+    /// `restartPolicy: Never` the pod fails; otherwise the kubelet would run it
+    /// again after a back-off, and the pod stays Pending in `CrashLoopBackOff` (the
+    /// emulator does not run it again).
+    fn init_failed(
+        &self,
+        pod: &Value,
+        init: &[Value],
+        ids: &[String],
+        how: &Terminated,
+        started: &str,
+    ) {
+        let failed = if how.reason == "StartError" && ids.len() < init.len() {
+            ids.len()
+        } else {
+            ids.len().saturating_sub(1)
+        };
+        let never = pod["spec"]["restartPolicy"].as_str() == Some("Never");
+        let finished = now_rfc3339();
+        let image_id = |ct: &Value| {
+            self.runtime
+                .image_id(ct["image"].as_str().unwrap_or_default())
+        };
+        let statuses: Vec<Value> = init
+            .iter()
+            .enumerate()
+            .map(|(index, ct)| {
+                let mut status = json!({
+                    "name": ct["name"], "image": ct["image"], "imageID": image_id(ct),
+                    "ready": false, "started": false, "restartCount": 0,
+                });
+                status["state"] = match index.cmp(&failed) {
+                    std::cmp::Ordering::Less => json!({"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": started, "finishedAt": started, "containerID": ids[index]}}),
+                    std::cmp::Ordering::Equal => {
+                        let mut terminated = json!({"exitCode": how.exit, "reason": how.reason, "startedAt": started, "finishedAt": finished});
+                        if let Some(id) = ids.get(index) {
+                            terminated["containerID"] = json!(id);
+                        }
+                        if !how.message.is_empty() {
+                            terminated["message"] = json!(how.message);
+                        }
+                        if never {
+                            json!({"terminated": terminated})
+                        } else {
+                            status["lastState"] = json!({"terminated": terminated});
+                            json!({"waiting": {"reason": "CrashLoopBackOff", "message": format!(
+                                "back-off 10s restarting failed container={} pod={}_{}({})",
+                                ct["name"].as_str().unwrap_or_default(),
+                                pod["metadata"]["name"].as_str().unwrap_or_default(),
+                                pod["metadata"]["namespace"].as_str().unwrap_or_default(),
+                                uid(pod),
+                            )}})
+                        }
+                    }
+                    std::cmp::Ordering::Greater => json!({"waiting": {"reason": "PodInitializing"}}),
+                };
+                status
+            })
+            .collect();
+        let main: Vec<Value> = containers(pod, "containers")
+            .iter()
+            .map(|ct| json!({
+                "name": ct["name"], "image": ct["image"], "imageID": "", "ready": false,
+                "started": false, "restartCount": 0, "state": {"waiting": {"reason": "PodInitializing"}},
+            }))
+            .collect();
+        let incomplete: Vec<&str> = init[failed..]
+            .iter()
+            .filter_map(|ct| ct["name"].as_str())
+            .collect();
+        let mut initialized = condition("Initialized", "False");
+        initialized["reason"] = json!("ContainersNotInitialized");
+        initialized["message"] = json!(format!(
+            "containers with incomplete status: [{}]",
+            incomplete.join(" ")
+        ));
+        let status = json!({
+            "phase": if never { "Failed" } else { "Pending" },
+            "conditions": [initialized, condition("Ready", "False"), condition("ContainersReady", "False"), condition("PodScheduled", "True")],
+            "initContainerStatuses": statuses, "containerStatuses": main,
+        });
+        if let Some(p) = self.patch_status(pod, status)
+            && !never
+        {
+            let name = init[failed]["name"].as_str().unwrap_or_default();
+            let message = format!(
+                "Back-off restarting failed container {name} in pod {}",
+                client::names(pod).1
+            );
+            self.client(KUBELET)
+                .event(&p, "Warning", "BackOff", &message);
+        }
+    }
+
     /// Why the node's runtime cannot make `pod`'s sandbox: its RuntimeClass
     /// is gone, or names a handler the runtime is not configured with (the
     /// kubelet's `FailedCreatePodSandBox` message).
@@ -299,6 +448,65 @@ impl Kubelet {
             })
             .unwrap_or_else(|| "127.42.0.1".into())
     }
+}
+
+/// The container ID of the container running in sandbox `id`.
+fn container_id(id: &str) -> String {
+    format!("sandfleet://{id}")
+}
+
+/// How a container ended, as its status reports it.
+struct Terminated {
+    exit: i32,
+    reason: &'static str,
+    message: String,
+}
+
+/// The strings of `ct[field]` (a container's `command` or `args`).
+fn strings(ct: &Value, field: &str) -> Vec<String> {
+    ct[field]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|a| a.as_str().map(str::to_string))
+        .collect()
+}
+
+/// Container `ct`'s environment (its literal `env` values) and its sandbox's
+/// shape: its CPU and memory limits (or requests), and the disk of `disk_from`'s
+/// `ephemeral-storage` limits, past which the kubelet evicts.
+fn container_setup(ct: &Value, disk_from: &[Value]) -> (Vec<(String, String)>, Shape) {
+    let env: Vec<(String, String)> = ct["env"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| {
+            Some((
+                e["name"].as_str()?.to_string(),
+                e["value"].as_str()?.to_string(),
+            ))
+        })
+        .collect();
+    let limit = |name: &str| {
+        ct["resources"]["limits"][name]
+            .as_str()
+            .or_else(|| ct["resources"]["requests"][name].as_str())
+    };
+    let cpu = limit("cpu")
+        .and_then(quantity::milli)
+        .map_or(1000, |m| m.clamp(10, 64_000) as u32);
+    let memory = limit("memory")
+        .and_then(quantity::units)
+        .map_or(1024, |b| (b / (1024 * 1024)).clamp(16, 1 << 20) as u32);
+    let disk = ephemeral_storage_limit(disk_from).map_or(Shape::DEFAULT_DISK_MIB, |b| {
+        b.div_ceil(1024 * 1024).clamp(1, u128::from(u32::MAX)) as u32
+    });
+    let shape = Shape {
+        cpu_milli: cpu,
+        memory_mib: memory,
+        disk_mib: disk,
+    };
+    (env, shape)
 }
 
 /// The sum of `containers`' `ephemeral-storage` limits in bytes, when any
