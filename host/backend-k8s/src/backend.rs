@@ -137,7 +137,7 @@ impl K8sBackend {
     fn with_slot(name: &str, config: K8sConfig, slot: Arc<ClientSlot>) -> Self {
         K8sBackend {
             name: name.to_string(),
-            config,
+            config: config.settled(),
             slot,
             watches: Mutex::new(HashMap::new()),
             sessions: Mutex::new(HashMap::new()),
@@ -236,7 +236,7 @@ impl K8sBackend {
             // A sandbox busy with another command runs this one on its own.
             if let Ok(mut session) = slot.try_lock() {
                 if session.is_none() {
-                    match Session::open(target, &self.config.shell).await {
+                    match Session::open(target).await {
                         Ok(opened) => *session = Some(opened),
                         Err(error) => {
                             tracing::debug!(cluster = %self.name, sandbox = %sandbox.id, %error, "no exec session; one websocket per command");
@@ -309,6 +309,7 @@ impl K8sBackend {
             // never repeats a command.
             pods: Api::<Pod>::namespaced(self.clients().await?.exec, &data.namespace),
             pod: data.pod.clone(),
+            shell: self.config.pod_shell(),
         })
     }
 

@@ -79,6 +79,11 @@ pub struct K8sConfig {
     pub entrypoint: Vec<String>,
     /// The shell commands run in.
     pub shell: String,
+    /// An image with a static busybox at `/bin/busybox` (`busybox:1.37-musl`)
+    /// whose programs the pods run instead of the task image's: for images
+    /// without `/bin/sh`, `tail` or `true` (distroless). The default
+    /// `entrypoint` and `shell` then come from it.
+    pub toolbox: Option<String>,
     /// Sandboxes get a headless service (and a DNS name on the handle).
     pub service: bool,
     /// A claim's life without renewal (its `lifecycle.shutdownTime`).
@@ -111,6 +116,7 @@ impl Default for K8sConfig {
             colocate: false,
             entrypoint: vec!["tail".into(), "-f".into(), "/dev/null".into()],
             shell: "/bin/sh".into(),
+            toolbox: None,
             service: false,
             lease: Duration::from_secs(600),
             bind_timeout: None,
@@ -163,6 +169,13 @@ impl K8sConfig {
         if self.entrypoint.is_empty() {
             return Err("entrypoint must name a program".into());
         }
+        if self
+            .toolbox
+            .as_ref()
+            .is_some_and(|image| image.trim().is_empty())
+        {
+            return Err("toolbox must name an image (one with a static /bin/busybox)".into());
+        }
         if self.controller.split_once('/').is_none() {
             return Err(format!(
                 "controller `{}`: expected namespace/name",
@@ -183,6 +196,27 @@ impl K8sConfig {
                 .map_err(|e| format!("node_selector: {e}"))?;
         }
         Ok(())
+    }
+
+    /// The configuration as the driver uses it: with a toolbox, the default
+    /// entrypoint and shell are the toolbox's (ones set in the file are
+    /// kept).
+    pub(crate) fn settled(mut self) -> Self {
+        if self.toolbox.is_some() {
+            let defaults = K8sConfig::default();
+            if self.entrypoint == defaults.entrypoint {
+                self.entrypoint = crate::toolbox::entrypoint();
+            }
+            if self.shell == defaults.shell {
+                self.shell = crate::toolbox::shell();
+            }
+        }
+        self
+    }
+
+    /// How the driver's scripts and sessions run in a pod.
+    pub(crate) fn pod_shell(&self) -> crate::toolbox::Shell {
+        crate::toolbox::Shell::new(&self.shell, self.toolbox.is_some())
     }
 
     /// The node selector as a label selector string.

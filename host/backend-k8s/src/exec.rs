@@ -18,8 +18,9 @@ use sandfleet_core::{
 use tokio::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, SimplexStream, WriteHalf};
 
 use crate::errors::api_error;
-use crate::frames::{Stream, kill_argv, script};
+use crate::frames::{KILL_GROUP, Stream, script};
 use crate::objects::CONTAINER;
+use crate::toolbox::Shell;
 
 /// How long a killed command may take to show its end frame before the
 /// session carrying it is given up.
@@ -111,6 +112,8 @@ enum Closed {
 pub(crate) struct Target {
     pub(crate) pods: Api<Pod>,
     pub(crate) pod: String,
+    /// How the driver's scripts run there.
+    pub(crate) shell: Shell,
 }
 
 impl Target {
@@ -162,7 +165,10 @@ impl Target {
     /// Kills process group `pid` (best effort: the command's end frame, or
     /// its absence, tells what happened).
     async fn kill(&self, pid: u32) {
-        match self.start(kill_argv(pid), false).await {
+        match self
+            .start(self.shell.script(KILL_GROUP, &[pid.to_string()]), false)
+            .await
+        {
             Ok(mut process) => {
                 if let Some(status) = process.take_status() {
                     let _ = tokio::time::timeout(KILL_GRACE, status).await;
@@ -188,8 +194,8 @@ pub(crate) struct Session {
 
 impl Session {
     /// Opens a shell (`shell`) in the target's pod.
-    pub(crate) async fn open(target: &Target, shell: &str) -> Result<Self, kube::Error> {
-        let mut process = target.start(vec![shell.to_string()], true).await?;
+    pub(crate) async fn open(target: &Target) -> Result<Self, kube::Error> {
+        let mut process = target.start(target.shell.session(), true).await?;
         let status = process.take_status().map(|s| Box::pin(s) as ExitStatus);
         let (Some(stdin), Some(stdout), Some(stderr)) =
             (process.stdin(), process.stdout(), process.stderr())
@@ -279,7 +285,7 @@ pub(crate) async fn one_shot(
 ) -> Result<ExecResult, Failure> {
     let marker = marker();
     let started = Instant::now();
-    let argv = vec!["sh".into(), "-c".into(), script(request, &marker, true)];
+    let argv = target.shell.script(&script(request, &marker, true), &[]);
     let mut process = target
         .start(argv, false)
         .await

@@ -84,15 +84,10 @@ pub(crate) async fn put(
     mode: u32,
 ) -> Result<(), FileError> {
     const WRITE: &str = r#"p=$1; n=$2; m=$3; t="$p.sf-$$"; mkdir -p -- "$(dirname -- "$p")" && head -c "$n" > "$t" && [ "$(wc -c < "$t")" -eq "$n" ] && chmod "$m" "$t" && mv -f -- "$t" "$p" || { s=$?; rm -f -- "$t"; exit "$s"; }"#;
-    let argv = vec![
-        "sh".to_string(),
-        "-c".into(),
-        WRITE.into(),
-        "sf".into(),
-        path.into(),
-        contents.len().to_string(),
-        format!("{mode:o}"),
-    ];
+    let argv = target.shell.script(
+        WRITE,
+        &[path.into(), contents.len().to_string(), format!("{mode:o}")],
+    );
     let mut process = target
         .start(argv, true)
         .await
@@ -140,13 +135,7 @@ pub(crate) async fn put(
 /// Reads `path` from the pod.
 pub(crate) async fn get(target: &Target, path: &str) -> Result<Vec<u8>, FileError> {
     const READ: &str = r#"[ -f "$1" ] || { echo "no such file" >&2; exit 44; }; cat -- "$1""#;
-    let argv = vec![
-        "sh".to_string(),
-        "-c".into(),
-        READ.into(),
-        "sf".into(),
-        path.into(),
-    ];
+    let argv = target.shell.script(READ, &[path.into()]);
     let mut process = target
         .start(argv, false)
         .await

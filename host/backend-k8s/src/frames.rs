@@ -20,20 +20,30 @@ pub(crate) fn script(request: &ExecRequest, marker: &str, last: bool) -> String 
     // The child, a subshell (a fork of the shell, no new program to load):
     // its own pid (`$$` is the parent's; `/proc/self` read by a builtin is
     // the subshell's, and where there is no /proc a program started from it
-    // names it as its parent), frames, then workdir, then the command in
-    // its own group.
-    const CHILD: &str = r#"m=$1; d=$2; e=$3; shift 3; read -r p _ 2>/dev/null </proc/self/stat || p=$(exec sh -c 'echo "$PPID"'); if [ "$e" = 1 ]; then exec 2>&1; else printf '\n%s S\n' "$m" >&2; fi; printf '\n%s S %s\n' "$m" "$p"; if [ -n "$d" ]; then cd -- "$d" || exit 126; fi; if command -v setsid >/dev/null 2>&1; then exec setsid "$@"; else exec "$@"; fi"#;
+    // names it as its parent), frames, then workdir, then the program
+    // looked up on PATH by builtins, then the command in its own group. The
+    // lookup is the shell's own rather than `setsid`'s: a toolbox's busybox
+    // may prefer its applets to the image's programs of the same name.
+    const CHILD: &str = r#"m=$1; d=$2; e=$3; shift 3; read -r p _ 2>/dev/null </proc/self/stat || p=$(exec sh -c 'echo "$PPID"'); if [ "$e" = 1 ]; then exec 2>&1; else printf '\n%s S\n' "$m" >&2; fi; printf '\n%s S %s\n' "$m" "$p"; if [ -n "$d" ]; then cd -- "$d" || exit 126; fi; case $1 in */*) ;; *) o=$IFS; IFS=:; for x in $PATH; do case $x in /*) if [ -f "$x/$1" ] && [ -x "$x/$1" ]; then x=$x/$1; shift; set -- "$x" "$@"; break; fi;; esac; done; IFS=$o;; esac; if command -v setsid >/dev/null 2>&1; then exec setsid "$@"; else exec "$@"; fi"#;
     let mut words: Vec<String> = vec![
         marker.into(),
         request.workdir.clone().unwrap_or_default(),
         if request.merge_stderr { "1" } else { "0" }.into(),
     ];
-    if !request.env.is_empty() {
-        words.push("env".into());
-        words.extend(request.env.iter().map(|(k, v)| format!("{k}={v}")));
-    }
     words.extend(request.argv.iter().cloned());
-    let command = format!("( set -- {}; {CHILD} )", shell_words::join(&words));
+    // The request's environment is exported by the subshell, before the
+    // lookup, so a PATH of its own is the one searched.
+    let exports = if request.env.is_empty() {
+        String::new()
+    } else {
+        let assignments: Vec<String> = request
+            .env
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        format!("export {}; ", shell_words::join(&assignments))
+    };
+    let command = format!("( {exports}set -- {}; {CHILD} )", shell_words::join(&words));
     let input = match &request.stdin {
         Some(bytes) => format!("printf '{}' | ", octal(bytes)),
         None => String::new(),
@@ -64,18 +74,10 @@ fn octal(bytes: &[u8]) -> String {
     text
 }
 
-/// The shell text that kills process group `pid` (or the process, where
-/// the command could not get its own group).
-pub(crate) fn kill_argv(pid: u32) -> Vec<String> {
-    vec![
-        "sh".into(),
-        "-c".into(),
-        // No `--`: dash's kill takes it for a pid and kills nothing.
-        r#"kill -KILL "-$1" 2>/dev/null || kill -KILL "$1""#.into(),
-        "sf".into(),
-        pid.to_string(),
-    ]
-}
+/// The shell text that kills process group `$1` (or the process, where
+/// the command could not get its own group). No `--`: dash's kill takes it
+/// for a pid and kills nothing.
+pub(crate) const KILL_GROUP: &str = r#"kill -KILL "-$1" 2>/dev/null || kill -KILL "$1""#;
 
 /// What a stream has shown of one command so far.
 #[derive(Debug)]

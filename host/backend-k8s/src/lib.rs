@@ -25,6 +25,7 @@ mod prepull;
 mod quantity;
 mod resources;
 mod scrub;
+mod toolbox;
 
 pub use backend::K8sBackend;
 pub use client::K8sClients;

@@ -169,7 +169,13 @@ fn pod_template(
             labels: Some(labels.clone()),
             ..ObjectMeta::default()
         }),
-        spec: Some(merge_pod_spec(pod, &config.pod_spec)?),
+        spec: Some({
+            let mut pod = merge_pod_spec(pod, &config.pod_spec)?;
+            if let Some(toolbox) = &config.toolbox {
+                crate::toolbox::equip(&mut pod, toolbox, config.image_pull_policy.as_ref());
+            }
+            pod
+        }),
     })
 }
 

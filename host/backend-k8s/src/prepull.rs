@@ -26,7 +26,7 @@ pub(crate) fn daemon_set(run: &RunId, image: &str, config: &K8sConfig) -> Daemon
     let name = format!("sf-prepull-{}", name_hash(&format!("{run}/{image}")));
     let mut labels = run.labels();
     labels.insert(LABEL_PREPULL.into(), name.clone());
-    let pod = PodSpec {
+    let mut pod = PodSpec {
         containers: vec![Container {
             name: "image".into(),
             image: Some(image.to_string()),
@@ -43,6 +43,9 @@ pub(crate) fn daemon_set(run: &RunId, image: &str, config: &K8sConfig) -> Daemon
         termination_grace_period_seconds: Some(0),
         ..PodSpec::default()
     };
+    if let Some(toolbox) = &config.toolbox {
+        crate::toolbox::equip(&mut pod, toolbox, config.image_pull_policy.as_ref());
+    }
     DaemonSet {
         metadata: ObjectMeta {
             name: Some(name.clone()),

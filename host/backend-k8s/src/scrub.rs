@@ -25,14 +25,7 @@ pub(crate) async fn scrub(target: &Target, entrypoint: &[String]) -> Result<(), 
     // end the scrub itself.
     const SCRUB: &str = r#"want=$1; rounds=$2; chain=" "; a=$$; while [ "$a" -gt 0 ] 2>/dev/null; do chain="$chain$a "; s=$(cat "/proc/$a/stat" 2>/dev/null) || break; s=${s##*) }; set -- $s; a=$2; done; i=0; while [ "$i" -lt "$rounds" ]; do i=$((i+1)); left=0; for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" = 1 ] && continue; case "$chain" in *" $p "*) continue;; esac; s=$(cat "$d/stat" 2>/dev/null) || continue; case "$s" in *") Z "*) continue;; esac; c=$(tr '\000' ' ' < "$d/cmdline" 2>/dev/null); [ "$c" = "$want" ] && continue; kill -KILL "$p" 2>/dev/null && left=$((left+1)); done; [ "$left" = 0 ] && exit 0; sleep 0.05; done; echo "processes survived $rounds rounds of kills" >&2; exit 4"#;
     let want: String = entrypoint.iter().map(|word| format!("{word} ")).collect();
-    let argv = vec![
-        "sh".to_string(),
-        "-c".into(),
-        SCRUB.into(),
-        "sf".into(),
-        want,
-        ROUNDS.to_string(),
-    ];
+    let argv = target.shell.script(SCRUB, &[want, ROUNDS.to_string()]);
     let mut process = target
         .start(argv, false)
         .await

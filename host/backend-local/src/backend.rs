@@ -221,6 +221,28 @@ impl LocalBackend {
             .map_err(|e| self.error(e))
     }
 
+    /// Whether a command of `program` with `env` and `workdir` would find
+    /// it in `sandbox` (on its `PATH`, beneath its root), without running
+    /// anything there: how a container runtime refuses to start a
+    /// container whose program is missing.
+    ///
+    /// # Errors
+    ///
+    /// [`sandfleet_core::ErrorKind::NotFound`] for a sandbox not claimed
+    /// here, [`sandfleet_core::ErrorKind::SandboxLost`] when it has ended.
+    pub async fn finds_program(
+        &self,
+        sandbox: &SandboxHandle,
+        program: &str,
+        env: &[(String, String)],
+        workdir: Option<&str>,
+    ) -> Result<bool, BackendError> {
+        self.inner
+            .finds_program(sandbox, program, env, workdir)
+            .await
+            .map_err(|e| self.error(e))
+    }
+
     fn error(&self, error: LocalError) -> BackendError {
         error.into_backend(&self.inner.name)
     }

@@ -46,6 +46,7 @@ mod image;
 mod inventory;
 mod isolated;
 mod jail;
+mod lookup;
 mod machine;
 mod namespace;
 mod oci;

@@ -40,6 +40,7 @@ use crate::error::{IoContext, LocalError};
 use crate::exec::Leader;
 use crate::freeze::freeze;
 use crate::isolated::{Isolated, Place};
+use crate::lookup;
 use crate::namespace::{self, Entry, SANDBOX_PATH};
 use crate::oci::OciImage;
 use crate::plain::{self, PathMap};
@@ -359,6 +360,48 @@ impl Sandbox {
                 "sandbox {}: its init has exited",
                 self.id
             )))
+        }
+    }
+
+    /// Whether `program` would be found, as a command with `env` and
+    /// `workdir` would look for it: what a container runtime checks before
+    /// it starts a container's process. A plain sandbox's bare names are
+    /// looked for on the host; other plain programs are taken as found.
+    ///
+    /// # Errors
+    ///
+    /// [`LocalError::SandboxLost`] when the sandbox has ended.
+    pub(crate) fn finds_program(
+        &self,
+        program: &str,
+        env: &[(String, String)],
+        workdir: Option<&str>,
+    ) -> Result<bool, LocalError> {
+        self.check_alive()?;
+        let image = self.template.source.oci();
+        let path = image
+            .into_iter()
+            .flat_map(|image| image.env.iter())
+            .chain(&self.template.env)
+            .chain(env)
+            .rfind(|(name, _)| name == "PATH")
+            .map_or_else(
+                || image.and_then(OciImage::path).unwrap_or(SANDBOX_PATH),
+                |(_, value)| value.as_str(),
+            );
+        let workdir = match workdir {
+            None => self.workdir.clone(),
+            Some(dir) if dir.starts_with('/') => dir.to_string(),
+            Some(relative) => format!("{}/{relative}", self.workdir),
+        };
+        match &self.jail {
+            Jail::Isolated(isolated) => lookup::executable_in_root(
+                isolated.init(),
+                &lookup::candidates(program, path, &workdir),
+            ),
+            Jail::Plain(_) => {
+                Ok(program.contains('/') || namespace::executable_on(path, program).is_some())
+            }
         }
     }
 

@@ -101,6 +101,23 @@ impl Exit {
 }
 
 impl Inner {
+    /// See [`crate::LocalBackend::finds_program`].
+    pub(crate) async fn finds_program(
+        &self,
+        handle: &SandboxHandle,
+        program: &str,
+        env: &[(String, String)],
+        workdir: Option<&str>,
+    ) -> Result<bool, LocalError> {
+        let sandbox = self.claimed(handle)?;
+        let (program, env, workdir) = (
+            program.to_string(),
+            env.to_vec(),
+            workdir.map(str::to_string),
+        );
+        crate::blocking(move || sandbox.finds_program(&program, &env, workdir.as_deref())).await
+    }
+
     pub(crate) async fn spawn(
         &self,
         handle: &SandboxHandle,

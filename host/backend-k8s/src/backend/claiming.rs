@@ -226,10 +226,32 @@ impl K8sBackend {
         };
         let pods = self.api::<Pod>().await.ok()?;
         let pod = pods.get_opt(&pod).await.ok()??;
-        match waiting_on(&pod) {
-            Some(said) => Some(said),
-            None => self.last_warning(&pod).await,
-        }
+        let said = match waiting_on(&pod) {
+            Some(said) => said,
+            None => self.last_warning(&pod).await?,
+        };
+        Some(match self.keep_alive_missing(&said) {
+            Some(hint) => format!("{said}; {hint}"),
+            None => said,
+        })
+    }
+
+    /// What to do when the image lacks the program that keeps its container
+    /// running (a runtime's `executable file not found` naming it): images
+    /// without a shell need a toolbox.
+    fn keep_alive_missing(&self, said: &str) -> Option<String> {
+        let program = self.config.entrypoint.first()?;
+        let missing = said.contains(&format!("exec: \"{program}\": executable file not found"))
+            || said.contains(&format!(
+                "exec: \"{program}\": stat {program}: no such file"
+            ));
+        (missing && self.config.toolbox.is_none()).then(|| {
+            format!(
+                "the image has no `{program}` to keep its container running: for images without \
+                 a shell, name a toolbox image in the cluster's config (toolbox = \
+                 \"busybox:1.37-musl\")"
+            )
+        })
     }
 
     /// The pod's newest Warning event, for what its status does not name: a
@@ -322,11 +344,27 @@ fn waiting_on(pod: &Pod) -> Option<String> {
         .iter()
         .flatten()
         .chain(status.container_statuses.iter().flatten())
-        .filter_map(|c| c.state.as_ref()?.waiting.as_ref())
-        .find_map(|waiting| {
+        .find_map(|container| {
+            let waiting = container.state.as_ref()?.waiting.as_ref()?;
             let reason = waiting.reason.as_deref()?;
-            (reason != "ContainerCreating" && reason != "PodInitializing")
-                .then(|| said(reason, waiting.message.as_ref()))
+            if reason == "ContainerCreating" || reason == "PodInitializing" {
+                return None;
+            }
+            // A back-off says only that it waits; why the container ended
+            // is in its last state.
+            let ended = container
+                .last_state
+                .as_ref()
+                .and_then(|last| last.terminated.as_ref())
+                .map(|ended| {
+                    let reason = ended.reason.as_deref().unwrap_or("Error");
+                    format!(
+                        " (last ended {}, exit code {})",
+                        said(reason, ended.message.as_ref()),
+                        ended.exit_code
+                    )
+                });
+            Some(said(reason, waiting.message.as_ref()) + &ended.unwrap_or_default())
         })
 }
 
@@ -365,5 +403,18 @@ mod tests {
             "ready": false, "restartCount": 0, "state": {"waiting": {"reason": "ContainerCreating"}}}]}),
         );
         assert_eq!(waiting_on(&starting), None);
+        let looping = pod(serde_json::json!({"containerStatuses": [{
+            "name": "c", "image": "x", "imageID": "", "ready": false, "restartCount": 0,
+            "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 10s"}},
+            "lastState": {"terminated": {"exitCode": 128, "reason": "StartError",
+                "message": "exec: \"tail\": executable file not found in $PATH"}},
+        }]}));
+        assert_eq!(
+            waiting_on(&looping).as_deref(),
+            Some(
+                "CrashLoopBackOff: back-off 10s (last ended StartError: exec: \"tail\": \
+                 executable file not found in $PATH, exit code 128)"
+            )
+        );
     }
 }

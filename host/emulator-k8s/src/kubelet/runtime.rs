@@ -607,6 +607,38 @@ impl Runtime {
         exited.map(exit_code).map_err(|e| anyhow::anyhow!("{e}"))
     }
 
+    /// Why a container runtime would refuse to start `program` in a pod's sandbox
+    /// (containerd's and runc's words), or `None` when it is there to run.
+    pub(crate) async fn refuses_to_start(
+        &self,
+        sandbox: &PodSandbox,
+        program: &str,
+    ) -> Option<String> {
+        let found = self
+            .host()
+            .ok()?
+            .backend()
+            .finds_program(
+                &sandbox.handle,
+                program,
+                &sandbox.env,
+                sandbox.workdir.as_deref(),
+            )
+            .await;
+        let why = match found {
+            Ok(true) | Err(_) => return None,
+            Ok(false) if program.contains('/') => {
+                format!("exec: \"{program}\": stat {program}: no such file or directory")
+            }
+            Ok(false) => format!("exec: \"{program}\": executable file not found in $PATH"),
+        };
+        Some(format!(
+            "failed to create containerd task: failed to create shim task: OCI runtime create \
+             failed: runc create failed: unable to start container process: error during \
+             container init: {why}: unknown"
+        ))
+    }
+
     /// Start a command in a pod's sandbox with live pipes (an exec'd process).
     pub(crate) async fn spawn(
         &self,

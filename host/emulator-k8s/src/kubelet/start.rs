@@ -12,6 +12,7 @@ use super::{KUBELET, Kubelet, condition, containers, default_pull_policy, quanti
 use crate::client::{self, Client, NODES, PODS, RUNTIME_CLASSES};
 use crate::state::State;
 use crate::store::now_rfc3339;
+use sandfleet_backend_local::DISK_LIMIT_PASSED;
 use sandfleet_emulator_runtime::Shape;
 
 /// A failed container's termination message: the tail of its log, as the kubelet
@@ -118,7 +119,7 @@ impl Kubelet {
                         message: format!("{error:#}"),
                     },
                 };
-                self.init_failed(&pod, &init, &init_ids, &failure, &started);
+                self.init_failed(&pod, &init, index, &init_ids, &failure, &started);
                 self.runtime.stop(&pod_uid).await;
                 return;
             }
@@ -139,6 +140,16 @@ impl Kubelet {
         };
         let (ns, name) = client::names(&pod);
         if c.get(PODS, &ns, &name).is_none_or(|p| uid(&p) != pod_uid) {
+            self.runtime.stop(&pod_uid).await;
+            return;
+        }
+        let argv = self
+            .runtime
+            .argv(image, strings(first, "command"), strings(first, "args"));
+        if let Some(program) = argv.first()
+            && let Some(refusal) = self.runtime.refuses_to_start(&sandbox, program).await
+        {
+            self.main_failed_to_start(&pod, &main, &refusal);
             self.runtime.stop(&pod_uid).await;
             return;
         }
@@ -217,9 +228,6 @@ impl Kubelet {
                 &format!("Started container {n}"),
             );
         }
-        let argv = self
-            .runtime
-            .argv(image, strings(first, "command"), strings(first, "args"));
         if argv.is_empty() {
             // No command (nor an OCI image's entrypoint or command): the container
             // idles until the pod is deleted, its log empty.
@@ -235,6 +243,14 @@ impl Kubelet {
         }
         if self.runtime.sandbox(&pod_uid).is_none() {
             // Deleted meanwhile: the sandbox was destroyed on purpose.
+            return;
+        }
+        // The main process stopped at the disk limit: the kubelet evicts the
+        // pod, whichever of its processes noticed first.
+        if let Err(error) = &result
+            && error.to_string().contains(DISK_LIMIT_PASSED)
+            && evict_for_storage(&self.state, &running).await
+        {
             return;
         }
         let (code, message) = match result {
@@ -312,7 +328,13 @@ impl Kubelet {
         let ended = match sandbox {
             Ok(sandbox) => (
                 Some(container_id(&sandbox.handle.id)),
-                self.runtime.run_main(&sandbox, argv, log).await,
+                match self.runtime.refuses_to_start(&sandbox, &argv[0]).await {
+                    Some(refusal) => {
+                        log.end();
+                        Err(anyhow::anyhow!(refusal))
+                    }
+                    None => self.runtime.run_main(&sandbox, argv, log).await,
+                },
             ),
             Err(error) => {
                 log.end();
@@ -323,8 +345,8 @@ impl Kubelet {
         ended
     }
 
-    /// Reports the init container after those that ran (`ids`, the last of them
-    /// included when it got a sandbox) ended as `how`: with
+    /// Reports init container `failed` ended as `how` (`ids`: the container IDs
+    /// of those that got a sandbox, in order): with
     /// `restartPolicy: Never` the pod fails; otherwise the kubelet would run it
     /// again after a back-off, and the pod stays Pending in `CrashLoopBackOff` (the
     /// emulator does not run it again).
@@ -332,15 +354,11 @@ impl Kubelet {
         &self,
         pod: &Value,
         init: &[Value],
+        failed: usize,
         ids: &[String],
         how: &Terminated,
         started: &str,
     ) {
-        let failed = if how.reason == "StartError" && ids.len() < init.len() {
-            ids.len()
-        } else {
-            ids.len().saturating_sub(1)
-        };
         let never = pod["spec"]["restartPolicy"].as_str() == Some("Never");
         let finished = now_rfc3339();
         let image_id = |ct: &Value| {
@@ -369,13 +387,7 @@ impl Kubelet {
                             json!({"terminated": terminated})
                         } else {
                             status["lastState"] = json!({"terminated": terminated});
-                            json!({"waiting": {"reason": "CrashLoopBackOff", "message": format!(
-                                "back-off 10s restarting failed container={} pod={}_{}({})",
-                                ct["name"].as_str().unwrap_or_default(),
-                                pod["metadata"]["name"].as_str().unwrap_or_default(),
-                                pod["metadata"]["namespace"].as_str().unwrap_or_default(),
-                                uid(pod),
-                            )}})
+                            json!({"waiting": {"reason": "CrashLoopBackOff", "message": back_off(pod, ct["name"].as_str().unwrap_or_default())}})
                         }
                     }
                     std::cmp::Ordering::Greater => json!({"waiting": {"reason": "PodInitializing"}}),
@@ -418,6 +430,51 @@ impl Kubelet {
         }
     }
 
+    /// Reports that the runtime could not start `pod`'s first container
+    /// (`refusal`, its words): the kubelet's `StartError`, after which it
+    /// backs off before trying again, unless the pod is never restarted.
+    fn main_failed_to_start(&self, pod: &Value, main: &[Value], refusal: &str) {
+        let never = pod["spec"]["restartPolicy"].as_str() == Some("Never");
+        let now = now_rfc3339();
+        let terminated = json!({"exitCode": 128, "reason": "StartError", "message": refusal, "startedAt": "1970-01-01T00:00:00Z", "finishedAt": now});
+        let name = main[0]["name"].as_str().unwrap_or_default();
+        let mut status = json!({
+            "name": name, "image": main[0]["image"],
+            "imageID": self.runtime.image_id(main[0]["image"].as_str().unwrap_or_default()),
+            "ready": false, "started": false, "restartCount": 0,
+        });
+        if never {
+            status["state"] = json!({"terminated": terminated});
+        } else {
+            status["lastState"] = json!({"terminated": terminated});
+            status["state"] =
+                json!({"waiting": {"reason": "CrashLoopBackOff", "message": back_off(pod, name)}});
+        }
+        let mut ready = condition("Ready", "False");
+        ready["reason"] = json!("ContainersNotReady");
+        ready["message"] = json!(format!("containers with unready status: [{name}]"));
+        let mut containers_ready = ready.clone();
+        containers_ready["type"] = json!("ContainersReady");
+        // A container the kubelet restarts keeps its pod Running.
+        let phase = if never { "Failed" } else { "Running" };
+        let pod_status = json!({
+            "phase": phase,
+            "conditions": [condition("Initialized", "True"), ready, containers_ready, condition("PodScheduled", "True")],
+            "startTime": now, "containerStatuses": [status],
+        });
+        if let Some(p) = self.patch_status(pod, pod_status) {
+            let c = self.client(KUBELET);
+            c.event(&p, "Warning", "Failed", &format!("Error: {refusal}"));
+            if !never {
+                let message = format!(
+                    "Back-off restarting failed container {name} in pod {}",
+                    client::names(pod).1
+                );
+                c.event(&p, "Warning", "BackOff", &message);
+            }
+        }
+    }
+
     /// Why the node's runtime cannot make `pod`'s sandbox: its RuntimeClass
     /// is gone, or names a handler the runtime is not configured with (the
     /// kubelet's `FailedCreatePodSandBox` message).
@@ -448,6 +505,16 @@ impl Kubelet {
             })
             .unwrap_or_else(|| "127.42.0.1".into())
     }
+}
+
+/// The kubelet's message for a container it waits to restart.
+fn back_off(pod: &Value, container: &str) -> String {
+    format!(
+        "back-off 10s restarting failed container={container} pod={}_{}({})",
+        pod["metadata"]["name"].as_str().unwrap_or_default(),
+        pod["metadata"]["namespace"].as_str().unwrap_or_default(),
+        uid(pod),
+    )
 }
 
 /// The container ID of the container running in sandbox `id`.
@@ -542,10 +609,11 @@ fn binary_quantity(bytes: u128) -> String {
 /// Evicts `pod` as the kubelet does when its writes pass its containers'
 /// ephemeral-storage limits (the sandbox's disk limit stopped a command):
 /// `Failed`, reason `Evicted`, a Warning event, its sandbox stopped. A pod
-/// with no such limit is left alone: only the command failed.
-pub(crate) async fn evict_for_storage(state: &Arc<State>, pod: &Value) {
+/// with no such limit is left alone: only the command failed. True when
+/// the pod was evicted (or is gone).
+pub(crate) async fn evict_for_storage(state: &Arc<State>, pod: &Value) -> bool {
     let Some(limit) = ephemeral_storage_limit(&containers(pod, "containers")) else {
-        return;
+        return false;
     };
     let message = format!(
         "Pod ephemeral local storage usage exceeds the total limit of containers {}. ",
@@ -555,13 +623,14 @@ pub(crate) async fn evict_for_storage(state: &Arc<State>, pod: &Value) {
     let (ns, name) = client::names(pod);
     let pod_uid = uid(pod);
     if c.get(PODS, &ns, &name).is_none_or(|p| uid(&p) != pod_uid) {
-        return;
+        return true;
     }
     let status = json!({"phase": "Failed", "reason": "Evicted", "message": message});
     if let Ok(evicted) = c.merge_patch(PODS, &ns, &name, &json!({"status": status}), true) {
         c.event(&evicted, "Warning", "Evicted", &message);
     }
     state.runtime.stop(&pod_uid).await;
+    true
 }
 
 #[cfg(test)]
