@@ -11,14 +11,13 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use sandfleet_backend_k8s::{K8sBackend, K8sClients, K8sConfig};
-use sandfleet_core::{
-    Backend, ErrorKind, ExecRequest, Recycling, RunId, TemplateSpec, template_name,
-};
-use sandfleet_emulator_k8s::{CONTEXT, Config, Emulator, Tuning};
+use sandfleet_backend_k8s::{K8sBackend, K8sConfig};
+use sandfleet_core::{Backend, ErrorKind, Recycling, RunId, TemplateSpec, template_name};
 use sandfleet_registry_testing::image::{Built, Layer, Tar, build_with, push};
 use sandfleet_registry_testing::registry::{Auth, Registry};
 use serde_json::json;
+
+use super::{Cluster, command, node_images, soon, spec};
 
 fn architecture() -> &'static str {
     match std::env::consts::ARCH {
@@ -89,37 +88,21 @@ fn has_interpreter(elf: &[u8]) -> bool {
     (0..count).any(|i| at(table + i * entry, 4) as u32 == PT_INTERP)
 }
 
-struct Cluster {
-    emulator: Emulator,
-    dir: tempfile::TempDir,
+/// A devcluster with agent-sandbox and a registry holding both images.
+struct Images {
+    cluster: Cluster,
     _registry: Registry,
     image: String,
     toolbox: String,
 }
 
-impl Cluster {
-    async fn start() -> Cluster {
-        let _ = rustls::crypto::ring::default_provider().install_default();
+impl Images {
+    async fn start() -> Images {
         let registry = Registry::start(Auth::None).await;
         push(&registry, "task/distroless", "1", &distroless()).await;
         push(&registry, "tools/busybox", "musl", &toolbox()).await;
-        let emulator = Emulator::start(Config {
-            with_agent_sandbox: true,
-            tuning: Tuning {
-                cold_start_after: Duration::from_millis(200),
-                ..Tuning::default()
-            },
-            ..Config::default()
-        })
-        .await
-        .expect("the emulator starts");
-        let dir = tempfile::tempdir().unwrap();
-        emulator
-            .write_kubeconfig(&dir.path().join("kubeconfig"))
-            .unwrap();
-        Cluster {
-            emulator,
-            dir,
+        Images {
+            cluster: Cluster::agent_sandbox().await,
             image: format!("{}/task/distroless:1", registry.host),
             toolbox: format!("{}/tools/busybox:musl", registry.host),
             _registry: registry,
@@ -128,57 +111,34 @@ impl Cluster {
 
     fn config(&self, toolbox: bool) -> K8sConfig {
         K8sConfig {
-            kubeconfig: Some(self.dir.path().join("kubeconfig")),
-            context: Some(CONTEXT.into()),
             toolbox: toolbox.then(|| self.toolbox.clone()),
-            ..K8sConfig::default()
+            ..self.cluster.config()
         }
     }
 
     fn backend(&self, toolbox: bool) -> K8sBackend {
-        K8sBackend::new("dev", self.config(toolbox), &K8sClients::new()).unwrap()
+        self.cluster.backend(self.config(toolbox))
     }
 
     fn spec(&self, run: &RunId) -> TemplateSpec {
         TemplateSpec {
             name: template_name(run, "distroless"),
             image: self.image.clone(),
-            cpu_milli: 100,
-            memory_mib: 64,
-            disk_mib: 64,
-            network: false,
             env: Default::default(),
-            labels: run.labels(),
+            ..spec(run)
         }
     }
 }
 
-fn command(argv: &[&str]) -> ExecRequest {
-    ExecRequest {
-        argv: argv.iter().map(|a| a.to_string()).collect(),
-        timeout: Duration::from_secs(20),
-        ..ExecRequest::default()
-    }
-}
-
-fn soon() -> Instant {
-    Instant::now() + Duration::from_secs(60)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_toolbox_a_shell_less_image_fails_its_claim_with_the_kubelets_reason() {
-    let cluster = Cluster::start().await;
-    let backend = K8sBackend::new(
-        "dev",
-        K8sConfig {
-            bind_timeout: Some(Duration::from_secs(2)),
-            ..cluster.config(false)
-        },
-        &K8sClients::new(),
-    )
-    .unwrap();
+    let images = Images::start().await;
+    let backend = images.cluster.backend(K8sConfig {
+        bind_timeout: Some(Duration::from_secs(2)),
+        ..images.config(false)
+    });
     let run = RunId::new("run-no-toolbox").unwrap();
-    let template = backend.ensure_template(&cluster.spec(&run)).await.unwrap();
+    let template = backend.ensure_template(&images.spec(&run)).await.unwrap();
     let error = backend
         .claim(&template, &run.labels(), soon())
         .await
@@ -199,15 +159,14 @@ async fn without_a_toolbox_a_shell_less_image_fails_its_claim_with_the_kubelets_
         assert!(error.message().contains(said), "{said}: {error}");
     }
     backend.reap(&run).await.unwrap();
-    cluster.emulator.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_toolbox_a_shell_less_image_runs_commands_files_timeouts_and_scrubs() {
-    let cluster = Cluster::start().await;
-    let backend = cluster.backend(true);
+    let images = Images::start().await;
+    let backend = images.backend(true);
     let run = RunId::new("run-toolbox").unwrap();
-    let template = backend.ensure_template(&cluster.spec(&run)).await.unwrap();
+    let template = backend.ensure_template(&images.spec(&run)).await.unwrap();
     let handle = backend
         .claim(&template, &run.labels(), soon())
         .await
@@ -304,41 +263,19 @@ async fn with_a_toolbox_a_shell_less_image_runs_commands_files_timeouts_and_scru
     );
     backend.release(&handle).await.unwrap();
     backend.reap(&run).await.unwrap();
-    cluster.emulator.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_toolbox_a_shell_less_image_is_pre_pulled_on_every_node() {
-    let cluster = Cluster::start().await;
-    let backend = cluster.backend(true).pre_pulling(Duration::from_secs(60));
+    let images = Images::start().await;
+    let backend = images.backend(true).pre_pulling(Duration::from_secs(60));
     let run = RunId::new("run-pull").unwrap();
     let pulls = backend.pulls().expect("asked to pre-pull");
     pulls
-        .pull_image(&cluster.image, &run.labels(), &|_| {})
+        .pull_image(&images.image, &run.labels(), &|_| {})
         .await
         .unwrap();
-    let client = {
-        let kubeconfig =
-            kube::config::Kubeconfig::read_from(cluster.dir.path().join("kubeconfig")).unwrap();
-        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-            .await
-            .unwrap();
-        kube::Client::try_from(config).unwrap()
-    };
-    let nodes = kube::Api::<k8s_openapi::api::core::v1::Node>::all(client)
-        .list(&Default::default())
-        .await
-        .unwrap();
-    assert!(!nodes.items.is_empty());
-    for node in nodes.items {
-        let images: Vec<String> = node
-            .status
-            .and_then(|s| s.images)
-            .unwrap_or_default()
-            .into_iter()
-            .flat_map(|i| i.names.unwrap_or_default())
-            .collect();
-        assert!(images.contains(&cluster.image), "{images:?}");
+    for held in node_images(&images.cluster.client().await).await {
+        assert!(held.contains(&images.image), "{held:?}");
     }
-    cluster.emulator.shutdown().await;
 }

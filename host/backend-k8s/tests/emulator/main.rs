@@ -2,7 +2,10 @@
 //! real agent-sandbox flow (templates and pools by server-side apply, claims
 //! made ready by the shared watch, pods that are local sandboxes), exec over
 //! the pods/exec websocket, files, preflight and its one-line failures,
-//! capacity, and reaps scoped to their run.
+//! capacity, and reaps scoped to their run; images without a shell
+//! (`distroless`).
+
+mod distroless;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -511,6 +514,27 @@ async fn preflight_finds_a_controller_without_extensions_and_a_prepull_the_accou
     }
 }
 
+/// The names of the images each node reports holding.
+async fn node_images(client: &kube::Client) -> Vec<Vec<String>> {
+    let nodes = kube::Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .list(&Default::default())
+        .await
+        .unwrap();
+    assert!(!nodes.items.is_empty());
+    nodes
+        .items
+        .into_iter()
+        .map(|node| {
+            node.status
+                .and_then(|s| s.images)
+                .unwrap_or_default()
+                .into_iter()
+                .flat_map(|i| i.names.unwrap_or_default())
+                .collect()
+        })
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_prepull_puts_the_images_on_every_matching_node_and_leaves_no_daemon_set() {
     let cluster = Cluster::agent_sandbox().await;
@@ -529,18 +553,7 @@ async fn a_prepull_puts_the_images_on_every_matching_node_and_leaves_no_daemon_s
         .await
         .unwrap();
     let client = cluster.client().await;
-    let listed = kube::Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
-        .list(&Default::default())
-        .await
-        .unwrap();
-    for node in listed.items {
-        let images: Vec<String> = node
-            .status
-            .and_then(|s| s.images)
-            .unwrap_or_default()
-            .into_iter()
-            .flat_map(|i| i.names.unwrap_or_default())
-            .collect();
+    for images in node_images(&client).await {
         assert!(images.iter().any(|i| i.contains(IMAGE)), "{images:?}");
     }
     let left = kube::Api::<k8s_openapi::api::apps::v1::DaemonSet>::namespaced(client, "default")
