@@ -133,6 +133,22 @@ pub struct Config {
     /// The RuntimeClass handlers the nodes' runtime has (a kubelet's CRI
     /// runtime handlers): a pod whose class names another stays Pending.
     pub runtime_handlers: Vec<String>,
+    /// Whether a pod its NetworkPolicies let reach the host shares this
+    /// host's network namespace (`Host`), or every pod is offline.
+    pub pod_network: PodNetwork,
+}
+
+/// What network the emulator's pods may reach.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum PodNetwork {
+    /// None: every pod has a network namespace of its own with only a
+    /// loopback device, whatever its policies.
+    #[default]
+    Offline,
+    /// This host's: a pod whose NetworkPolicies let it reach 127.0.0.1
+    /// shares the host's network namespace (its loopback and whatever
+    /// listens there included); the others are offline.
+    Host,
 }
 
 impl Default for Config {
@@ -160,6 +176,7 @@ impl Default for Config {
             event_ttl: Duration::from_secs(3600),
             deny: Vec::new(),
             runtime_handlers: vec!["runc".to_string()],
+            pod_network: PodNetwork::default(),
         }
     }
 }
@@ -229,6 +246,7 @@ impl Emulator {
             config.runtime,
             config.pulls.clone(),
             config.state_dir.clone(),
+            config.pod_network == PodNetwork::Host,
         )
         .await?;
         let state = Arc::new(state::State {
@@ -258,6 +276,7 @@ impl Emulator {
                 state.clone(),
                 state.runtime.clone(),
                 config.runtime_handlers.clone(),
+                config.pod_network,
             )),
         ];
         let (stop, stopped) = oneshot::channel::<()>();
@@ -476,6 +495,13 @@ pub struct K8sArgs {
     /// another stays Pending with a `FailedCreatePodSandBox` event.
     #[arg(long = "runtime-handler", value_name = "NAME", default_value = "runc")]
     pub runtime_handlers: Vec<String>,
+    /// What network pods may reach: `offline` (none; every pod has only a
+    /// loopback device of its own), or `host`: a pod whose NetworkPolicies
+    /// let it reach 127.0.0.1 shares this host's network namespace, loopback
+    /// services included (only for tasks you trust). Policies are read when
+    /// a pod starts.
+    #[arg(long, value_enum, default_value_t = PodNetwork::Offline)]
+    pub pod_network: PodNetwork,
 }
 
 impl K8sArgs {
@@ -513,6 +539,7 @@ impl K8sArgs {
             event_ttl: self.event_ttl,
             history: self.watch_cache_size,
             runtime_handlers: self.runtime_handlers.clone(),
+            pod_network: self.pod_network,
             ..Config::default()
         })
     }

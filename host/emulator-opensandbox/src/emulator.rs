@@ -109,7 +109,13 @@ impl Emulator {
             oci: config.oci_images,
         };
         images.check_directories()?;
-        let host = SandboxHost::open("opensandbox", images, config.runtime, config.state_dir)?;
+        let host = SandboxHost::open(
+            "opensandbox",
+            images,
+            config.runtime,
+            config.state_dir,
+            false,
+        )?;
         host.preflight("them").await?;
         let api_key = config
             .api_key

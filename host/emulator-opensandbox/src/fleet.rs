@@ -199,6 +199,7 @@ impl Fleet {
                     cpu_milli: spec.cpu_milli,
                     memory_mib: spec.memory_mib,
                     disk_mib: Shape::DEFAULT_DISK_MIB,
+                    network: false,
                 },
             )
             .await

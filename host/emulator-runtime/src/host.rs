@@ -55,6 +55,9 @@ pub struct Shape {
     /// What its writes may take on disk, in MiB: past it, the command
     /// writing is stopped.
     pub disk_mib: u32,
+    /// It shares this host's network namespace; otherwise it has one of its
+    /// own with only a loopback device.
+    pub network: bool,
 }
 
 impl Shape {
@@ -74,7 +77,8 @@ pub struct SandboxHost {
 
 impl SandboxHost {
     /// The local backend of emulator `emulator` (`k8s`, `opensandbox`: it
-    /// names the run and the temporary state directory) for `images`.
+    /// names the run and the temporary state directory) for `images`;
+    /// `network` lets a [`Shape`] ask for the host's network.
     ///
     /// # Errors
     ///
@@ -84,6 +88,7 @@ impl SandboxHost {
         images: FleetImages,
         isolation: Isolation,
         state_dir: Option<PathBuf>,
+        network: bool,
     ) -> anyhow::Result<Self> {
         let (dir, scratch) = match state_dir {
             Some(dir) => (dir, None),
@@ -105,6 +110,7 @@ impl SandboxHost {
             max_sandboxes: Some(1_000_000),
             images: images.directories.clone(),
             oci_images: images.oci.clone(),
+            network,
             ..LocalConfig::default()
         };
         let name = format!("{emulator}-emulator");
@@ -186,7 +192,7 @@ impl SandboxHost {
             cpu_milli: shape.cpu_milli,
             memory_mib: shape.memory_mib,
             disk_mib: shape.disk_mib,
-            network: false,
+            network: shape.network,
             env: BTreeMap::new(),
             labels: self.run_id.labels(),
         };

@@ -650,6 +650,61 @@ async fn a_template_without_network_gets_a_policy_that_denies_all_egress() {
     backend.reap(&run).await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_reaches_the_network_only_where_its_templates_policy_lets_it() {
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    use sandfleet_emulator_k8s::PodNetwork;
+    let cluster = Cluster::start(Config {
+        with_agent_sandbox: true,
+        pod_network: PodNetwork::Host,
+        ..Config::default()
+    })
+    .await;
+    let backend = cluster.backend(cluster.config());
+    let run = RunId::new("run-egress").unwrap();
+    let offline = backend.ensure_template(&spec(&run)).await.unwrap();
+    let online = backend
+        .ensure_template(&TemplateSpec {
+            name: template_name(&run, "calc-online"),
+            network: true,
+            ..spec(&run)
+        })
+        .await
+        .unwrap();
+    // The controller writes each template's policy; pods made before it
+    // are kept offline, so the claims wait for both.
+    let policies = kube::Api::<NetworkPolicy>::namespaced(cluster.client().await, "default");
+    for template in [&offline, &online] {
+        let name = format!("{}-network-policy", template.name);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while policies.get_opt(&name).await.unwrap().is_none() {
+            assert!(Instant::now() < deadline, "no {name}");
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+    // A server on the host's loopback, which only a pod sharing the host's
+    // network can reach (a pod's own loopback has nothing listening).
+    let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = server.local_addr().unwrap().port();
+    let reach = sh(&format!(
+        "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), 5)'"
+    ));
+    let open = backend.claim(&online, &run.labels(), soon()).await.unwrap();
+    let reached = backend.exec(&open, &reach, None).await.unwrap();
+    assert_eq!(reached.exit_code, 0, "{reached:?}");
+    let closed = backend
+        .claim(&offline, &run.labels(), soon())
+        .await
+        .unwrap();
+    let refused = backend.exec(&closed, &reach, None).await.unwrap();
+    assert_ne!(refused.exit_code, 0, "{refused:?}");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("Connection refused"),
+        "{refused:?}"
+    );
+    backend.reap(&run).await.unwrap();
+}
+
 /// The production faults of issue 13's acceptance run.
 const PRODUCTION_FAULTS: &str = "conflict=0.2,watch-drop=3,gone-burst,flaky=0.02,throttle=50";
 

@@ -21,6 +21,7 @@
 mod addresses;
 mod bind;
 pub(crate) mod container_log;
+mod network;
 mod pull;
 pub(crate) mod pull_model;
 pub(crate) mod quantity;
@@ -36,6 +37,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 
+use crate::PodNetwork;
 use crate::client::{self, Client, NODES, PODS};
 use crate::state::State;
 use crate::store::{EventType, next_batch, now_rfc3339};
@@ -55,6 +57,8 @@ struct Kubelet {
     runtime: Arc<Runtime>,
     /// The RuntimeClass handlers the nodes' container runtime has.
     handlers: Vec<String>,
+    /// Whether pods their NetworkPolicies let out share this host's network.
+    pod_network: PodNetwork,
     addresses: Mutex<Addresses>,
     /// Pods (by uid) whose start has begun.
     started: Mutex<HashSet<String>>,
@@ -158,11 +162,17 @@ impl Kubelet {
 }
 
 /// Run the scheduler and the kubelets until the store's change channel closes.
-pub(crate) async fn run(state: Arc<State>, runtime: Arc<Runtime>, handlers: Vec<String>) {
+pub(crate) async fn run(
+    state: Arc<State>,
+    runtime: Arc<Runtime>,
+    handlers: Vec<String>,
+    pod_network: PodNetwork,
+) {
     let kubelet = Arc::new(Kubelet {
         state: state.clone(),
         runtime,
         handlers,
+        pod_network,
         addresses: Mutex::new(Addresses::new()),
         started: Mutex::new(HashSet::new()),
     });

@@ -163,7 +163,8 @@ impl Drop for VolumesRoot {
 
 impl Runtime {
     /// A runtime for `images` (directories) and `oci` (names of OCI references);
-    /// with isolation, any image that names a reference is pulled too.
+    /// with isolation, any image that names a reference is pulled too; `network` lets
+    /// pods share the host's network (see `network`).
     ///
     /// # Errors
     /// When an image directory is missing, the state directory cannot be used, or
@@ -174,6 +175,7 @@ impl Runtime {
         runtime: PodRuntime,
         pulls: PullModel,
         state_dir: Option<PathBuf>,
+        network: bool,
     ) -> anyhow::Result<Self> {
         let images = FleetImages {
             directories: images,
@@ -182,7 +184,7 @@ impl Runtime {
         images.check_directories()?;
         let configured = !images.is_empty();
         let made = async {
-            let host = SandboxHost::open("k8s", images, runtime, state_dir)?;
+            let host = SandboxHost::open("k8s", images, runtime, state_dir, network)?;
             if configured {
                 host.preflight("pods").await?;
             }
@@ -488,9 +490,10 @@ impl Runtime {
             cpu_milli,
             memory_mib,
             disk_mib,
+            network,
         } = shape;
         let key = format!(
-            "{image}|{}|{cpu_milli}|{memory_mib}|{disk_mib}",
+            "{image}|{}|{cpu_milli}|{memory_mib}|{disk_mib}|{network}",
             self.image_id(image)
         );
         self.host()?

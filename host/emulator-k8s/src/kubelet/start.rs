@@ -6,10 +6,12 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::container_log::{ContainerLog, ReadOptions};
+use super::network;
 use super::runtime::init_key;
 use super::volumes::PodVolumes;
 use super::{KUBELET, Kubelet, condition, containers, default_pull_policy, quantity, uid};
-use crate::client::{self, Client, NODES, PODS, RUNTIME_CLASSES};
+use crate::PodNetwork;
+use crate::client::{self, Client, NETWORK_POLICIES, NODES, PODS, RUNTIME_CLASSES};
 use crate::state::State;
 use crate::store::now_rfc3339;
 use sandfleet_backend_local::DISK_LIMIT_PASSED;
@@ -82,6 +84,10 @@ impl Kubelet {
             }
         };
         let init = containers(&pod, "initContainers");
+        let network = self.pod_network == PodNetwork::Host && {
+            let namespace = client::names(&pod).0;
+            network::egress_to_host(&pod, &c.list(NETWORK_POLICIES, Some(&namespace)))
+        };
         let names: Vec<String> = all
             .iter()
             .filter_map(|ct| ct["name"].as_str().map(str::to_string))
@@ -99,7 +105,7 @@ impl Kubelet {
             for (index, (ct, log)) in init.iter().zip(init_logs).enumerate() {
                 let started = now_rfc3339();
                 let key = init_key(&pod_uid, index);
-                let (id, ended) = self.run_init(&key, ct, &volumes, log).await;
+                let (id, ended) = self.run_init(&key, ct, &volumes, network, log).await;
                 init_ids.extend(id);
                 let (ns, name) = client::names(&pod);
                 if c.get(PODS, &ns, &name).is_none_or(|p| uid(&p) != pod_uid) {
@@ -124,7 +130,7 @@ impl Kubelet {
                 return;
             }
         }
-        let (env, shape) = container_setup(first, &main);
+        let (env, shape) = container_setup(first, &main, network);
         let image = first["image"].as_str().unwrap_or_default();
         let workdir = first["workingDir"].as_str().map(str::to_string);
         let sandbox = match self
@@ -309,6 +315,7 @@ impl Kubelet {
         key: &str,
         ct: &Value,
         volumes: &PodVolumes,
+        network: bool,
         log: &ContainerLog,
     ) -> (Option<String>, anyhow::Result<i32>) {
         let image = ct["image"].as_str().unwrap_or_default();
@@ -319,7 +326,7 @@ impl Kubelet {
             log.end();
             return (None, Err(anyhow::anyhow!("no command specified")));
         }
-        let (env, shape) = container_setup(ct, std::slice::from_ref(ct));
+        let (env, shape) = container_setup(ct, std::slice::from_ref(ct), network);
         let workdir = ct["workingDir"].as_str().map(str::to_string);
         let sandbox = self
             .runtime
@@ -540,9 +547,13 @@ fn strings(ct: &Value, field: &str) -> Vec<String> {
 }
 
 /// Container `ct`'s environment (its literal `env` values) and its sandbox's
-/// shape: its CPU and memory limits (or requests), and the disk of `disk_from`'s
-/// `ephemeral-storage` limits, past which the kubelet evicts.
-fn container_setup(ct: &Value, disk_from: &[Value]) -> (Vec<(String, String)>, Shape) {
+/// shape: its CPU and memory limits (or requests), the disk of `disk_from`'s
+/// `ephemeral-storage` limits, past which the kubelet evicts, and `network`.
+fn container_setup(
+    ct: &Value,
+    disk_from: &[Value],
+    network: bool,
+) -> (Vec<(String, String)>, Shape) {
     let env: Vec<(String, String)> = ct["env"]
         .as_array()
         .into_iter()
@@ -572,6 +583,7 @@ fn container_setup(ct: &Value, disk_from: &[Value]) -> (Vec<(String, String)>, S
         cpu_milli: cpu,
         memory_mib: memory,
         disk_mib: disk,
+        network,
     };
     (env, shape)
 }
