@@ -669,3 +669,39 @@ async fn init_containers_run_in_order_and_hand_files_to_the_main_one_through_an_
     .await;
     emulator.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_whose_own_process_writes_past_its_storage_limit_is_evicted() {
+    let (_registry, reference) = registry_with_tool().await;
+    let (emulator, api) = cluster(1, Duration::ZERO).await;
+    // The main process itself (not an exec) fills the sandbox's layer.
+    let script =
+        "i=0; while [ $i -lt 200 ]; do cat /bin/sh >> /work/big; i=$((i+1)); done; sleep 60";
+    api.create(
+        PODS,
+        pod(
+            "filler",
+            &reference,
+            json!({"command": ["sh", "-c", script],
+                   "resources": {"limits": {"ephemeral-storage": "4Mi"}}}),
+        ),
+    )
+    .await;
+    let evicted = finished(&api, "filler").await;
+    assert_eq!(evicted["status"]["phase"], "Failed", "{evicted}");
+    assert_eq!(evicted["status"]["reason"], "Evicted", "{evicted}");
+    assert_eq!(
+        evicted["status"]["message"],
+        "Pod ephemeral local storage usage exceeds the total limit of containers 4Mi. "
+    );
+    events_including(
+        &api,
+        "filler",
+        &[(
+            "Evicted",
+            "Pod ephemeral local storage usage exceeds the total limit of containers 4Mi. ".into(),
+        )],
+    )
+    .await;
+    emulator.shutdown().await;
+}
