@@ -566,12 +566,46 @@ async fn kubectl_create_sends_built_in_kinds_as_protobuf_and_they_are_stored() {
         ])
         .await;
     assert_eq!(service, "ClusterIP web 8080-80 8080->80");
-    // A kind not decoded from protobuf says which are.
-    let refused = cluster
-        .fails(&["create", "deployment", "web", "--image=calc"])
+    // A Deployment in protobuf is stored as the same one in JSON is.
+    let flags = ["--image=calc", "--port=80", "--replicas=2"];
+    let created = cluster
+        .ok(&[&["create", "deployment", "web"][..], &flags].concat())
         .await;
-    assert!(
-        refused.contains("does not decode apps/v1 Deployment from protobuf"),
-        "{refused}"
+    assert_eq!(created.trim(), "deployment.apps/web created");
+    let as_json = cluster
+        .ok(&[
+            &[
+                "create",
+                "deployment",
+                "web",
+                "--dry-run=client",
+                "-o",
+                "json",
+            ][..],
+            &flags,
+        ]
+        .concat())
+        .await;
+    let json_file = cluster.file(
+        "web-json.json",
+        &as_json.replace("\"name\": \"web\"", "\"name\": \"web-json\""),
     );
+    cluster
+        .ok(&["create", "-f", json_file.to_str().unwrap()])
+        .await;
+    let cluster = &cluster;
+    let spec = |name: &'static str| async move {
+        let text = cluster
+            .ok(&["get", "deployment", name, "-o", "jsonpath={.spec}"])
+            .await;
+        serde_json::from_str::<serde_json::Value>(&text).unwrap()
+    };
+    let from_protobuf = spec("web").await;
+    assert_eq!(from_protobuf, spec("web-json").await);
+    assert_eq!(from_protobuf["replicas"], 2);
+    assert_eq!(
+        from_protobuf["template"]["spec"]["containers"][0]["ports"][0]["containerPort"],
+        80
+    );
+    assert_eq!(from_protobuf["selector"]["matchLabels"]["app"], "web");
 }

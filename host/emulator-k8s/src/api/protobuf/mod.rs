@@ -6,6 +6,8 @@
 //! the decoded object becomes the JSON the rest of the server reads.
 //! A kind without messages here is a 415 naming those it decodes.
 
+mod pods;
+
 use std::collections::BTreeMap;
 
 use prost::Message;
@@ -238,7 +240,7 @@ struct IntOrString {
 
 /// The kinds decoded, as a 415 names them.
 const DECODED: &str = "application/vnd.kubernetes.protobuf (v1 Namespace, ConfigMap, Secret, \
-                       ServiceAccount, Service)";
+                       ServiceAccount, Service; apps/v1 Deployment)";
 
 /// The object a protobuf body holds, as JSON.
 ///
@@ -329,6 +331,10 @@ pub(crate) fn decode(body: &[u8]) -> ApiResult<Value> {
             }
             object
         }
+        ("apps/v1", "Deployment") => pods::Deployment::decode(raw.as_slice())
+            .map_err(bad_object)?
+            .into_json()
+            .map_err(|why| unsupported(&format!("{api_version} {kind}: {why}")))?,
         ("v1", "Service") => {
             let service = Service::decode(raw.as_slice()).map_err(bad_object)?;
             json!({
@@ -337,20 +343,26 @@ pub(crate) fn decode(body: &[u8]) -> ApiResult<Value> {
             })
         }
         _ => {
-            return Err(ApiError::new(
-                415,
-                "UnsupportedMediaType",
-                format!(
-                    "the body of the request was in an unknown format - accepted media types \
-                     include: application/json, application/yaml, {DECODED}; this emulator does \
-                     not decode {api_version} {kind} from protobuf"
-                ),
-            ));
+            return Err(unsupported(&format!(
+                "this emulator does not decode {api_version} {kind} from protobuf"
+            )));
         }
     };
     object["apiVersion"] = json!(api_version);
     object["kind"] = json!(kind);
     Ok(object)
+}
+
+/// A 415 saying what was not decoded, and what would be.
+fn unsupported(what: &str) -> ApiError {
+    ApiError::new(
+        415,
+        "UnsupportedMediaType",
+        format!(
+            "the body of the request was in an unknown format - accepted media types include: \
+             application/json, application/yaml, {DECODED}; {what}"
+        ),
+    )
 }
 
 /// A JSON object of the fields Go's encoder would write: empty strings,
@@ -377,6 +389,30 @@ impl Fields {
     fn number(mut self, key: &str, value: Option<i32>) -> Self {
         if let Some(value) = value.filter(|v| *v != 0) {
             self.0.insert(key.into(), json!(value));
+        }
+        self
+    }
+
+    /// A Go `bool` under `omitempty`: written only when true.
+    fn truth(mut self, key: &str, value: Option<bool>) -> Self {
+        if value == Some(true) {
+            self.0.insert(key.into(), json!(true));
+        }
+        self
+    }
+
+    /// A list, written when it has items.
+    fn list(mut self, key: &str, items: Vec<Value>) -> Self {
+        if !items.is_empty() {
+            self.0.insert(key.into(), Value::Array(items));
+        }
+        self
+    }
+
+    /// A string map, written when it has entries.
+    fn map(mut self, key: &str, entries: BTreeMap<String, String>) -> Self {
+        if !entries.is_empty() {
+            self.0.insert(key.into(), json!(entries));
         }
         self
     }
@@ -416,17 +452,14 @@ fn reference(r: ObjectReference) -> Value {
 }
 
 fn service_spec(spec: ServiceSpec) -> Value {
-    let ports: Vec<Value> = spec.ports.into_iter().map(service_port).collect();
+    let ports = spec.ports.into_iter().map(service_port).collect();
     let affinity = spec
         .session_affinity_config
         .and_then(|c| c.client_ip)
         .map(|ip| json!({"clientIP": Value::from(Fields::default().number("timeoutSeconds", ip.timeout_seconds))}));
     Fields::default()
-        .value("ports", (!ports.is_empty()).then(|| json!(ports)))
-        .value(
-            "selector",
-            (!spec.selector.is_empty()).then(|| json!(spec.selector)),
-        )
+        .list("ports", ports)
+        .map("selector", spec.selector)
         .text("clusterIP", spec.cluster_ip)
         .texts("clusterIPs", spec.cluster_ips)
         .text("type", spec.type_)
@@ -437,12 +470,7 @@ fn service_spec(spec: ServiceSpec) -> Value {
         .text("externalName", spec.external_name)
         .text("externalTrafficPolicy", spec.external_traffic_policy)
         .number("healthCheckNodePort", spec.health_check_node_port)
-        .value(
-            "publishNotReadyAddresses",
-            spec.publish_not_ready_addresses
-                .filter(|p| *p)
-                .map(|p| json!(p)),
-        )
+        .truth("publishNotReadyAddresses", spec.publish_not_ready_addresses)
         .value("sessionAffinityConfig", affinity)
         .text("ipFamilyPolicy", spec.ip_family_policy)
         .texts("ipFamilies", spec.ip_families)
@@ -554,10 +582,10 @@ mod tests {
         let decoded = decode(&body("v1", "Secret", secret.encode_to_vec())).unwrap();
         assert_eq!(decoded["data"]["key"], "AP8=");
         assert_eq!(decoded["type"], "Opaque");
-        let other = decode(&body("apps/v1", "Deployment", Vec::new())).unwrap_err();
+        let other = decode(&body("apps/v1", "DaemonSet", Vec::new())).unwrap_err();
         assert_eq!(other.code, 415);
         assert!(
-            other.message.contains("apps/v1 Deployment"),
+            other.message.contains("apps/v1 DaemonSet"),
             "{}",
             other.message
         );
