@@ -17,7 +17,11 @@
 //! driver, not sandbox isolation.
 //!
 //! `cargo bench -p sandfleet-backend-k8s --bench k8s` (`K8S_BENCH_SERIAL`,
-//! `K8S_BENCH_CLAIMS` and `K8S_BENCH_LIVE` override the sizes).
+//! `K8S_BENCH_CLAIMS` and `K8S_BENCH_LIVE` override the sizes;
+//! `K8S_BENCH_ONLY=plain|driver|driver-true|sdk` runs that claimer's rows
+//! alone, and `K8S_BENCH_CONCURRENCY=N` the row of that concurrency, for a
+//! profiler; `K8S_BENCH_REPEAT=N` runs each row N times, the claimers taking
+//! turns, and reports the median).
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -249,6 +253,16 @@ enum Claimer {
 }
 
 impl Claimer {
+    /// Its name for `K8S_BENCH_ONLY`.
+    fn key(self) -> &'static str {
+        match self {
+            Claimer::Plain => "plain",
+            Claimer::Driver => "driver",
+            Claimer::DriverWithTrue => "driver-true",
+            Claimer::Sdk => "sdk",
+        }
+    }
+
     fn name(self) -> &'static str {
         match self {
             Claimer::Plain => "plain kube-rs client: create → Ready → delete",
@@ -442,34 +456,68 @@ async fn claims_by(
     measured
 }
 
-/// Every claimer at concurrency 1, 64 and 256, side by side.
+/// Every claimer at concurrency 1, 64 and 256, side by side: with
+/// `K8S_BENCH_REPEAT=N`, each row N times with the claimers taking turns,
+/// and the median run of each (the spread beside it), so a noisy machine
+/// slows every claimer alike.
 async fn claims_side_by_side(server: &Server) {
     let rows = [
         (1, size("K8S_BENCH_SERIAL", 100)),
         (64, size("K8S_BENCH_CLAIMS", 1024)),
         (256, size("K8S_BENCH_CLAIMS", 1024)),
     ];
+    let only = std::env::var("K8S_BENCH_ONLY").ok();
+    let at = std::env::var("K8S_BENCH_CONCURRENCY").ok();
+    let repeat = size("K8S_BENCH_REPEAT", 1).max(1);
+    let claimers: Vec<Claimer> = [
+        Claimer::Plain,
+        Claimer::Driver,
+        Claimer::DriverWithTrue,
+        Claimer::Sdk,
+    ]
+    .into_iter()
+    .filter(|claimer| only.as_ref().is_none_or(|only| only == claimer.key()))
+    .collect();
     for (concurrency, total) in rows {
-        println!("k8s/claims at concurrency {concurrency}, {total} each:");
-        for claimer in [
-            Claimer::Plain,
-            Claimer::Driver,
-            Claimer::DriverWithTrue,
-            Claimer::Sdk,
-        ] {
-            match claims_by(server, claimer, concurrency, total).await {
-                Ok(mut measured) => {
-                    let (p50, p99) = percentiles(&mut measured.latencies);
-                    println!(
-                        "  {:<48} {:>6.1} claims/s  claim → Ready p50 {p50:>7.1} ms p99 {p99:>7.1} ms  CPU per claim: client {:.2} ms, devcluster {:.2} ms",
-                        claimer.name(),
-                        total as f64 / measured.elapsed,
-                        measured.cpu / total as f64 * 1e3,
-                        measured.server_cpu / total as f64 * 1e3
-                    );
-                }
-                Err(why) => println!("  {:<48} {why}", claimer.name()),
+        if at.as_ref().is_some_and(|at| *at != concurrency.to_string()) {
+            continue;
+        }
+        println!("k8s/claims at concurrency {concurrency}, {total} each (median of {repeat}):");
+        let mut runs: Vec<Vec<Result<Measured, String>>> =
+            claimers.iter().map(|_| Vec::new()).collect();
+        for _ in 0..repeat {
+            for (claimer, runs) in claimers.iter().zip(&mut runs) {
+                runs.push(claims_by(server, *claimer, concurrency, total).await);
             }
+        }
+        for (claimer, runs) in claimers.iter().zip(runs) {
+            let mut measured: Vec<Measured> = match runs.into_iter().collect() {
+                Ok(measured) => measured,
+                Err(why) => {
+                    println!("  {:<48} {why}", claimer.name());
+                    continue;
+                }
+            };
+            measured.sort_by(|a, b| a.elapsed.total_cmp(&b.elapsed));
+            let rate = |m: &Measured| total as f64 / m.elapsed;
+            let spread = if repeat > 1 {
+                format!(
+                    " ({:.1}–{:.1})",
+                    rate(&measured[repeat - 1]),
+                    rate(&measured[0])
+                )
+            } else {
+                String::new()
+            };
+            let median = &mut measured[repeat / 2];
+            let (p50, p99) = percentiles(&mut median.latencies);
+            println!(
+                "  {:<48} {:>6.1} claims/s{spread}  claim → Ready p50 {p50:>7.1} ms p99 {p99:>7.1} ms  CPU per claim: client {:.2} ms, devcluster {:.2} ms",
+                claimer.name(),
+                rate(median),
+                median.cpu / total as f64 * 1e3,
+                median.server_cpu / total as f64 * 1e3
+            );
         }
     }
 }
@@ -548,9 +596,14 @@ fn main() {
         .build()
         .unwrap();
     let mut server = Server::start();
+    let focused = std::env::var_os("K8S_BENCH_ONLY").is_some();
     runtime.block_on(async {
-        latency_of_true(&server, 200).await;
+        if !focused {
+            latency_of_true(&server, 200).await;
+        }
         claims_side_by_side(&server).await;
-        connections_holding(&mut server, size("K8S_BENCH_LIVE", 1000)).await;
+        if !focused {
+            connections_holding(&mut server, size("K8S_BENCH_LIVE", 1000)).await;
+        }
     });
 }

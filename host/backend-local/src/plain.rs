@@ -63,9 +63,9 @@ impl PathMap {
     /// `request` as `env -i -C <workdir> VARS... ARGV...` would run it,
     /// paths mapped, with `vars` (`PATH` first) then `HOME`, `TMPDIR`, `env`
     /// and the sandbox's `marker`, last so that no command environment can
-    /// drop it. A program found on that `PATH`, in a workdir that exists, is
-    /// started as it is, without `env` in front: a process less to load per
-    /// command.
+    /// drop it. A program named by its absolute path or found on that `PATH`,
+    /// in a workdir that exists, is started as it is, without `env` in front:
+    /// a process less to load per command.
     pub(crate) fn command(
         &self,
         request: &ExecRequest,
@@ -86,12 +86,19 @@ impl PathMap {
         let workdir = self.map_arg(workdir);
         let args = request.argv.iter().skip(1).map(|arg| self.map_arg(arg));
         let path = vars.iter().rev().find(|(name, _)| name == "PATH");
-        if let Some(found) = path.and_then(|(_, path)| runnable_on(path, program))
+        let (found, arg0) = if program.starts_with('/') {
+            let mapped = self.map_arg(program);
+            (runnable(PathBuf::from(&mapped)), mapped)
+        } else {
+            let found = path.and_then(|(_, path)| crate::namespace::executable_on(path, program));
+            (found.and_then(runnable), program.to_string())
+        };
+        if let Some(found) = found
             && Path::new(&workdir).is_dir()
         {
             let mut command = Command::new(found);
             command
-                .arg0(program)
+                .arg0(arg0)
                 .args(args)
                 .env_clear()
                 .envs(vars.iter().map(|(name, value)| (name, value)))
@@ -119,14 +126,16 @@ impl PathMap {
     }
 }
 
-/// Where `execvp` would find `program` (a bare name) on `path`, when it is
-/// a file the kernel runs itself (`#!` or ELF): `env` handles the rest (a
-/// script without `#!` is run by `sh`, a missing program is exit 127, an
-/// empty entry is the workdir).
-fn runnable_on(path: &str, program: &str) -> Option<PathBuf> {
+/// `found`, when it is an executable file the kernel runs itself (`#!` or
+/// ELF): `env` handles the rest (a script without `#!` is run by `sh`, a
+/// missing program is exit 127, a directory exit 126).
+fn runnable(found: PathBuf) -> Option<PathBuf> {
     use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let found = crate::namespace::executable_on(path, program)?;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let meta = std::fs::metadata(&found).ok()?;
+    if !meta.is_file() || meta.permissions().mode() & 0o111 == 0 {
+        return None;
+    }
     let mut magic = [0u8; 4];
     // Non-blocking: a task that swaps the file for a FIFO after the check
     // must not hang this thread in `open`.
@@ -213,6 +222,9 @@ mod tests {
                 .unwrap();
         }
         let path = format!("{}:/usr/bin:/bin", bin.display());
+        let runnable_on = |path: &str, program: &str| {
+            crate::namespace::executable_on(path, program).and_then(runnable)
+        };
         assert_eq!(runnable_on(&path, "script"), Some(bin.join("script")));
         // A script without `#!` is for `env` (execvp runs it with sh).
         assert_eq!(runnable_on(&path, "bare"), None);
@@ -220,6 +232,10 @@ mod tests {
         assert_eq!(runnable_on(&path, "no-such-program"), None);
         assert_eq!(runnable_on(&path, "./script"), None);
         assert!(runnable_on("/usr/bin:/bin", "true").is_some());
+        // By its path too, and only what the kernel runs.
+        assert_eq!(runnable(bin.join("script")), Some(bin.join("script")));
+        assert_eq!(runnable(bin.join("unrunnable")), None);
+        assert_eq!(runnable(bin), None);
         // A relative entry searched first would be the workdir's.
         assert_eq!(runnable_on(&format!(":{path}"), "script"), None);
     }

@@ -66,7 +66,8 @@ impl Identity {
         })
     }
 
-    /// A rustls server configuration (ring provider) offering HTTP/2 and HTTP/1.1.
+    /// A rustls server configuration (ring provider) offering HTTP/2 and HTTP/1.1,
+    /// and sessions resumed by stateless tickets.
     ///
     /// # Errors
     /// When rustls rejects the key.
@@ -82,6 +83,15 @@ impl Identity {
             )
             .context("loading the server certificate")?;
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        // Stateless session tickets, as Go's crypto/tls (and so
+        // kube-apiserver) issues them: every exec websocket is a connection
+        // of its own, and a client that resumes skips the certificate's
+        // signature and checks. rustls's default, a cache of 256 sessions,
+        // would evict the tickets of a burst of 256 execs before they are
+        // used.
+        config.ticketer =
+            rustls::crypto::ring::Ticketer::new().context("making the session ticketer")?;
+        config.send_tls13_tickets = 1;
         Ok(Arc::new(config))
     }
 }

@@ -919,3 +919,64 @@ async fn events_older_than_the_event_ttl_are_deleted_and_newer_ones_kept() {
     assert!(api.get(&format!("{events}/new")).await.is_some());
     emulator.shutdown().await;
 }
+
+/// Every exec websocket is a TLS connection of its own: a client that comes
+/// back resumes its session from a ticket, as Go's servers issue them,
+/// instead of a full handshake, also after other clients made more
+/// connections than a server-side session cache would hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_sessions_resume_from_tickets_after_a_burst_of_other_clients() {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let emulator = Emulator::start(Config::default()).await.unwrap();
+    let client = || {
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(CertificateDer::from_pem_slice(emulator.ca_pem().as_bytes()).unwrap())
+            .unwrap();
+        std::sync::Arc::new(
+            rustls::ClientConfig::builder()
+                .with_root_certificates(roots)
+                .with_no_client_auth(),
+        )
+    };
+    let address = emulator.url().trim_start_matches("https://").to_string();
+    let connect = |config: std::sync::Arc<rustls::ClientConfig>| {
+        let address = address.clone();
+        async move {
+            let tcp = tokio::net::TcpStream::connect(&address).await.unwrap();
+            let host = address.rsplit_once(':').unwrap().0.to_string();
+            let mut tls = tokio_rustls::TlsConnector::from(config)
+                .connect(ServerName::try_from(host).unwrap(), tcp)
+                .await
+                .unwrap();
+            // TLS 1.3 tickets come after the handshake: read to the end.
+            tls.write_all(b"GET /version HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                .await
+                .unwrap();
+            let _ = tls.read_to_end(&mut Vec::new()).await;
+            tls.get_ref().1.handshake_kind()
+        }
+    };
+    let returning = client();
+    assert_eq!(
+        connect(returning.clone()).await,
+        Some(rustls::HandshakeKind::Full)
+    );
+    // Other clients, more connections than rustls's default cache of 256
+    // sessions holds.
+    for _ in 0..6 {
+        let burst: Vec<_> = (0..50).map(|_| tokio::spawn(connect(client()))).collect();
+        for connection in burst {
+            connection.await.unwrap();
+        }
+    }
+    assert_eq!(
+        connect(returning).await,
+        Some(rustls::HandshakeKind::Resumed)
+    );
+    emulator.shutdown().await;
+}
