@@ -453,6 +453,19 @@ impl Backend for K8sBackend {
         if request.argv.is_empty() {
             return Err(self.error(ErrorKind::Invalid, "a command needs a program"));
         }
+        if let Some((name, _)) = request
+            .env
+            .iter()
+            .find(|(name, _)| !crate::frames::is_shell_name(name))
+        {
+            return Err(self.error(
+                ErrorKind::Invalid,
+                format!(
+                    "`{name}` is not an environment variable name the pod's shell can export \
+                     (letters, digits and `_`, not starting with a digit)"
+                ),
+            ));
+        }
         let data = self.handle_data(sandbox)?;
         let target = self.target(&data).await?;
         let program = &request.argv[0];

@@ -59,6 +59,17 @@ pub(crate) fn script(request: &ExecRequest, marker: &str, last: bool) -> String 
     )
 }
 
+/// Whether `name` is a variable name a POSIX shell exports: the command's
+/// environment is set by the shell (`export`), which refuses any other,
+/// and by refusing would end the command before it starts.
+pub(crate) fn is_shell_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
 /// `bytes` as a printf format that prints exactly them: letters and digits
 /// as they are, every other byte as an octal escape (binary-safe, NUL
 /// included, and nothing the shell or printf would interpret).
@@ -189,6 +200,16 @@ mod tests {
 
     fn feed_all(stream: &mut Stream, wire: &[u8], piece: usize) -> Vec<u8> {
         wire.chunks(piece).flat_map(|c| stream.feed(c)).collect()
+    }
+
+    #[test]
+    fn only_names_a_shell_exports_are_environment_names() {
+        for good in ["PATH", "_x", "a1_B"] {
+            assert!(is_shell_name(good), "{good}");
+        }
+        for bad in ["", "1A", "A-B", "A B", "A=B", "ü"] {
+            assert!(!is_shell_name(bad), "{bad}");
+        }
     }
 
     #[test]

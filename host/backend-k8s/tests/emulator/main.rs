@@ -188,6 +188,21 @@ async fn a_warm_claim_runs_commands_over_one_session_with_exit_codes_streams_std
         .await
         .unwrap();
     assert_eq!(out.stdout, b"no newline");
+    // A request's PATH is the one its program is looked for on; a name no
+    // shell exports is refused before anything runs.
+    let own_path = ExecRequest {
+        env: vec![("PATH".into(), "/nowhere".into())],
+        ..command(&["true"])
+    };
+    let out = backend.exec(&handle, &own_path, None).await.unwrap();
+    assert_eq!(out.exit_code, 127, "{out:?}");
+    let bad_name = ExecRequest {
+        env: vec![("A-B".into(), "1".into())],
+        ..command(&["true"])
+    };
+    let refused = backend.exec(&handle, &bad_name, None).await.unwrap_err();
+    assert_eq!(refused.kind(), ErrorKind::Invalid, "{refused}");
+    assert!(refused.message().contains("`A-B`"), "{refused}");
 
     // A timeout kills the command's whole process group.
     let slow = ExecRequest {
