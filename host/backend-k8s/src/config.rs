@@ -270,10 +270,25 @@ lease = "15m"
 bind_timeout = "20s"
 exec = "oneshot"
 pod_spec = { priorityClassName = "batch" }
+toolbox = "busybox:1.37-musl"
 "#,
         )
         .unwrap();
         config.validate().unwrap();
+        // The toolbox brings the keep-alive and the shell that were left
+        // at their defaults.
+        let settled = config.clone().settled();
+        assert_eq!(
+            settled.entrypoint,
+            ["/.sandfleet/bin/tail", "-f", "/dev/null"]
+        );
+        assert_eq!(settled.shell, "/.sandfleet/bin/sh");
+        let own = K8sConfig {
+            entrypoint: vec!["/app/serve".into()],
+            ..config.clone()
+        }
+        .settled();
+        assert_eq!(own.entrypoint, ["/app/serve"]);
         assert_eq!(config.exec, ExecMode::Oneshot);
         assert_eq!(config.bind_timeout, Some(Duration::from_secs(20)));
         assert_eq!(config.node_selector_string(), "pool=sandbox");
@@ -338,5 +353,10 @@ pod_spec = { priorityClassName = "batch" }
             ..base()
         };
         assert!(bad(shared).starts_with("pod_spec may not set `hostPID`"));
+        let blank = K8sConfig {
+            toolbox: Some(" ".into()),
+            ..base()
+        };
+        assert!(bad(blank).starts_with("toolbox must name an image"));
     }
 }
