@@ -262,8 +262,24 @@ pub(crate) fn step<'a>(outputs: &'a [(String, Output)], command: &str) -> (&'a s
         .unwrap_or_else(|| panic!("no `{command}` step"))
 }
 
+/// A component the README's `sandfleet plugin check` step checked.
+pub(crate) struct Checked {
+    pub(crate) path: PathBuf,
+    /// The sha256 the check printed.
+    pub(crate) sha256: String,
+}
+
 /// The component the README's `sandfleet plugin check` step checked.
-pub(crate) fn checked_component(project: &Path, outputs: &[(String, Output)]) -> PathBuf {
-    let (line, _) = step(outputs, "sandfleet plugin check");
-    project.join(line.split_whitespace().nth(3).expect("a component path"))
+pub(crate) fn checked_component(project: &Path, outputs: &[(String, Output)]) -> Checked {
+    let (line, output) = step(outputs, "sandfleet plugin check");
+    let printed = crate::stdout(output);
+    let sha256 = printed
+        .lines()
+        .find_map(|line| line.strip_prefix("sha256"))
+        .map(|sha| sha.trim().to_string())
+        .unwrap_or_else(|| panic!("the check printed no sha256: {printed}"));
+    Checked {
+        path: project.join(line.split_whitespace().nth(3).expect("a component path")),
+        sha256,
+    }
 }

@@ -16,7 +16,7 @@ use std::process::Output;
 
 use sandfleet_test_support::quickstart::{expected_statuses, statuses};
 
-use crate::plugin_projects::{Builder, checked_component, readme_steps, step, text};
+use crate::plugin_projects::{Builder, Checked, checked_component, readme_steps, step, text};
 use crate::{repo, run_id, sandfleet, stderr, stdout};
 
 pub(crate) fn builder() -> Builder {
@@ -98,10 +98,11 @@ pub(crate) fn run_quickstart_with(
 }
 
 /// Runs the quickstart with `component` as its placement policy `name`;
-/// asserts the run's statuses and that the report names that component.
-fn serves_the_quickstart(builder: &Builder, component: &Path, name: &str) {
+/// asserts the run's statuses and that the report names the component the
+/// check checked.
+fn serves_the_quickstart(builder: &Builder, component: &Checked, name: &str) {
     // Bound whole: the run's directory lives as long as `run`.
-    let run = run_quickstart_with(builder, component, name, "");
+    let run = run_quickstart_with(builder, &component.path, name, "");
     let (output, id, out) = (&run.output, &run.id, &run.out);
     assert!(output.status.success(), "{}", text(output));
     assert!(
@@ -110,19 +111,13 @@ fn serves_the_quickstart(builder: &Builder, component: &Path, name: &str) {
         stdout(output)
     );
     assert_eq!(statuses(out), expected_statuses());
-    let check = builder.sandfleet(
-        &["plugin", "check", "--json", component.to_str().unwrap()],
-        component.parent().unwrap(),
-    );
-    let checked: serde_json::Value = serde_json::from_slice(&check.stdout).unwrap();
-    let sha256 = checked["sha256"].as_str().unwrap();
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
     assert_eq!(
         report["environment"]["plugins"]["placement"],
-        format!("{name} sha256:{}", &sha256[..12]).as_str(),
+        format!("{name} sha256:{}", &component.sha256[..12]).as_str(),
         "the run was not served by {}",
-        component.display()
+        component.path.display()
     );
 }
 

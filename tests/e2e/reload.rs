@@ -170,6 +170,46 @@ fn sandfleet_run_reloads_a_replaced_placement_and_keeps_the_adapter_of_the_task_
 }
 
 #[test]
+fn plugin_check_reports_the_component_as_json_and_leaves_it_compiled_for_what_follows() {
+    let dir = tempfile::tempdir().unwrap();
+    let component = dir.path().join("least-loaded.wasm");
+    std::fs::write(
+        &component,
+        sandfleet_guests::builtin("least-loaded").unwrap(),
+    )
+    .unwrap();
+    let cache = dir.path().join("cache");
+    let check = |json: bool| {
+        let mut args = vec!["plugin", "check", component.to_str().unwrap()];
+        args.extend(json.then_some("--json"));
+        let output = Command::new(env!("CARGO_BIN_EXE_sandfleet"))
+            .args(&args)
+            .env("XDG_CACHE_HOME", &cache)
+            .env("SANDFLEET_LOG", "warn")
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", stderr(&output));
+        stdout(&output)
+    };
+    let report: serde_json::Value = serde_json::from_str(&check(true)).unwrap();
+    assert_eq!(report["world"], "placement-policy");
+    assert_eq!(report["functions"], serde_json::json!(["place"]));
+    assert!(report["compile_ms"].as_f64().unwrap() > 0.0, "{report}");
+    let sha256 = report["sha256"].as_str().unwrap();
+    assert_eq!(sha256.len(), 64, "{report}");
+    // The text form names the same component.
+    assert!(check(false).contains(&format!("sha256     {sha256}")));
+    // Compiled once more each time, and the compiled form kept for the
+    // `plugin test` or run after it.
+    let entries: Vec<_> = std::fs::read_dir(cache.join("sandfleet/plugins"))
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert!(entries[0].starts_with(sha256), "{entries:?}");
+}
+
+#[test]
 fn plugin_list_shows_a_corrupt_file_and_the_builtin_it_would_replace_serving() {
     let dir = tempfile::tempdir().unwrap();
     let mut corrupt = sandfleet_guests::builtin("least-loaded").unwrap().to_vec();

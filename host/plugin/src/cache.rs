@@ -28,6 +28,8 @@ pub enum CacheOutcome {
     Miss,
     /// An entry existed but was not trusted; compiled and overwritten.
     Rejected(String),
+    /// Compiled without looking at the cache, then stored for later loads.
+    Stored,
 }
 
 /// A directory of compiled components.
@@ -75,13 +77,22 @@ impl ArtifactCache {
             tracing::warn!(entry = %path.display(), "ignoring compiled-cache entry: {reason}");
         }
         let component = Component::new(engine, wasm)?;
-        if let Err(e) = self.store(&path, &header, &component) {
-            tracing::warn!(entry = %path.display(), "cannot write compiled-cache entry: {e}");
-        }
+        self.store(engine, source_sha, &component);
         Ok((component, outcome))
     }
 
-    fn store(&self, path: &Path, header: &Header, component: &Component) -> wasmtime::Result<()> {
+    /// Stores `component`, compiled from the component whose sha256 is
+    /// `source_sha`, replacing any entry for it. A cache that cannot be
+    /// written is only a slower next load: warned about, not an error.
+    pub(crate) fn store(&self, engine: &Engine, source_sha: &str, component: &Component) {
+        let header = Header::new(engine, source_sha);
+        let path = self.dir.join(header.file_name());
+        if let Err(e) = self.write(&path, &header, component) {
+            tracing::warn!(entry = %path.display(), "cannot write compiled-cache entry: {e}");
+        }
+    }
+
+    fn write(&self, path: &Path, header: &Header, component: &Component) -> wasmtime::Result<()> {
         let artifact = component.serialize()?;
         let header_line = header.encode(&hex_sha256(&artifact));
         // Write beside the entry and rename, so readers never see half an entry.

@@ -123,6 +123,15 @@ pub enum Tier {
     Optimized,
 }
 
+/// Whether a compile may be answered from the compiled cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lookup {
+    /// From the cache when it holds a trustworthy entry.
+    Cached,
+    /// Compiled regardless, then stored.
+    Fresh,
+}
+
 impl HostInner {
     pub(crate) fn engine(&self, tier: Tier) -> &Engine {
         &self.compiler(tier).engine
@@ -233,7 +242,32 @@ impl PluginHost {
     /// When the bytes are not a component, fail to compile, or implement no
     /// world of a contract version this host serves.
     pub fn compile(&self, name: &str, bytes: &[u8], source: Source) -> Result<Compiled, LoadError> {
-        self.compile_as(name, bytes, &hex_sha256(bytes), source, Tier::Optimized)
+        let sha256 = hex_sha256(bytes);
+        self.compile_as(
+            name,
+            bytes,
+            &sha256,
+            source,
+            Tier::Optimized,
+            Lookup::Cached,
+        )
+    }
+
+    /// As [`PluginHost::compile`], but always compiled, whatever the cache
+    /// holds, so [`Compiled::compile_time`] is Cranelift's own; the result
+    /// is then stored in the cache, so the loads after it need not compile.
+    ///
+    /// # Errors
+    ///
+    /// As [`PluginHost::compile`].
+    pub fn compile_fresh(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        source: Source,
+    ) -> Result<Compiled, LoadError> {
+        let sha256 = hex_sha256(bytes);
+        self.compile_as(name, bytes, &sha256, source, Tier::Optimized, Lookup::Fresh)
     }
 
     /// As [`PluginHost::compile`], but quick: from the cache when it holds
@@ -260,7 +294,7 @@ impl PluginHost {
         } else {
             Tier::Baseline
         };
-        self.compile_as(name, bytes, &sha256, source.clone(), tier)
+        self.compile_as(name, bytes, &sha256, source.clone(), tier, Lookup::Cached)
             .or_else(|error| match tier {
                 // Winch does not take every module; Cranelift has the last word.
                 Tier::Baseline => {
@@ -268,7 +302,14 @@ impl PluginHost {
                         plugin = name,
                         "baseline build failed ({error}); compiling it optimized"
                     );
-                    self.compile_as(name, bytes, &sha256, source, Tier::Optimized)
+                    self.compile_as(
+                        name,
+                        bytes,
+                        &sha256,
+                        source,
+                        Tier::Optimized,
+                        Lookup::Cached,
+                    )
                 }
                 Tier::Optimized => Err(error),
             })
@@ -281,6 +322,7 @@ impl PluginHost {
         sha256: &str,
         source: Source,
         tier: Tier,
+        lookup: Lookup,
     ) -> Result<Compiled, LoadError> {
         let origin = match &source {
             Source::Builtin => format!("built-in `{name}`"),
@@ -289,15 +331,25 @@ impl PluginHost {
         contract::check_component_header(bytes, &origin)?;
         let engine = self.inner.engine(tier);
         let started = Instant::now();
-        let compiled = match (&self.inner.cache, tier) {
-            (Some(cache), Tier::Optimized) => cache.load(engine, bytes, sha256),
+        // Only optimized builds are cached: a baseline build is a stopgap.
+        let cache = self
+            .inner
+            .cache
+            .as_ref()
+            .filter(|_| tier == Tier::Optimized);
+        let compiled = match (cache, lookup) {
+            (Some(cache), Lookup::Cached) => cache.load(engine, bytes, sha256),
             _ => Component::new(engine, bytes).map(|c| (c, CacheOutcome::Disabled)),
         };
-        let (component, cache) = compiled.map_err(|e| LoadError::Invalid {
+        let (component, mut outcome) = compiled.map_err(|e| LoadError::Invalid {
             origin: origin.clone(),
             detail: format!("does not compile: {e:#}"),
         })?;
         let compile_time = started.elapsed();
+        if let (Some(cache), Lookup::Fresh) = (cache, lookup) {
+            cache.store(engine, sha256, &component);
+            outcome = CacheOutcome::Stored;
+        }
         let contract = contract::identify(engine, &component, &origin)?;
         Ok(Compiled {
             plugin: PluginRef {
@@ -309,7 +361,7 @@ impl PluginHost {
             contract,
             size: bytes.len(),
             compile_time,
-            cache,
+            cache: outcome,
             tier,
             component,
         })

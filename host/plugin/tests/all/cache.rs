@@ -43,6 +43,23 @@ fn a_second_load_hits_the_cache_even_from_a_new_host() {
 }
 
 #[test]
+fn a_fresh_compile_ignores_the_cache_and_leaves_an_entry_a_load_hits() {
+    let dir = tempfile::tempdir().unwrap();
+    let fresh = |host: &PluginHost| {
+        host.compile_fresh("least-loaded", &wasm(), Source::Memory)
+            .unwrap()
+            .cache
+    };
+    assert_eq!(fresh(&host(dir.path(), false)), CacheOutcome::Stored);
+    assert_eq!(entries(dir.path()).len(), 1);
+    assert_eq!(compile(&host(dir.path(), false)), CacheOutcome::Hit);
+    // An entry there already is compiled past, not loaded.
+    assert_eq!(fresh(&host(dir.path(), false)), CacheOutcome::Stored);
+    assert_eq!(compile(&host(dir.path(), false)), CacheOutcome::Hit);
+    assert_eq!(entries(dir.path()).len(), 1);
+}
+
+#[test]
 fn an_entry_made_under_other_engine_settings_is_not_used() {
     let dir = tempfile::tempdir().unwrap();
     assert_eq!(compile(&host(dir.path(), false)), CacheOutcome::Miss);
