@@ -272,7 +272,7 @@ pub(crate) struct Checked {
 /// The component the README's `sandfleet plugin check` step checked.
 pub(crate) fn checked_component(project: &Path, outputs: &[(String, Output)]) -> Checked {
     let (line, output) = step(outputs, "sandfleet plugin check");
-    let printed = crate::stdout(output);
+    let printed = String::from_utf8_lossy(&output.stdout);
     let sha256 = printed
         .lines()
         .find_map(|line| line.strip_prefix("sha256"))

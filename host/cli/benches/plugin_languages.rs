@@ -312,7 +312,7 @@ fn main() {
         );
         components.push((
             lang,
-            std::fs::read(checked_component(&project, &outputs)).unwrap(),
+            std::fs::read(checked_component(&project, &outputs).path).unwrap(),
         ));
     }
     let idle = calls_while(|| std::thread::sleep(Duration::from_secs(1)));
