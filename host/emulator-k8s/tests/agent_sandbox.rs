@@ -160,7 +160,7 @@ async fn kubectl_runs_the_agent_sandbox_flow_from_crds_to_exec_and_cleanup() {
         .await;
     assert_eq!(exec.status.code(), Some(0));
     assert_eq!(String::from_utf8_lossy(&exec.stdout), "image python:3.12\n");
-    assert_eq!(String::from_utf8_lossy(&exec.stderr), "oops\n");
+    assert_eq!(Cluster::exec_stderr(&exec), "oops\n");
     // A long-lived shell reading commands from stdin.
     let session = cluster
         .kubectl_with(

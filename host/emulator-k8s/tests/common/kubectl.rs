@@ -95,6 +95,20 @@ impl Cluster {
             .expect("kubectl runs")
     }
 
+    /// What a `kubectl exec`'s command wrote to stderr. kubectl 1.32's
+    /// websocket reader starts before its streams exist, so the empty frame
+    /// an API server sends on the lowest output channel once the stream is
+    /// up (`webSocketServerStreams` in k8s.io/apiserver) can reach it first;
+    /// it then logs `Unknown stream id 1, discarding message` among the
+    /// command's stderr (client-go later waits for its streams). That line
+    /// is the client's, not the command's.
+    pub fn exec_stderr(output: &Output) -> String {
+        String::from_utf8_lossy(&output.stderr)
+            .split_inclusive('\n')
+            .filter(|line| !line.contains("] Unknown stream id "))
+            .collect()
+    }
+
     /// Run kubectl with `--request-timeout=10s`.
     pub async fn kubectl(&self, args: &[&str]) -> Output {
         self.kubectl_with(args, None, "10s").await
