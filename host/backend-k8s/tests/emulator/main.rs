@@ -589,7 +589,11 @@ async fn a_scrub_stops_what_a_task_left_running_and_spares_the_entrypoint() {
         .await
         .unwrap();
     let comms = sh("for d in /proc/[0-9]*; do cat $d/comm 2>/dev/null; done | sort | tr '\\n' ' '");
-    let left = sh("nohup sleep 300 >/dev/null 2>&1 & exit 0");
+    // Returns once the background process is `sleep` (not still `nohup`
+    // on its way there), so the listing below cannot race its exec.
+    let left = sh(
+        "nohup sleep 300 >/dev/null 2>&1 & p=$!; until read -r c </proc/$p/comm && [ \"$c\" = sleep ]; do :; done; exit 0",
+    );
     assert_eq!(
         backend.exec(&handle, &left, None).await.unwrap().exit_code,
         0
