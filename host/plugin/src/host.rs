@@ -302,14 +302,7 @@ impl PluginHost {
                         plugin = name,
                         "baseline build failed ({error}); compiling it optimized"
                     );
-                    self.compile_as(
-                        name,
-                        bytes,
-                        &sha256,
-                        source,
-                        Tier::Optimized,
-                        Lookup::Cached,
-                    )
+                    self.compile(name, bytes, source)
                 }
                 Tier::Optimized => Err(error),
             })
