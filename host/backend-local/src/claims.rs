@@ -166,7 +166,7 @@ impl Inner {
         )
         .await
         .context(|| format!("sandbox {}: running `{program}`", sandbox.id()))?;
-        sandbox.check_ended_alive(program)?;
+        sandbox.check_ended_alive(program, ran.result.exit_code == 0 && !ran.result.timed_out)?;
         Ok(ran.result)
     }
 

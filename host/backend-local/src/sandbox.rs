@@ -407,9 +407,17 @@ impl Sandbox {
 
     /// Fails when the sandbox died while `program` ran: entering a dead
     /// sandbox fails like a command would, and is told apart here so the
-    /// engine sees an infrastructure error.
-    pub(crate) fn check_ended_alive(&self, program: &str) -> Result<(), LocalError> {
-        if self.is_alive() {
+    /// engine sees an infrastructure error. A command that exited 0 ran to
+    /// its end (a sandbox's death kills what runs in it, and a failed entry
+    /// exits non-zero), so its sandbox ending after it, as a pod's does
+    /// when its main process sees what the command made, takes nothing
+    /// from its result: the kubelet answers such an exec with its status.
+    pub(crate) fn check_ended_alive(
+        &self,
+        program: &str,
+        exited_0: bool,
+    ) -> Result<(), LocalError> {
+        if exited_0 || self.is_alive() {
             Ok(())
         } else {
             Err(LocalError::SandboxLost(format!(

@@ -250,7 +250,8 @@ impl Watch {
         {
             tracing::warn!(group, "processes of a killed command outlived SIGKILL");
         }
-        self.sandbox.check_ended_alive(&self.program)?;
+        self.sandbox
+            .check_ended_alive(&self.program, status.success())?;
         match (disk_exceeded, &self.disk) {
             (Some(usage), Some(disk)) => Err(LocalError::Failed(format!(
                 "sandbox {}: `{}` was stopped: {}",
