@@ -77,17 +77,21 @@ impl ArtifactCache {
             tracing::warn!(entry = %path.display(), "ignoring compiled-cache entry: {reason}");
         }
         let component = Component::new(engine, wasm)?;
-        self.store(engine, source_sha, &component);
+        self.store_under(&header, &component);
         Ok((component, outcome))
     }
 
     /// Stores `component`, compiled from the component whose sha256 is
-    /// `source_sha`, replacing any entry for it. A cache that cannot be
-    /// written is only a slower next load: warned about, not an error.
+    /// `source_sha`, replacing any entry for it.
     pub(crate) fn store(&self, engine: &Engine, source_sha: &str, component: &Component) {
-        let header = Header::new(engine, source_sha);
+        self.store_under(&Header::new(engine, source_sha), component);
+    }
+
+    /// A cache that cannot be written is only a slower next load: warned
+    /// about, not an error.
+    fn store_under(&self, header: &Header, component: &Component) {
         let path = self.dir.join(header.file_name());
-        if let Err(e) = self.write(&path, &header, component) {
+        if let Err(e) = self.write(&path, header, component) {
             tracing::warn!(entry = %path.display(), "cannot write compiled-cache entry: {e}");
         }
     }

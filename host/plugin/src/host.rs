@@ -242,15 +242,7 @@ impl PluginHost {
     /// When the bytes are not a component, fail to compile, or implement no
     /// world of a contract version this host serves.
     pub fn compile(&self, name: &str, bytes: &[u8], source: Source) -> Result<Compiled, LoadError> {
-        let sha256 = hex_sha256(bytes);
-        self.compile_as(
-            name,
-            bytes,
-            &sha256,
-            source,
-            Tier::Optimized,
-            Lookup::Cached,
-        )
+        self.compile_optimized(name, bytes, &hex_sha256(bytes), source, Lookup::Cached)
     }
 
     /// As [`PluginHost::compile`], but always compiled, whatever the cache
@@ -266,8 +258,7 @@ impl PluginHost {
         bytes: &[u8],
         source: Source,
     ) -> Result<Compiled, LoadError> {
-        let sha256 = hex_sha256(bytes);
-        self.compile_as(name, bytes, &sha256, source, Tier::Optimized, Lookup::Fresh)
+        self.compile_optimized(name, bytes, &hex_sha256(bytes), source, Lookup::Fresh)
     }
 
     /// As [`PluginHost::compile`], but quick: from the cache when it holds
@@ -302,10 +293,21 @@ impl PluginHost {
                         plugin = name,
                         "baseline build failed ({error}); compiling it optimized"
                     );
-                    self.compile(name, bytes, source)
+                    self.compile_optimized(name, bytes, &sha256, source, Lookup::Cached)
                 }
                 Tier::Optimized => Err(error),
             })
+    }
+
+    fn compile_optimized(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        sha256: &str,
+        source: Source,
+        lookup: Lookup,
+    ) -> Result<Compiled, LoadError> {
+        self.compile_as(name, bytes, sha256, source, Tier::Optimized, lookup)
     }
 
     fn compile_as(
