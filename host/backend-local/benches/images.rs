@@ -38,10 +38,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use sandfleet_backend_local::{
-    ImageSource, IsolationMode, LimitOverrides, LocalBackend, LocalConfig,
+    ImageSource, IsolationMode, LimitOverrides, LocalBackend, LocalConfig, layer_ownership,
 };
 use sandfleet_core::{Backend, ExecRequest, RunId, TemplateRef, TemplateSpec};
-use sandfleet_images::{Ownership, PullOptions, Reference, Store};
+use sandfleet_images::{PullOptions, Reference, Store};
 use sandfleet_registry_testing::image::{Built, Layer, Tar, build_with, push};
 use sandfleet_registry_testing::registry::{Auth, Registry};
 use sandfleet_registry_testing::swebench::{Recipe, default_cache};
@@ -322,7 +322,7 @@ fn pull_sandfleet(
     let start = Instant::now();
     let store = Store::open(
         dir,
-        Ownership::for_sandboxes(LocalConfig::default().sandbox_uid_base),
+        layer_ownership(LocalConfig::default().sandbox_uid_base)?,
     )
     .map_err(|e| e.to_string())?;
     runtime
@@ -667,7 +667,7 @@ fn shared(
     let dir = work.join("shared");
     let store = Store::open(
         &dir,
-        Ownership::for_sandboxes(LocalConfig::default().sandbox_uid_base),
+        layer_ownership(LocalConfig::default().sandbox_uid_base).unwrap(),
     )
     .unwrap();
     let mut times = Vec::new();

@@ -133,11 +133,9 @@ impl LocalBackend {
             },
             Isolation::Plain => None,
         };
-        let oci = OciImages::new(
-            state.root(),
-            config.sandbox_uid_base,
-            config.registries.clone(),
-        );
+        let ownership =
+            ids::layer_ownership(config.sandbox_uid_base).map_err(|e| refuse(Invalid, e))?;
+        let oci = OciImages::new(state.root(), ownership, config.registries.clone());
         let cores = machine::cores();
         let max_sandboxes = config.max_sandboxes(cores);
         let hidden = std::iter::once(state.root())

@@ -475,7 +475,7 @@ impl LocalConfig {
         if let Some(dir) = &self.state_dir {
             return Ok(dir.clone());
         }
-        if rustix::process::geteuid().is_root() {
+        if crate::ids::host_root() {
             return Ok(PathBuf::from("/var/lib/sandfleet"));
         }
         let base = match std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {

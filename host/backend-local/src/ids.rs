@@ -2,26 +2,130 @@
 //!
 //! Run as root, a sandbox's uids and gids 0–65535 are host ids from
 //! `sandbox_uid_base` on, a range no host user or group may fall in: the
-//! sandbox's root is nobody on the host. Run unprivileged, the kernel lets
-//! a user map only itself: the sandbox's root is the calling user, who
-//! owns everything the sandbox writes, as it would own any process it ran.
+//! sandbox's root is nobody on the host. Run as root of a user namespace
+//! (an ordinary user's process that entered its subordinate ids, see
+//! [`sandfleet_jail::subordinate`]), they are that namespace's ids from 0:
+//! the sandbox's root is the user, its other ids the user's subordinate
+//! ids. Run unprivileged otherwise, the kernel lets a user map only itself:
+//! the sandbox's root is the calling user, who owns everything the sandbox
+//! writes, as it would own any process it ran.
 
 use std::fs;
 use std::ops::Range;
 
+use sandfleet_images::Ownership;
 use sandfleet_jail::protocol::IdMap;
 
 use crate::config::SANDBOX_IDS;
 
+/// Who this process is, as far as giving ids away goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Standing {
+    /// Root of the host's own user namespace.
+    HostRoot,
+    /// Root of a user namespace that maps `ids` uids and gids from 0.
+    NamespaceRoot { ids: u32 },
+    /// Anyone else.
+    User,
+}
+
+fn standing() -> Standing {
+    if !rustix::process::geteuid().is_root() {
+        return Standing::User;
+    }
+    let read = |path: &str| fs::read_to_string(path).unwrap_or_default();
+    let uid_map = read("/proc/self/uid_map");
+    if uid_map.split_whitespace().eq(["0", "0", "4294967295"]) {
+        return Standing::HostRoot;
+    }
+    let ids = mapped_from_zero(&uid_map).min(mapped_from_zero(&read("/proc/self/gid_map")));
+    Standing::NamespaceRoot { ids }
+}
+
+/// How many ids from 0 a `/proc/<pid>/uid_map` maps without a gap.
+fn mapped_from_zero(map: &str) -> u32 {
+    let mut extents: Vec<(u64, u64)> = map
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace().map(|f| f.parse::<u64>().ok());
+            let inside = fields.next()??;
+            let _outside = fields.next()??;
+            Some((inside, fields.next()??))
+        })
+        .collect();
+    extents.sort_unstable();
+    let mut end = 0;
+    for (inside, count) in extents {
+        if inside != end {
+            break;
+        }
+        end += count;
+    }
+    u32::try_from(end).unwrap_or(u32::MAX)
+}
+
+/// The host's root as this process's user namespace numbers it, if it
+/// maps it: 0 in the host's own namespace, none in a rootless user's.
+pub(crate) fn host_root_uid() -> Option<u32> {
+    // Unreadable, it is taken to be the host's: the probe then checks the
+    // most it can.
+    let Ok(map) = fs::read_to_string("/proc/self/uid_map") else {
+        return Some(0);
+    };
+    map.lines().find_map(|line| {
+        let mut fields = line.split_whitespace().map(|f| f.parse::<u32>().ok());
+        let (inside, outside, count) = (fields.next()??, fields.next()??, fields.next()??);
+        (outside == 0 && count > 0).then_some(inside)
+    })
+}
+
+/// Whether this process is root of the host (not of a user namespace),
+/// which owns the machine-wide state directory.
+pub(crate) fn host_root() -> bool {
+    standing() == Standing::HostRoot
+}
+
 /// The id map for sandboxes made by this process.
 pub(crate) fn sandbox_ids(uid_base: u32) -> Result<IdMap, String> {
-    if !rustix::process::geteuid().is_root() {
-        return Ok(IdMap {
+    match standing() {
+        Standing::HostRoot => host_range(uid_base),
+        Standing::NamespaceRoot { ids } => Ok(IdMap {
+            uid: 0,
+            gid: 0,
+            count: ids.clamp(1, SANDBOX_IDS),
+        }),
+        Standing::User => Ok(IdMap {
             uid: rustix::process::geteuid().as_raw(),
             gid: rustix::process::getegid().as_raw(),
             count: 1,
-        });
+        }),
     }
+}
+
+/// Who owns an image's files in the layer store of sandboxes made by this
+/// process: shifted into their ids, or all the caller's where a sandbox
+/// has one id.
+///
+/// # Errors
+///
+/// As root of the host, when `uid_base`'s range holds a host user, group
+/// or subordinate range.
+pub fn layer_ownership(uid_base: u32) -> Result<Ownership, String> {
+    let ids = sandbox_ids(uid_base)?;
+    Ok(if ids.count == 1 {
+        Ownership::Caller
+    } else {
+        Ownership::Shift {
+            uid_base: ids.uid,
+            gid_base: ids.gid,
+            count: ids.count,
+        }
+    })
+}
+
+/// The host range from `uid_base`, checked against the host's users,
+/// groups and subordinate ranges.
+fn host_range(uid_base: u32) -> Result<IdMap, String> {
     let range = uid_base..uid_base + SANDBOX_IDS;
     let read = |path: &str| fs::read_to_string(path).unwrap_or_default();
     for (file, kind) in [("/etc/passwd", "user"), ("/etc/group", "group")] {
@@ -101,13 +205,34 @@ mod tests {
     }
 
     #[test]
+    fn a_map_counts_the_ids_it_gives_from_zero_without_a_gap() {
+        assert_eq!(mapped_from_zero("0 0 4294967295\n"), u32::MAX);
+        let rootless = "         0       1000          1\n         1     100000      65535\n";
+        assert_eq!(mapped_from_zero(rootless), 65536);
+        assert_eq!(
+            mapped_from_zero("1 100000 65535\n0 1000 1\n"),
+            65536,
+            "in any order"
+        );
+        assert_eq!(
+            mapped_from_zero("0 1000 1\n2 100000 10\n"),
+            1,
+            "a gap ends it"
+        );
+        assert_eq!(mapped_from_zero("5 1000 1\n"), 0);
+        assert_eq!(mapped_from_zero(""), 0);
+    }
+
+    #[test]
     fn the_default_base_is_free_on_this_machine() {
         let ids = sandbox_ids(crate::config::DEFAULT_UID_BASE).unwrap();
-        if rustix::process::geteuid().is_root() {
-            assert_eq!(ids.uid, crate::config::DEFAULT_UID_BASE);
-            assert_eq!(ids.count, SANDBOX_IDS);
-        } else {
-            assert_eq!(ids.count, 1);
+        match standing() {
+            Standing::HostRoot => {
+                assert_eq!(ids.uid, crate::config::DEFAULT_UID_BASE);
+                assert_eq!(ids.count, SANDBOX_IDS);
+            }
+            Standing::NamespaceRoot { .. } => assert_eq!(ids.uid, 0),
+            Standing::User => assert_eq!(ids.count, 1),
         }
     }
 }

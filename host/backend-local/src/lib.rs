@@ -69,8 +69,10 @@ pub use config::{
 };
 pub use disk::DISK_LIMIT_PASSED;
 pub use error::LocalError;
+pub use ids::layer_ownership;
 pub use remove::remove_tree;
 pub use sandfleet_jail::protocol::Volume;
+pub use sandfleet_jail::subordinate;
 pub use spawn::{Exit, SpawnRequest, Spawned};
 pub use state::{SnapshotsHeld, list_run, reap_run, snapshots_held};
 

@@ -362,6 +362,7 @@ impl Entry<'_> {
         let action = Action::Probe(ProbeRequest {
             host_root: (root.dev(), root.ino()),
             hidden,
+            host_root_uid: crate::ids::host_root_uid(),
             own_root,
             volumes: volumes.to_vec(),
         });

@@ -92,13 +92,17 @@ pub(crate) struct Images {
 }
 
 impl Images {
-    /// The store under `state_dir`, for sandboxes whose ids start at
-    /// `uid_base` when run as root, pulling as `registries` says.
-    pub(crate) fn new(state_dir: &Path, uid_base: u32, registries: RegistrySettings) -> Self {
+    /// The store under `state_dir`, its layers owned as `ownership` says,
+    /// pulling as `registries` says.
+    pub(crate) fn new(
+        state_dir: &Path,
+        ownership: Ownership,
+        registries: RegistrySettings,
+    ) -> Self {
         Images {
             state_dir: state_dir.to_path_buf(),
             registries,
-            ownership: Ownership::for_sandboxes(uid_base),
+            ownership,
             store: OnceLock::new(),
             ready: tokio::sync::Mutex::new(HashMap::new()),
         }

@@ -13,9 +13,9 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
-use sandfleet_backend_local::LocalConfig;
+use sandfleet_backend_local::{LocalConfig, layer_ownership};
 use sandfleet_fleet::{BackendConfig, FleetConfig};
-use sandfleet_images::{Digest, ImportOptions, Ownership, PullOptions, Reference, Rewrites, Store};
+use sandfleet_images::{Digest, ImportOptions, PullOptions, Reference, Rewrites, Store};
 
 use crate::layer_bars::{LayerBars, Output};
 
@@ -100,7 +100,10 @@ pub(crate) fn run(args: ImagesArgs) -> anyhow::Result<ExitCode> {
             .map_err(anyhow::Error::msg)
             .context("pass --state-dir or --config")?,
     };
-    let store = Store::open(&state_dir, Ownership::for_sandboxes(local.sandbox_uid_base))?;
+    let store = Store::open(
+        &state_dir,
+        layer_ownership(local.sandbox_uid_base).map_err(anyhow::Error::msg)?,
+    )?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

@@ -131,8 +131,26 @@ fn main() -> ExitCode {
     // One TLS crypto provider (ring) for every client in the process: the
     // drivers' and the OTLP exporter's reqwest are built without one.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let _telemetry = telemetry::init();
     let cli = Cli::parse();
+    // Before any thread starts: the kernel moves only a single-threaded
+    // process into a user namespace.
+    let ids = cli
+        .command
+        .runs_sandboxes()
+        .then(sandfleet_backend_local::subordinate::enter);
+    let _telemetry = telemetry::init();
+    use sandfleet_backend_local::subordinate::Entered::Unavailable;
+    match ids {
+        Some(Err(error)) => {
+            eprintln!("error: {error}");
+            return ExitCode::FAILURE;
+        }
+        Some(Ok(Unavailable(why))) => {
+            tracing::warn!("sandboxes map only this user, every file their root's: {why}");
+        }
+        Some(Ok(entered)) => tracing::debug!(?entered, "subordinate ids"),
+        None => {}
+    }
     let result = match cli.command {
         Command::Run {
             config,
@@ -163,6 +181,30 @@ fn main() -> ExitCode {
         Err(error) => {
             eprintln!("error: {}", describe(&error));
             ExitCode::FAILURE
+        }
+    }
+}
+
+impl Command {
+    /// Whether it may make sandboxes or touch the state directory's, whose
+    /// files an ordinary user's sandboxes give to its subordinate ids.
+    fn runs_sandboxes(&self) -> bool {
+        match self {
+            Command::Run { .. }
+            | Command::Plan { .. }
+            | Command::Preflight { .. }
+            | Command::Prepull { .. }
+            | Command::Reap { .. }
+            | Command::Canary { .. }
+            | Command::Devcluster(_)
+            | Command::Images(_)
+            | Command::Serve { .. }
+            | Command::Rehearse(_) => true,
+            Command::Prepare(_)
+            | Command::Grade(_)
+            | Command::ParseLog(_)
+            | Command::Plugin(_)
+            | Command::Report { .. } => false,
         }
     }
 }

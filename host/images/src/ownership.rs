@@ -27,21 +27,6 @@ pub enum Ownership {
 const NOBODY: u32 = 65534;
 
 impl Ownership {
-    /// What a sandbox runtime uses by default: as root, owners shifted
-    /// into the 65536 ids from `base` (uids and gids alike); as anyone
-    /// else, the caller's.
-    pub fn for_sandboxes(base: u32) -> Self {
-        if rustix::process::geteuid().is_root() {
-            Ownership::Shift {
-                uid_base: base,
-                gid_base: base,
-                count: 65536,
-            }
-        } else {
-            Ownership::Caller
-        }
-    }
-
     /// The host `(uid, gid)` for an entry's; `None` means "leave it to
     /// the caller" (nothing is chowned).
     pub(crate) fn map(&self, uid: u64, gid: u64) -> Option<(u32, u32)> {

@@ -40,6 +40,7 @@ mod probe;
 pub mod protocol;
 mod rootfs;
 mod seccomp;
+pub mod subordinate;
 mod supervise;
 mod sys;
 mod user;

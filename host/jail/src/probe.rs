@@ -158,14 +158,10 @@ fn check_root(request: &ProbeRequest, fail: &mut impl FnMut(String)) {
     }
     match fs::read_to_string("/proc/self/uid_map") {
         Ok(map) => {
-            let maps_host_root = map.lines().any(|line| {
-                let fields: Vec<u64> = line
-                    .split_whitespace()
-                    .filter_map(|f| f.parse().ok())
-                    .collect();
-                matches!(fields[..], [_, outside, count] if outside == 0 && count > 0)
-            });
-            if maps_host_root {
+            if request
+                .host_root_uid
+                .is_some_and(|root| maps_outside(&map, root))
+            {
                 fail(format!(
                     "the host's root is mapped into the sandbox: uid_map {}",
                     map.trim()
@@ -174,6 +170,18 @@ fn check_root(request: &ProbeRequest, fail: &mut impl FnMut(String)) {
         }
         Err(error) => fail(format!("cannot read /proc/self/uid_map: {error}")),
     }
+}
+
+/// Whether a `/proc/<pid>/uid_map` maps the outside id `uid` to any id.
+fn maps_outside(map: &str, uid: u32) -> bool {
+    let uid = u64::from(uid);
+    map.lines().any(|line| {
+        let fields: Vec<u64> = line
+            .split_whitespace()
+            .filter_map(|f| f.parse().ok())
+            .collect();
+        matches!(fields[..], [_, outside, count] if (outside..outside + count).contains(&uid))
+    })
 }
 
 /// No `CAP_SYS_ADMIN`, `no_new_privs` set, seccomp filtering.
@@ -272,6 +280,18 @@ fn check_descriptors(fail: &mut impl FnMut(String)) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_map_that_reaches_the_host_root_is_found_wherever_it_does() {
+        // A root of the host's namespace maps sandboxes from a high base;
+        // a map that reached its 0 (or spanned it) gives the sandbox the
+        // host's root.
+        assert!(!maps_outside("0 1879048192 65536\n", 0));
+        assert!(maps_outside("0 0 1\n", 0));
+        assert!(maps_outside("0 1879048192 1\n1 0 65535\n", 0));
+        // Unprivileged, a sandbox maps only its user.
+        assert!(!maps_outside("0 1000 1\n", 0));
+    }
 
     #[test]
     fn mountinfo_escapes_are_undone() {

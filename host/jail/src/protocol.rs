@@ -266,6 +266,11 @@ pub struct ProbeRequest {
     /// Host paths that must not exist inside the sandbox (the state
     /// directory, the image's directory).
     pub hidden: Vec<String>,
+    /// The host's root as the namespace the sandbox's is made in numbers
+    /// it (0 in the host's own), which the sandbox must not map; `None`
+    /// where that namespace does not map it (a rootless user's namespace
+    /// of its subordinate ids, whose 0 is the user).
+    pub host_root_uid: Option<u32>,
     /// The sandbox's root is an image's: no host directory may be mounted
     /// anywhere in it (rather than the host's system directories read-only).
     #[serde(default)]

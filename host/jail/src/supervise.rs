@@ -179,8 +179,36 @@ fn write_id_maps(init: i32, ids: &IdMap) -> Result<(), String> {
     if !rustix::process::geteuid().is_root() {
         write("setgroups", "deny".to_string())?;
     }
-    write("uid_map", format!("0 {} {}\n", ids.uid, ids.count))?;
-    write("gid_map", format!("0 {} {}\n", ids.gid, ids.count))
+    let own =
+        |file: &str| fs::read_to_string(Path::new("/proc/self").join(file)).unwrap_or_default();
+    write("uid_map", id_map(ids.uid, ids.count, &own("uid_map")))?;
+    write("gid_map", id_map(ids.gid, ids.count, &own("gid_map")))
+}
+
+/// The map of `count` ids from 0 onto this namespace's ids from `first`,
+/// in one line per extent of `own` (this process's map) it crosses: the
+/// kernel takes a line only when its ids lie in one extent of the parent's
+/// map, and a rootless namespace maps its root and its other ids apart.
+fn id_map(first: u32, count: u32, own: &str) -> String {
+    let end = u64::from(first) + u64::from(count);
+    let mut cuts: Vec<u64> = own
+        .lines()
+        .filter_map(|line| line.split_whitespace().next()?.parse().ok())
+        .filter(|&start| start > u64::from(first) && start < end)
+        .collect();
+    cuts.sort_unstable();
+    cuts.push(end);
+    let mut map = String::new();
+    let mut from = u64::from(first);
+    for cut in cuts {
+        map.push_str(&format!(
+            "{} {from} {}\n",
+            from - u64::from(first),
+            cut - from
+        ));
+        from = cut;
+    }
+    map
 }
 
 fn parse_report(report: &str) -> Result<WorkdirMode, String> {
@@ -243,6 +271,20 @@ mod tests {
             Err("executing the init: ENOENT".to_string())
         );
         assert!(parse_report("").unwrap_err().contains("exited"));
+    }
+
+    #[test]
+    fn a_map_is_cut_where_the_parent_maps_apart() {
+        let host = "         0          0 4294967295\n";
+        assert_eq!(id_map(0x7000_0000, 65536, host), "0 1879048192 65536\n");
+        let rootless = "         0        999          1\n         1 1000000000      65535\n";
+        assert_eq!(id_map(0, 65536, rootless), "0 0 1\n1 1 65535\n");
+        assert_eq!(id_map(1, 100, rootless), "0 1 100\n");
+        assert_eq!(
+            id_map(999, 1, ""),
+            "0 999 1\n",
+            "unprivileged: only its own id"
+        );
     }
 
     #[test]

@@ -256,3 +256,38 @@ pub(crate) fn loopback_up() -> io::Result<()> {
     }
     Ok(())
 }
+
+/// `unshare(CLONE_NEWUSER)`: the calling process enters a new user
+/// namespace, unmapped until its maps are written. The kernel refuses it
+/// (`EINVAL`) in a process with more than one thread.
+pub(crate) fn unshare_user_namespace() -> io::Result<()> {
+    // SAFETY: unshare with a namespace flag changes no memory; the caller
+    // is single-threaded, as the kernel requires for CLONE_NEWUSER.
+    check(unsafe { libc::unshare(CLONE_NEWUSER) }.into()).map(drop)
+}
+
+/// The login name of `uid` through the C library (and so NSS: a cluster's
+/// LDAP users are named as `newuidmap` names them), if it has one.
+pub(crate) fn user_name(uid: u32) -> Option<String> {
+    let mut buffer = vec![0 as libc::c_char; 16 * 1024];
+    // SAFETY: passwd is plain data that getpwuid_r fills in; its strings
+    // point into `buffer`, which outlives every read of them below.
+    unsafe {
+        let mut entry = std::mem::zeroed::<libc::passwd>();
+        let mut found = std::ptr::null_mut::<libc::passwd>();
+        let status = libc::getpwuid_r(
+            uid,
+            &mut entry,
+            buffer.as_mut_ptr(),
+            buffer.len(),
+            &mut found,
+        );
+        if status != 0 || found.is_null() || entry.pw_name.is_null() {
+            return None;
+        }
+        CStr::from_ptr(entry.pw_name)
+            .to_str()
+            .ok()
+            .map(str::to_string)
+    }
+}

@@ -4,21 +4,19 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use sandfleet_backend_local::{
     ImageSource, IsolationMode, LimitOverrides, LocalBackend, LocalConfig,
 };
 use sandfleet_core::{
-    Backend, BackendError, ExecRequest, ExecResult, Labels, RunId, SandboxHandle, TemplateRef,
-    TemplateSpec, WarmPools,
+    Backend, BackendError, Labels, RunId, SandboxHandle, TemplateRef, TemplateSpec, WarmPools,
 };
 
 /// The image every test uses: a small source tree.
 pub(crate) const IMAGE: &str = "app";
 
-/// Generous bound for claims and pool fills; never reached when things work.
-pub(crate) const PATIENCE: Duration = Duration::from_secs(30);
+pub(crate) use crate::sandbox_shell::{PATIENCE, request, sh, sh_ok};
 
 /// A state directory, an image, and the config naming them.
 pub(crate) struct Fixture {
@@ -163,38 +161,6 @@ pub(crate) async fn claim(backend: &LocalBackend, template: &TemplateRef) -> San
         )
         .await
         .unwrap()
-}
-
-/// Runs `script` with `sh -c` in the sandbox.
-pub(crate) async fn sh(
-    backend: &LocalBackend,
-    sandbox: &SandboxHandle,
-    script: &str,
-) -> ExecResult {
-    backend
-        .exec(sandbox, &request(["sh", "-c", script]), None)
-        .await
-        .unwrap()
-}
-
-/// Like [`sh`], returning stdout as text and failing on a non-zero exit.
-pub(crate) async fn sh_ok(backend: &LocalBackend, sandbox: &SandboxHandle, script: &str) -> String {
-    let result = sh(backend, sandbox, script).await;
-    assert_eq!(
-        result.exit_code,
-        0,
-        "`{script}` failed: {}",
-        String::from_utf8_lossy(&result.stderr)
-    );
-    String::from_utf8(result.stdout).unwrap()
-}
-
-pub(crate) fn request<const N: usize>(argv: [&str; N]) -> ExecRequest {
-    ExecRequest {
-        argv: argv.map(String::from).to_vec(),
-        timeout: PATIENCE,
-        ..ExecRequest::default()
-    }
 }
 
 /// Waits until the pool of `template` has `ready` sandboxes (exactly: a

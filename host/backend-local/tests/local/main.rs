@@ -11,5 +11,6 @@ mod oci_image;
 mod plain;
 mod reap;
 mod rootless;
+mod sandbox_shell;
 mod snapshots;
 mod spawn;

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use sandfleet_backend_local::{IsolationMode, LocalBackend, LocalConfig, Volume};
+use sandfleet_backend_local::{IsolationMode, LocalBackend, LocalConfig, Volume, layer_ownership};
 use sandfleet_core::{Backend, ErrorKind, RunId, SandboxHandle, TemplateSpec};
-use sandfleet_images::{Ownership, Reference, Store};
+use sandfleet_images::{Reference, Store};
 use sandfleet_registry_testing::image::{Layer, Tar};
 use sandfleet_registry_testing::registry::free_port;
 use serde_json::json;
@@ -124,7 +124,7 @@ async fn an_image_runs_as_its_config_says_with_nothing_of_the_host() {
         assert_ne!(found.exit_code, 0, "{host_only} is visible in the sandbox");
     }
     // The image is pinned while a template uses it.
-    let store = Store::open(state.path(), Ownership::for_sandboxes(0x7000_0000)).unwrap();
+    let store = Store::open(state.path(), layer_ownership(0x7000_0000).unwrap()).unwrap();
     let reference = Reference::parse(&served.reference).unwrap();
     let busy = store.remove(&reference).await.unwrap_err();
     assert!(busy.to_string().contains("in use"), "{busy}");

@@ -9,11 +9,11 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
-use sandfleet_backend_local::{IsolationMode, LocalBackend, LocalConfig};
-use sandfleet_core::{Backend, RunId, TemplateSpec, snapshots_of};
+use sandfleet_core::{Backend, snapshots_of};
 
-use crate::common::{PATIENCE, sh_ok};
+use crate::common::PATIENCE;
 use crate::oci_image;
+use crate::sandbox_shell::{claim_image, sh_ok};
 
 /// `nobody`.
 const USER: u32 = 65534;
@@ -101,30 +101,8 @@ async fn child() {
         panic!("run by an_unprivileged_user_pulls_unpacks_and_runs_an_oci_image");
     };
     assert!(!rustix::process::geteuid().is_root());
-    let config = LocalConfig {
-        state_dir: Some(Path::new(&dir).join("state")),
-        isolation: IsolationMode::Namespaces,
-        ..LocalConfig::default()
-    };
-    let backend = LocalBackend::new("local", config).unwrap();
-    let found = backend.preflight().await;
-    assert!(found.failures.is_empty(), "{:?}", found.failures);
-    let run_id = RunId::generate("rootless");
-    let spec = TemplateSpec {
-        name: "rootless".into(),
-        image: reference,
-        cpu_milli: 1000,
-        memory_mib: 512,
-        disk_mib: 256,
-        network: false,
-        env: Default::default(),
-        labels: run_id.labels(),
-    };
-    let template = backend.ensure_template(&spec).await.unwrap();
-    let sandbox = backend
-        .claim(&template, &run_id.labels(), Instant::now() + PATIENCE)
-        .await
-        .unwrap();
+    let state = Path::new(&dir).join("state");
+    let (backend, run_id, sandbox) = claim_image(&state, reference, "rootless").await;
     // Inside, the sandbox's root owns the image's files and its own.
     let seen = sh_ok(
         &backend,

@@ -603,7 +603,7 @@ mod tests {
         // of one process on one directory, both counting from zero, wrote
         // the same image record through the same temporary file.
         let dir = tempfile::tempdir().unwrap();
-        let ownership = Ownership::for_sandboxes(0x7000_0000);
+        let ownership = Ownership::Caller;
         let first = Store::open(dir.path(), ownership).unwrap();
         let second = Store::open(dir.path(), ownership).unwrap();
         let layer = Digest::of(b"layer");
