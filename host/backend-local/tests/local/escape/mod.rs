@@ -202,6 +202,22 @@ pub(super) fn unique(setup: &Setup) -> String {
     format!("sandfleet-escape-{}", setup.run_id)
 }
 
+/// The host's root as this process's user namespace numbers it: 0 in the
+/// host's own, none in a rootless user's namespace of its subordinate ids
+/// (whose 0 is that user).
+pub(super) fn host_root_here() -> Option<u64> {
+    let map = fs::read_to_string("/proc/self/uid_map").unwrap();
+    map.lines().find_map(|line| {
+        let fields: Vec<u64> = line
+            .split_whitespace()
+            .map(|f| f.parse().unwrap())
+            .collect();
+        (fields[1] == 0).then_some(fields[0])
+    })
+}
+
+/// Whether this process is root of its user namespace (the host's or a
+/// rootless user's), which may enter its sandboxes' namespaces.
 pub(super) fn running_as_root() -> bool {
     fs::read_to_string("/proc/self/status")
         .unwrap()
@@ -369,9 +385,14 @@ async fn finding_3_host_kernel_settings_are_out_of_reach() {
         // The sandbox's root is not the host's: host uid 0 is mapped to
         // nothing, and what the sandbox writes is not root's on the host.
         let map = setup.sh_ok(&sandbox, "cat /proc/self/uid_map").await;
-        let host_root_mapped = map.lines().any(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            fields.get(1) == Some(&"0")
+        let host_root_mapped = host_root_here().is_some_and(|root| {
+            map.lines().any(|line| {
+                let fields: Vec<u64> = line
+                    .split_whitespace()
+                    .map(|f| f.parse().unwrap())
+                    .collect();
+                (fields[1]..fields[1] + fields[2]).contains(&root)
+            })
         });
         assert!(!host_root_mapped, "{}: {map}", setup.label);
         let name = unique(&setup);
@@ -380,13 +401,9 @@ async fn finding_3_host_kernel_settings_are_out_of_reach() {
             .await;
         let written = find_named(&setup.state_dir, &name);
         assert_eq!(written.len(), 1, "{}: {written:?}", setup.label);
-        if running_as_root() {
-            assert_ne!(
-                fs::metadata(&written[0]).unwrap().uid(),
-                0,
-                "{}",
-                setup.label
-            );
+        if let Some(root) = host_root_here() {
+            let owner = fs::metadata(&written[0]).unwrap().uid();
+            assert_ne!(u64::from(owner), root, "{}", setup.label);
         }
         setup.backend.release(&sandbox).await.unwrap();
     }
@@ -444,10 +461,10 @@ async fn finding_4_no_setuid_file_a_host_user_can_reach() {
         let copy = &copies[0];
         let meta = fs::metadata(copy).unwrap();
         assert_ne!(meta.permissions().mode() & 0o4000, 0, "the copy is setuid");
-        if running_as_root() {
+        if let Some(root) = host_root_here() {
             assert_ne!(
-                meta.uid(),
-                0,
+                u64::from(meta.uid()),
+                root,
                 "{}: a root-owned setuid file on the host",
                 setup.label
             );
