@@ -153,15 +153,7 @@ impl Inner {
 
     /// What sandboxes of this cluster are confined by, for preflight.
     fn isolation_note(&self) -> String {
-        let root = if self.site.ids.count == 1 {
-            format!("the calling user (uid {})", self.site.ids.uid)
-        } else {
-            format!(
-                "host uids {}..{} (sandbox_uid_base)",
-                self.site.ids.uid,
-                self.site.ids.uid + self.site.ids.count
-            )
-        };
+        let root = crate::ids::describe(&self.site.ids);
         let limits = match &self.site.cgroups {
             Some(cgroups) => cgroups
                 .hierarchies()

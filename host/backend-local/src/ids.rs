@@ -102,6 +102,41 @@ pub(crate) fn sandbox_ids(uid_base: u32) -> Result<IdMap, String> {
     }
 }
 
+/// Who a sandbox's root and other ids are on the host, for the operator's
+/// record.
+pub(crate) fn describe(ids: &IdMap) -> String {
+    match standing() {
+        Standing::HostRoot => format!(
+            "host uids {}..{} (sandbox_uid_base)",
+            ids.uid,
+            u64::from(ids.uid) + u64::from(ids.count)
+        ),
+        Standing::NamespaceRoot { .. } => {
+            let map = fs::read_to_string("/proc/self/uid_map").unwrap_or_default();
+            let host = |inside: u64| {
+                map.lines().find_map(|line| {
+                    let mut fields = line.split_whitespace().map(|f| f.parse::<u64>().ok());
+                    let (first, outside, count) =
+                        (fields.next()??, fields.next()??, fields.next()??);
+                    (first..first + count)
+                        .contains(&inside)
+                        .then_some(outside + inside - first)
+                })
+            };
+            match (host(0), host(1)) {
+                (Some(user), Some(start)) => format!(
+                    "the calling user (uid {user}); their ids 1..{} are its subordinate uids \
+                     {start}..{}",
+                    ids.count,
+                    start + u64::from(ids.count) - 1
+                ),
+                _ => format!("ids 0..{} of this process's user namespace", ids.count),
+            }
+        }
+        Standing::User => format!("the calling user (uid {})", ids.uid),
+    }
+}
+
 /// Who owns an image's files in the layer store of sandboxes made by this
 /// process: shifted into their ids, or all the caller's where a sandbox
 /// has one id.
