@@ -9,7 +9,10 @@
 //! (`setpriv`) and runs this binary again as that user. The binary has its
 //! own `main` (no libtest harness) because the kernel moves only a
 //! single-threaded process into a user namespace: the child enters its ids
-//! first thing, as `sandfleet`'s `main` does.
+//! first thing, as `sandfleet`'s `main` does. A first child, started with
+//! `no_new_privs` (as in a container that forbids privilege escalation),
+//! must stay as it is and say why: the setuid `newuidmap` cannot map its
+//! ids there.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -34,6 +37,8 @@ const USER: &str = "sandfleet-subids";
 /// Where the child keeps its state, and the image it runs.
 const DIR_VAR: &str = "SANDFLEET_SUBIDS_DIR";
 const REFERENCE_VAR: &str = "SANDFLEET_SUBIDS_REFERENCE";
+/// Set for a child started with `no_new_privs`, which must stay out.
+const NO_NEW_PRIVS_VAR: &str = "SANDFLEET_SUBIDS_NO_NEW_PRIVS";
 
 /// The image's `agent` (uid and gid 1000) and a file with a gid of its own.
 fn owned_layer() -> Layer {
@@ -92,18 +97,30 @@ fn parent() -> Result<(), Failed> {
     ));
     let dir = tempfile::tempdir()?;
     std::os::unix::fs::chown(dir.path(), Some(uid), None)?;
-    let output = Command::new("setpriv")
-        .args([
+    let child = |no_new_privs: bool| {
+        let mut command = Command::new("setpriv");
+        command.args([
             &format!("--reuid={uid}"),
             &format!("--regid={gid}"),
             "--clear-groups",
-            "--",
-        ])
-        .arg(std::env::current_exe()?)
-        .env(DIR_VAR, dir.path())
-        .env(REFERENCE_VAR, &served.reference)
-        .env("HOME", dir.path())
-        .output()?;
+        ]);
+        if no_new_privs {
+            command.arg("--no-new-privs").env(NO_NEW_PRIVS_VAR, "1");
+        }
+        command
+            .arg("--")
+            .arg(std::env::current_exe()?)
+            .env(DIR_VAR, dir.path())
+            .env(REFERENCE_VAR, &served.reference)
+            .env("HOME", dir.path())
+            .output()
+    };
+    let refused = child(true)?;
+    if !refused.status.success() {
+        let said = String::from_utf8_lossy(&refused.stderr);
+        return Err(format!("the run with no_new_privs did not stay out:\n{said}").into());
+    }
+    let output = child(false)?;
     let said = format!(
         "{}\n{}",
         String::from_utf8_lossy(&output.stdout),
@@ -149,6 +166,20 @@ fn parent() -> Result<(), Failed> {
 
 /// The unprivileged side: enters the ids, then runs the image.
 fn child() -> ExitCode {
+    if std::env::var_os(NO_NEW_PRIVS_VAR).is_some() {
+        // The setuid helpers cannot gain root here: the process must stay
+        // as it is rather than unshare and find no one to map its ids.
+        return match subordinate::enter() {
+            Ok(Entered::Unavailable(why)) if why.contains("no_new_privs") => {
+                println!("stayed out: {why}");
+                ExitCode::SUCCESS
+            }
+            other => {
+                eprintln!("with no_new_privs the child did not stay out: {other:?}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     match subordinate::enter() {
         Ok(Entered::Namespace { uids, gids }) => {
             println!("entered: uids {uids:?}, gids {gids:?}");

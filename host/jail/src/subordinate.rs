@@ -56,8 +56,9 @@ const MOST_IDS: u32 = 65535;
 
 /// Enters the user's subordinate ids when it has them (see the module
 /// docs); a no-op for root, for a user without a range in `/etc/subuid` and
-/// `/etc/subgid`, where `newuidmap` is not installed, where the kernel
-/// gives unprivileged users no user namespaces, and when
+/// `/etc/subgid`, where `newuidmap` is not installed or cannot gain its
+/// privilege (`no_new_privs`), where the kernel gives unprivileged users
+/// no user namespaces, and when
 /// `SANDFLEET_SUBORDINATE_IDS=0`. Call it first in `main`, before any
 /// thread starts: the kernel moves only a single-threaded process into a
 /// user namespace.
@@ -97,7 +98,18 @@ pub fn enter() -> Result<Entered, String> {
              (Debian and Ubuntu: the `uidmap` package; Fedora: `shadow-utils`)"
         )));
     };
-    let threads = threads()?;
+    let status = std::fs::read_to_string("/proc/self/status")
+        .map_err(|e| format!("reading /proc/self/status: {e}"))?;
+    if status_field(&status, "NoNewPrivs:") == Some(1) {
+        // The setuid helpers would run without their privilege.
+        return Ok(Entered::Unavailable(format!(
+            "{who} has subordinate ids, but this process runs with no_new_privs (a container's \
+             allowPrivilegeEscalation: false, systemd's NoNewPrivileges=yes), under which \
+             newuidmap cannot map them"
+        )));
+    }
+    let threads = status_field(&status, "Threads:")
+        .ok_or_else(|| "/proc/self/status names no thread count".to_string())?;
     if threads != 1 {
         return Err(format!(
             "entering the subordinate ids needs a single-threaded process; this one has \
@@ -159,14 +171,12 @@ fn installed(program: &str) -> Option<PathBuf> {
         .find(|candidate| candidate.is_file())
 }
 
-fn threads() -> Result<usize, String> {
-    let status = std::fs::read_to_string("/proc/self/status")
-        .map_err(|e| format!("reading /proc/self/status: {e}"))?;
+/// The number after `name` in `/proc/<pid>/status`.
+fn status_field(status: &str, name: &str) -> Option<u64> {
     status
         .lines()
-        .find_map(|line| line.strip_prefix("Threads:"))
-        .and_then(|count| count.trim().parse().ok())
-        .ok_or_else(|| "/proc/self/status names no thread count".to_string())
+        .find_map(|line| line.strip_prefix(name))
+        .and_then(|value| value.trim().parse().ok())
 }
 
 /// `helper pid 0 own 1 start count`, once a line arrives on its stdin.
