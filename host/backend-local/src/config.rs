@@ -464,7 +464,8 @@ impl LocalConfig {
     }
 
     /// The state directory: `state_dir` when set, else `/var/lib/sandfleet`
-    /// for root (whose home sandboxes' root cannot enter) and the per-user
+    /// for root that may write there (whose home sandboxes' root cannot
+    /// enter) and the per-user
     /// default (`$XDG_STATE_HOME/sandfleet`, else
     /// `~/.local/state/sandfleet`) for everyone else.
     ///
@@ -475,7 +476,11 @@ impl LocalConfig {
         if let Some(dir) = &self.state_dir {
             return Ok(dir.clone());
         }
-        if crate::ids::host_root() {
+        // Root of a user namespace counts when the machine's state is its
+        // own (a container's); an ordinary user's namespace of its
+        // subordinate ids sees the host's `/var/lib` as nobody's.
+        let system = rustix::fs::access("/var/lib", rustix::fs::Access::WRITE_OK).is_ok();
+        if rustix::process::geteuid().is_root() && system {
             return Ok(PathBuf::from("/var/lib/sandfleet"));
         }
         let base = match std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {

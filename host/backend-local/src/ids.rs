@@ -79,12 +79,6 @@ pub(crate) fn host_root_uid() -> Option<u32> {
     })
 }
 
-/// Whether this process is root of the host (not of a user namespace),
-/// which owns the machine-wide state directory.
-pub(crate) fn host_root() -> bool {
-    standing() == Standing::HostRoot
-}
-
 /// The id map for sandboxes made by this process.
 pub(crate) fn sandbox_ids(uid_base: u32) -> Result<IdMap, String> {
     match standing() {
