@@ -22,11 +22,19 @@ use clap::{Parser, Subcommand};
 
 /// Run fleets of sandboxes for agent rollouts and evaluations.
 #[derive(Parser)]
-#[command(name = "sandfleet", version, about)]
+#[command(name = "sandfleet", version, about, after_help = ENVIRONMENT)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
 }
+
+const ENVIRONMENT: &str = "\
+Environment:
+  SANDFLEET_LOG                what reaches stderr, a tracing filter (default: warn)
+  SANDFLEET_TRACE              what OTLP exports (default: info)
+  OTEL_EXPORTER_OTLP_ENDPOINT  export spans over OTLP/HTTP to this endpoint
+  SANDFLEET_SUBORDINATE_IDS    0: as an ordinary user, do not enter the user's
+                               /etc/subuid range (every sandbox file then the user's)";
 
 #[derive(Subcommand)]
 enum Command {
