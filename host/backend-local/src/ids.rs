@@ -42,20 +42,33 @@ fn standing() -> Standing {
     Standing::NamespaceRoot { ids }
 }
 
-/// How many ids from 0 a `/proc/<pid>/uid_map` maps without a gap.
-fn mapped_from_zero(map: &str) -> u32 {
-    let mut extents: Vec<(u64, u64)> = map
-        .lines()
+/// The `(inside, outside, count)` lines of a `/proc/<pid>/uid_map`.
+fn extents(map: &str) -> Vec<(u64, u64, u64)> {
+    map.lines()
         .filter_map(|line| {
             let mut fields = line.split_whitespace().map(|f| f.parse::<u64>().ok());
-            let inside = fields.next()??;
-            let _outside = fields.next()??;
-            Some((inside, fields.next()??))
+            Some((fields.next()??, fields.next()??, fields.next()??))
         })
-        .collect();
+        .collect()
+}
+
+/// The id outside that `inside` is mapped to.
+fn outside_of(map: &str, inside: u64) -> Option<u64> {
+    extents(map)
+        .into_iter()
+        .find_map(|(first, outside, count)| {
+            (first..first + count)
+                .contains(&inside)
+                .then_some(outside + inside - first)
+        })
+}
+
+/// How many ids from 0 a `/proc/<pid>/uid_map` maps without a gap.
+fn mapped_from_zero(map: &str) -> u32 {
+    let mut extents = extents(map);
     extents.sort_unstable();
     let mut end = 0;
-    for (inside, count) in extents {
+    for (inside, _, count) in extents {
         if inside != end {
             break;
         }
@@ -72,11 +85,10 @@ pub(crate) fn host_root_uid() -> Option<u32> {
     let Ok(map) = fs::read_to_string("/proc/self/uid_map") else {
         return Some(0);
     };
-    map.lines().find_map(|line| {
-        let mut fields = line.split_whitespace().map(|f| f.parse::<u32>().ok());
-        let (inside, outside, count) = (fields.next()??, fields.next()??, fields.next()??);
-        (outside == 0 && count > 0).then_some(inside)
-    })
+    extents(&map)
+        .into_iter()
+        .find_map(|(inside, outside, count)| (outside == 0 && count > 0).then_some(inside))
+        .and_then(|inside| u32::try_from(inside).ok())
 }
 
 /// The id map for sandboxes made by this process.
@@ -107,17 +119,7 @@ pub(crate) fn describe(ids: &IdMap) -> String {
         ),
         Standing::NamespaceRoot { .. } => {
             let map = fs::read_to_string("/proc/self/uid_map").unwrap_or_default();
-            let host = |inside: u64| {
-                map.lines().find_map(|line| {
-                    let mut fields = line.split_whitespace().map(|f| f.parse::<u64>().ok());
-                    let (first, outside, count) =
-                        (fields.next()??, fields.next()??, fields.next()??);
-                    (first..first + count)
-                        .contains(&inside)
-                        .then_some(outside + inside - first)
-                })
-            };
-            match (host(0), host(1)) {
+            match (outside_of(&map, 0), outside_of(&map, 1)) {
                 (Some(user), Some(start)) => format!(
                     "the calling user (uid {user}); their ids 1..{} are its subordinate uids \
                      {start}..{}",
@@ -231,6 +233,14 @@ mod tests {
         assert!(ranges_overlapping(subuid, &(165_536..231_072)).is_none());
         assert!(ranges_overlapping(subuid, &(34_465..100_001)).is_some());
         assert!(ranges_overlapping(subuid, &(34_464..100_000)).is_none());
+    }
+
+    #[test]
+    fn an_id_is_found_outside_through_its_extent() {
+        let rootless = "0 999 1\n1 1000000000 65535\n";
+        assert_eq!(outside_of(rootless, 0), Some(999));
+        assert_eq!(outside_of(rootless, 1000), Some(1_000_000_999));
+        assert_eq!(outside_of(rootless, 65536), None);
     }
 
     #[test]

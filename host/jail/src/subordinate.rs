@@ -21,7 +21,8 @@ use crate::sys;
 /// root's, as without a range).
 pub const OPT_OUT: &str = "SANDFLEET_SUBORDINATE_IDS";
 
-/// The ids a namespace maps: the user's own to 0, then its range.
+/// A subordinate range: `count` ids from `start`, which the namespace
+/// maps from its id 1 on (its 0 being the user's own).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Range {
     /// The first subordinate id.
@@ -85,8 +86,8 @@ pub fn enter() -> Result<Entered, String> {
             "/etc/subuid gives {who} no range"
         )));
     };
-    let gid_key = name.as_deref();
-    let Some(gids) = range_of(&read("/etc/subgid"), gid_key, uid) else {
+    // subgid lines name their owner by user too.
+    let Some(gids) = range_of(&read("/etc/subgid"), name.as_deref(), uid) else {
         return Ok(Entered::NotNeeded(format!(
             "/etc/subgid gives {who} no range"
         )));
@@ -204,7 +205,7 @@ fn map(mut mapper: Child) -> Result<(), String> {
         .wait_with_output()
         .map_err(|e| format!("waiting for a newuidmap helper: {e}"))?;
     if let Err(error) = said_go {
-        return Err(format!("starting a newuidmap helper: {error}"));
+        return Err(format!("signalling a newuidmap helper: {error}"));
     }
     if !output.status.success() {
         return Err(format!(
