@@ -1024,14 +1024,16 @@ async fn a_command_into_a_pod_that_has_failed_finds_the_sandbox_lost() {
         .await
         .unwrap();
     // The pod's main process (the driver's keep-alive) ends in error, and
-    // with it the pod. This command may be cut by the pod's end: its
-    // outcome is not the point.
+    // with it the pod. A ready pod's keep-alive may not have exec'd `tail`
+    // yet (under load it was still its init's child), so the command looks
+    // until it finds it. It may be cut by the pod's end: its outcome is not
+    // the point.
     let _ = backend
         .exec(
             &handle,
-            &sh("for p in /proc/[0-9]*; do \
-                 case \"$(tr '\\0' ' ' < $p/cmdline 2>/dev/null)\" in 'tail -f /dev/null '*) kill ${p#/proc/};; esac; \
-                 done"),
+            &sh("while :; do for p in /proc/[0-9]*; do \
+                 case \"$(tr '\\0' ' ' < $p/cmdline 2>/dev/null)\" in 'tail -f /dev/null '*) kill ${p#/proc/}; exit;; esac; \
+                 done; done"),
             None,
         )
         .await;
