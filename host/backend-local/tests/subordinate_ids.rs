@@ -9,10 +9,11 @@
 //! (`setpriv`) and runs this binary again as that user. The binary has its
 //! own `main` (no libtest harness) because the kernel moves only a
 //! single-threaded process into a user namespace: the child enters its ids
-//! first thing, as `sandfleet`'s `main` does. A first child, started with
-//! `no_new_privs` (as in a container that forbids privilege escalation),
-//! must stay as it is and say why: the setuid `newuidmap` cannot map its
-//! ids there.
+//! first thing, as `sandfleet`'s `main` does. Two children before it must
+//! stay as they are and say why: one started with `no_new_privs` (as in a
+//! container that forbids privilege escalation), where the setuid
+//! `newuidmap` cannot map its ids, and one told to stay out
+//! (`SANDFLEET_SUBORDINATE_IDS=off`).
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -37,8 +38,18 @@ const USER: &str = "sandfleet-subids";
 /// Where the child keeps its state, and the image it runs.
 const DIR_VAR: &str = "SANDFLEET_SUBIDS_DIR";
 const REFERENCE_VAR: &str = "SANDFLEET_SUBIDS_REFERENCE";
-/// Set for a child started with `no_new_privs`, which must stay out.
-const NO_NEW_PRIVS_VAR: &str = "SANDFLEET_SUBIDS_NO_NEW_PRIVS";
+/// Set for a child that must stay out of its ids, to the words its reason
+/// must hold.
+const STAYS_OUT_VAR: &str = "SANDFLEET_SUBIDS_STAYS_OUT";
+
+/// Why a child must stay out.
+#[derive(Debug, Clone, Copy)]
+enum StaysOut {
+    /// Started with `no_new_privs`: the setuid helpers cannot gain root.
+    NoNewPrivs,
+    /// Told to, with `SANDFLEET_SUBORDINATE_IDS=off`.
+    OptedOut,
+}
 
 /// The image's `agent` (uid and gid 1000) and a file with a gid of its own.
 fn owned_layer() -> Layer {
@@ -97,15 +108,26 @@ fn parent() -> Result<(), Failed> {
     ));
     let dir = tempfile::tempdir()?;
     std::os::unix::fs::chown(dir.path(), Some(uid), None)?;
-    let child = |no_new_privs: bool| {
+    // The children that must stay out, then the one that enters.
+    let child = |stays_out: Option<StaysOut>| {
         let mut command = Command::new("setpriv");
         command.args([
             &format!("--reuid={uid}"),
             &format!("--regid={gid}"),
             "--clear-groups",
         ]);
-        if no_new_privs {
-            command.arg("--no-new-privs").env(NO_NEW_PRIVS_VAR, "1");
+        match stays_out {
+            Some(StaysOut::NoNewPrivs) => {
+                command
+                    .arg("--no-new-privs")
+                    .env(STAYS_OUT_VAR, "no_new_privs");
+            }
+            Some(StaysOut::OptedOut) => {
+                command
+                    .env(subordinate::OPT_OUT, "off")
+                    .env(STAYS_OUT_VAR, subordinate::OPT_OUT);
+            }
+            None => {}
         }
         command
             .arg("--")
@@ -115,12 +137,14 @@ fn parent() -> Result<(), Failed> {
             .env("HOME", dir.path())
             .output()
     };
-    let refused = child(true)?;
-    if !refused.status.success() {
-        let said = String::from_utf8_lossy(&refused.stderr);
-        return Err(format!("the run with no_new_privs did not stay out:\n{said}").into());
+    for case in [StaysOut::NoNewPrivs, StaysOut::OptedOut] {
+        let stayed = child(Some(case))?;
+        if !stayed.status.success() {
+            let said = String::from_utf8_lossy(&stayed.stderr);
+            return Err(format!("the run that must stay out ({case:?}) did not:\n{said}").into());
+        }
     }
-    let output = child(false)?;
+    let output = child(None)?;
     let said = format!(
         "{}\n{}",
         String::from_utf8_lossy(&output.stdout),
@@ -166,16 +190,16 @@ fn parent() -> Result<(), Failed> {
 
 /// The unprivileged side: enters the ids, then runs the image.
 fn child() -> ExitCode {
-    if std::env::var_os(NO_NEW_PRIVS_VAR).is_some() {
-        // The setuid helpers cannot gain root here: the process must stay
+    if let Ok(reason) = std::env::var(STAYS_OUT_VAR) {
+        // Where the setuid helpers cannot gain root, the process must stay
         // as it is rather than unshare and find no one to map its ids.
         return match subordinate::enter() {
-            Ok(Entered::Unavailable(why)) if why.contains("no_new_privs") => {
+            Ok(Entered::Unavailable(why) | Entered::NotNeeded(why)) if why.contains(&reason) => {
                 println!("stayed out: {why}");
                 ExitCode::SUCCESS
             }
             other => {
-                eprintln!("with no_new_privs the child did not stay out: {other:?}");
+                eprintln!("the child did not stay out for `{reason}`: {other:?}");
                 ExitCode::FAILURE
             }
         };

@@ -33,8 +33,8 @@ Environment:
   SANDFLEET_LOG                what reaches stderr, a tracing filter (default: warn)
   SANDFLEET_TRACE              what OTLP exports (default: info)
   OTEL_EXPORTER_OTLP_ENDPOINT  export spans over OTLP/HTTP to this endpoint
-  SANDFLEET_SUBORDINATE_IDS    0: as an ordinary user, do not enter the user's
-                               /etc/subuid range (every sandbox file then the user's)";
+  SANDFLEET_SUBORDINATE_IDS    0 (or off): as an ordinary user, do not enter the
+                               user's /etc/subuid range (every sandbox file then the user's)";
 
 #[derive(Subcommand)]
 enum Command {

@@ -17,8 +17,8 @@ use std::process::{Child, Command, Stdio};
 
 use crate::sys;
 
-/// Set to `0` to stay out of the namespace (every file the sandbox's
-/// root's, as without a range).
+/// Set to `0` (or `false`, `off`, `no`) to stay out of the namespace (every
+/// file the sandbox's root's, as without a range).
 pub const OPT_OUT: &str = "SANDFLEET_SUBORDINATE_IDS";
 
 /// A subordinate range: `count` ids from `start`, which the namespace
@@ -75,8 +75,12 @@ pub fn enter() -> Result<Entered, String> {
     if rustix::process::geteuid().is_root() {
         return Ok(Entered::NotNeeded("running as root".into()));
     }
-    if std::env::var_os(OPT_OUT).is_some_and(|value| value == "0") {
-        return Ok(Entered::NotNeeded(format!("{OPT_OUT}=0")));
+    if let Some(value) = std::env::var_os(OPT_OUT)
+        && ["0", "false", "off", "no"]
+            .iter()
+            .any(|off| value.eq_ignore_ascii_case(off))
+    {
+        return Ok(Entered::NotNeeded(format!("{OPT_OUT}={}", value.display())));
     }
     let name = sys::user_name(uid);
     let who = name.clone().unwrap_or_else(|| format!("uid {uid}"));
