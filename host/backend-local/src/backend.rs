@@ -133,8 +133,7 @@ impl LocalBackend {
             },
             Isolation::Plain => None,
         };
-        let ownership =
-            ids::layer_ownership(config.sandbox_uid_base).map_err(|e| refuse(Invalid, e))?;
+        let ownership = ids::ownership_of(&ids);
         let oci = OciImages::new(state.root(), ownership, config.registries.clone());
         let cores = machine::cores();
         let max_sandboxes = config.max_sandboxes(cores);
@@ -150,6 +149,7 @@ impl LocalBackend {
                     isolation,
                     next_id: AtomicU64::new(1),
                     ids,
+                    host_root_uid: ids::host_root_uid(),
                     etc: config.etc_entries(),
                     cgroups,
                     cgroup_parent,

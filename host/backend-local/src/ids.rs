@@ -15,6 +15,7 @@ use std::ops::Range;
 
 use sandfleet_images::Ownership;
 use sandfleet_jail::protocol::IdMap;
+use sandfleet_jail::uid_map::extents;
 
 use crate::config::SANDBOX_IDS;
 
@@ -42,37 +43,23 @@ fn standing() -> Standing {
     Standing::NamespaceRoot { ids }
 }
 
-/// The `(inside, outside, count)` lines of a `/proc/<pid>/uid_map`.
-fn extents(map: &str) -> Vec<(u64, u64, u64)> {
-    map.lines()
-        .filter_map(|line| {
-            let mut fields = line.split_whitespace().map(|f| f.parse::<u64>().ok());
-            Some((fields.next()??, fields.next()??, fields.next()??))
-        })
-        .collect()
-}
-
 /// The id outside that `inside` is mapped to.
 fn outside_of(map: &str, inside: u64) -> Option<u64> {
     extents(map)
-        .into_iter()
-        .find_map(|(first, outside, count)| {
-            (first..first + count)
-                .contains(&inside)
-                .then_some(outside + inside - first)
-        })
+        .iter()
+        .find_map(|extent| extent.outside_of(inside))
 }
 
 /// How many ids from 0 a `/proc/<pid>/uid_map` maps without a gap.
 fn mapped_from_zero(map: &str) -> u32 {
     let mut extents = extents(map);
-    extents.sort_unstable();
+    extents.sort_unstable_by_key(|extent| extent.inside);
     let mut end = 0;
-    for (inside, _, count) in extents {
-        if inside != end {
+    for extent in extents {
+        if extent.inside != end {
             break;
         }
-        end += count;
+        end += extent.count;
     }
     u32::try_from(end).unwrap_or(u32::MAX)
 }
@@ -86,8 +73,8 @@ pub(crate) fn host_root_uid() -> Option<u32> {
         return Some(0);
     };
     extents(&map)
-        .into_iter()
-        .find_map(|(inside, outside, count)| (outside == 0 && count > 0).then_some(inside))
+        .iter()
+        .find_map(|extent| extent.inside_of(0))
         .and_then(|inside| u32::try_from(inside).ok())
 }
 
@@ -142,8 +129,12 @@ pub(crate) fn describe(ids: &IdMap) -> String {
 /// As root of the host, when `uid_base`'s range holds a host user, group
 /// or subordinate range.
 pub fn layer_ownership(uid_base: u32) -> Result<Ownership, String> {
-    let ids = sandbox_ids(uid_base)?;
-    Ok(if ids.count == 1 {
+    sandbox_ids(uid_base).map(|ids| ownership_of(&ids))
+}
+
+/// Who owns the layers of sandboxes that map `ids`.
+pub(crate) fn ownership_of(ids: &IdMap) -> Ownership {
+    if ids.count == 1 {
         Ownership::Caller
     } else {
         Ownership::Shift {
@@ -151,7 +142,7 @@ pub fn layer_ownership(uid_base: u32) -> Result<Ownership, String> {
             gid_base: ids.gid,
             count: ids.count,
         }
-    })
+    }
 }
 
 /// The host range from `uid_base`, checked against the host's users,

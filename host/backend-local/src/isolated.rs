@@ -350,7 +350,13 @@ async fn start(
     hidden.push(template.source.host_dir().display().to_string());
     let own_root = template.source.oci().is_some();
     let report = match entry
-        .probe(&template.workdir, hidden, own_root, volumes)
+        .probe(
+            &template.workdir,
+            hidden,
+            site.host_root_uid,
+            own_root,
+            volumes,
+        )
         .await
     {
         Ok(report) => report,

@@ -349,11 +349,13 @@ impl Entry<'_> {
     }
 
     /// Runs the isolation probe in the sandbox: what a command there can
-    /// reach. `hidden` are host paths it must not see.
+    /// reach. `hidden` are host paths it must not see, `host_root_uid` the
+    /// id it must not map.
     pub(crate) async fn probe(
         &self,
         workdir: &str,
         hidden: Vec<String>,
+        host_root_uid: Option<u32>,
         own_root: bool,
         volumes: &[Volume],
     ) -> Result<ProbeReport, LocalError> {
@@ -362,7 +364,7 @@ impl Entry<'_> {
         let action = Action::Probe(ProbeRequest {
             host_root: (root.dev(), root.ino()),
             hidden,
-            host_root_uid: crate::ids::host_root_uid(),
+            host_root_uid,
             own_root,
             volumes: volumes.to_vec(),
         });

@@ -187,6 +187,9 @@ pub(crate) struct Site {
     pub(crate) next_id: AtomicU64,
     /// How sandbox ids appear on the host.
     pub(crate) ids: IdMap,
+    /// The host's root as this process's user namespace numbers it, which
+    /// no sandbox may map (the probe checks).
+    pub(crate) host_root_uid: Option<u32>,
     /// Host `/etc` entries sandboxes see.
     pub(crate) etc: Vec<String>,
     /// The cgroup controllers that limit sandboxes; `None` where they

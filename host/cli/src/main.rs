@@ -19,6 +19,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use sandfleet_backend_local::subordinate::{self, Entered};
 
 /// Run fleets of sandboxes for agent rollouts and evaluations.
 #[derive(Parser)]
@@ -142,18 +143,14 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // Before any thread starts: the kernel moves only a single-threaded
     // process into a user namespace.
-    let ids = cli
-        .command
-        .runs_sandboxes()
-        .then(sandfleet_backend_local::subordinate::enter);
+    let ids = cli.command.runs_sandboxes().then(subordinate::enter);
     let _telemetry = telemetry::init();
-    use sandfleet_backend_local::subordinate::Entered::Unavailable;
     match ids {
         Some(Err(error)) => {
             eprintln!("error: {error}");
             return ExitCode::FAILURE;
         }
-        Some(Ok(Unavailable(why))) => {
+        Some(Ok(Entered::Unavailable(why))) => {
             tracing::warn!("sandboxes map only this user, every file their root's: {why}");
         }
         Some(Ok(entered)) => tracing::debug!(?entered, "subordinate ids"),

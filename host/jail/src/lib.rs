@@ -43,6 +43,7 @@ mod seccomp;
 pub mod subordinate;
 mod supervise;
 mod sys;
+pub mod uid_map;
 mod user;
 mod volumes;
 

@@ -174,14 +174,9 @@ fn check_root(request: &ProbeRequest, fail: &mut impl FnMut(String)) {
 
 /// Whether a `/proc/<pid>/uid_map` maps the outside id `uid` to any id.
 fn maps_outside(map: &str, uid: u32) -> bool {
-    let uid = u64::from(uid);
-    map.lines().any(|line| {
-        let fields: Vec<u64> = line
-            .split_whitespace()
-            .filter_map(|f| f.parse().ok())
-            .collect();
-        matches!(fields[..], [_, outside, count] if (outside..outside + count).contains(&uid))
-    })
+    crate::uid_map::extents(map)
+        .iter()
+        .any(|extent| extent.inside_of(u64::from(uid)).is_some())
 }
 
 /// No `CAP_SYS_ADMIN`, `no_new_privs` set, seccomp filtering.

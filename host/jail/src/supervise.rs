@@ -191,9 +191,9 @@ fn write_id_maps(init: i32, ids: &IdMap) -> Result<(), String> {
 /// map, and a rootless namespace maps its root and its other ids apart.
 fn id_map(first: u32, count: u32, own: &str) -> String {
     let end = u64::from(first) + u64::from(count);
-    let mut cuts: Vec<u64> = own
-        .lines()
-        .filter_map(|line| line.split_whitespace().next()?.parse().ok())
+    let mut cuts: Vec<u64> = crate::uid_map::extents(own)
+        .iter()
+        .map(|extent| extent.inside)
         .filter(|&start| start > u64::from(first) && start < end)
         .collect();
     cuts.sort_unstable();
