@@ -197,13 +197,27 @@ fn plugin_check_reports_the_component_as_json_and_leaves_it_compiled_for_what_fo
     assert!(report["compile_ms"].as_f64().unwrap() > 0.0, "{report}");
     let sha256 = report["sha256"].as_str().unwrap();
     assert_eq!(sha256.len(), 64, "{report}");
-    // The text form names the same component.
-    assert!(check(false).contains(&format!("sha256     {sha256}")));
-    // Compiled once more each time, and the compiled form kept for the
-    // `plugin test` or run after it.
+    let first_compiled = report["functions_compiled"].as_u64().unwrap();
+    assert!(first_compiled > 0, "{report}");
+    // The text form names the same component. It is compiled again, its
+    // functions mostly from what the first check compiled.
+    let text = check(false);
+    assert!(text.contains(&format!("sha256     {sha256}")), "{text}");
+    let counts = text
+        .lines()
+        .find_map(|line| line.strip_prefix("compile "))
+        .and_then(|line| line.split_once(" ms ("))
+        .map(|(_, counts)| counts.split(' ').filter_map(|w| w.parse::<u64>().ok()))
+        .map(Iterator::collect::<Vec<_>>);
+    let Some([compiled, reused]) = counts.as_deref() else {
+        panic!("no function counts: {text}");
+    };
+    assert!(reused > compiled && *reused > 0, "{text}");
+    // The compiled form is kept for the `plugin test` or run after it.
     let entries: Vec<_> = std::fs::read_dir(cache.join("sandfleet/plugins"))
         .unwrap()
         .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+        .filter(|name| name.ends_with(".cwasm"))
         .collect();
     assert_eq!(entries.len(), 1, "{entries:?}");
     assert!(entries[0].starts_with(sha256), "{entries:?}");

@@ -127,6 +127,7 @@ fn check(file: &Path, json: bool) -> anyhow::Result<ExitCode> {
     let compiled = compile(&host, file, true)?;
     let contract = compiled.contract.clone();
     let (size, compile_ms) = (compiled.size, compiled.compile_time.as_secs_f64() * 1e3);
+    let reuse = compiled.functions;
     let sha256 = compiled.sha256.clone();
     let plugin = DynamicPlugin::new(&host, compiled)?;
     let functions: Vec<&str> = plugin.functions().iter().map(|f| f.name).collect();
@@ -139,6 +140,8 @@ fn check(file: &Path, json: bool) -> anyhow::Result<ExitCode> {
             "functions": functions,
             "size_bytes": size,
             "compile_ms": compile_ms,
+            "functions_compiled": reuse.map(|f| f.compiled),
+            "functions_reused": reuse.map(|f| f.reused),
             "sha256": sha256,
         });
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -162,7 +165,13 @@ fn check(file: &Path, json: bool) -> anyhow::Result<ExitCode> {
             println!("           {other}");
         }
         println!("size       {:.1} KiB ({size} bytes)", size as f64 / 1024.0);
-        println!("compile    {compile_ms:.1} ms");
+        match reuse {
+            Some(f) => println!(
+                "compile    {compile_ms:.1} ms ({} functions compiled, {} reused from the cache)",
+                f.compiled, f.reused
+            ),
+            None => println!("compile    {compile_ms:.1} ms"),
+        }
         println!("sha256     {sha256}");
     }
     Ok(ExitCode::SUCCESS)

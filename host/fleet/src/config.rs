@@ -126,6 +126,10 @@ pub struct PluginsConfig {
     /// Where compiled plugins are cached (default: the user's cache dir).
     #[serde(default)]
     pub cache_dir: Option<PathBuf>,
+    /// How many MiB the cache may hold; the least recently used compiled
+    /// plugins go first.
+    #[serde(default = "default_cache_budget_mib")]
+    pub cache_budget_mib: u64,
     /// Meter fuel (then `fuel` limits apply).
     #[serde(default)]
     pub fuel: bool,
@@ -355,6 +359,7 @@ impl FleetConfig {
             sizing: default_sizing(),
             reset: None,
             cache_dir: None,
+            cache_budget_mib: default_cache_budget_mib(),
             fuel: false,
             limits: LimitsConfig::default(),
             fallback: PluginFallback::None,
@@ -460,6 +465,10 @@ fn default_placement() -> String {
 
 fn default_sizing() -> String {
     "proportional".to_string()
+}
+
+fn default_cache_budget_mib() -> u64 {
+    sandfleet_plugin::DEFAULT_CACHE_BUDGET >> 20
 }
 
 fn one() -> u32 {

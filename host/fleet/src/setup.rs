@@ -30,6 +30,7 @@ pub fn plugins(config: &FleetConfig) -> anyhow::Result<Plugins> {
             .cache_dir
             .clone()
             .or_else(crate::default_cache_dir),
+        cache_budget: config.plugins.cache_budget_mib << 20,
         ..HostConfig::default()
     })?;
     let registry = Registry::new(host);

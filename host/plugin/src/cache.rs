@@ -6,16 +6,28 @@
 //! An entry repeats its key in a header and carries the sha256 of the compiled
 //! artifact; an entry whose header or checksum does not match is recompiled
 //! and overwritten, never loaded.
+//!
+//! The directory is kept under a budget: a load that hits an entry marks it
+//! used (its modification time), and a store that puts the directory over
+//! the budget removes the least recently used entries until it holds three
+//! quarters of it. A Python plugin's entry is about 30 MB and every rebuild
+//! makes a new one, so an unbounded cache grows by that on every save of a
+//! plugin being written.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
 
 use sha2::{Digest, Sha256};
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
 const MAGIC: &[u8; 8] = b"SFCWASM1";
+
+/// How old a writer's temporary file must be before a sweep takes it for
+/// one a crashed writer left.
+const ABANDONED: Duration = Duration::from_secs(3600);
 
 /// How a load used the cache.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,14 +48,21 @@ pub enum CacheOutcome {
 #[derive(Debug, Clone)]
 pub(crate) struct ArtifactCache {
     dir: PathBuf,
+    /// The bytes the directory may hold.
+    budget: u64,
 }
 
 impl ArtifactCache {
-    /// A cache in `dir`, which must be absolute and is created when missing.
-    pub(crate) fn new(dir: PathBuf) -> std::io::Result<Self> {
+    /// A cache in `dir` (made absolute, and created when missing) holding
+    /// at most about `budget` bytes.
+    pub(crate) fn new(dir: PathBuf, budget: u64) -> std::io::Result<Self> {
         let dir = std::path::absolute(dir)?;
         std::fs::create_dir_all(&dir)?;
-        Ok(ArtifactCache { dir })
+        Ok(ArtifactCache { dir, budget })
+    }
+
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
     }
 
     /// Whether an entry for `source_sha` under `engine` exists; it is
@@ -67,7 +86,10 @@ impl ArtifactCache {
             Err(_) => CacheOutcome::Miss,
             Ok(entry) => match verify(&entry, &header) {
                 Ok(artifact) => match deserialize(engine, artifact) {
-                    Ok(component) => return Ok((component, CacheOutcome::Hit)),
+                    Ok(component) => {
+                        mark_used(&path);
+                        return Ok((component, CacheOutcome::Hit));
+                    }
                     Err(e) => CacheOutcome::Rejected(format!("wasmtime refused it: {e}")),
                 },
                 Err(reason) => CacheOutcome::Rejected(reason),
@@ -94,6 +116,52 @@ impl ArtifactCache {
         if let Err(e) = self.write(&path, header, component) {
             tracing::warn!(entry = %path.display(), "cannot write compiled-cache entry: {e}");
         }
+        if let Err(e) = self.sweep(&path) {
+            tracing::warn!(dir = %self.dir.display(), "cannot keep the plugin cache to its budget: {e}");
+        }
+    }
+
+    /// Removes the least recently used entries (never `keep`) while the
+    /// directory holds more than its budget, down to three quarters of it,
+    /// and temporary files a crashed writer left.
+    fn sweep(&self, keep: &Path) -> std::io::Result<()> {
+        let now = SystemTime::now();
+        let mut held = 0;
+        let mut entries = Vec::new();
+        for file in std::fs::read_dir(&self.dir)? {
+            let file = file?;
+            let Ok(metadata) = file.metadata() else {
+                continue; // removed meanwhile
+            };
+            if !metadata.is_file() {
+                continue;
+            }
+            let (path, used) = (file.path(), metadata.modified()?);
+            let name = file.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with(".tmp") {
+                if now.duration_since(used).is_ok_and(|age| age > ABANDONED) {
+                    remove(&path)?;
+                    continue;
+                }
+            } else if name.ends_with(".cwasm") && path != keep {
+                entries.push((used, metadata.len(), path));
+            }
+            held += metadata.len();
+        }
+        if held <= self.budget {
+            return Ok(());
+        }
+        entries.sort();
+        let target = self.budget / 4 * 3;
+        for (_, size, path) in entries {
+            if held <= target {
+                break;
+            }
+            remove(&path)?;
+            held -= size;
+        }
+        Ok(())
     }
 
     fn write(&self, path: &Path, header: &Header, component: &Component) -> wasmtime::Result<()> {
@@ -107,6 +175,22 @@ impl ArtifactCache {
         tmp.write_all(&artifact)?;
         tmp.persist(path)?;
         Ok(())
+    }
+}
+
+/// Marks an entry used now, for the sweep's order; an entry that cannot be
+/// marked is only evicted sooner.
+fn mark_used(path: &Path) {
+    if let Ok(file) = std::fs::File::options().append(true).open(path) {
+        let _ = file.set_modified(SystemTime::now());
+    }
+}
+
+/// Removes `path`, which another process may have removed first.
+fn remove(path: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(error) if error.kind() != std::io::ErrorKind::NotFound => Err(error),
+        _ => Ok(()),
     }
 }
 

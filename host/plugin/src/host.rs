@@ -22,6 +22,7 @@ use crate::bindings::host;
 use crate::cache::{ArtifactCache, CacheOutcome, hex_sha256};
 use crate::contract::{self, Contract};
 use crate::error::{LoadError, PluginRef, Source};
+use crate::function_cache::{FunctionCache, FunctionReuse};
 use crate::limits::KindLimits;
 use crate::store::StoreState;
 
@@ -33,8 +34,14 @@ pub struct HostConfig {
     /// Meter fuel. Changes the generated code, so it is part of the cache key;
     /// the per-kind `fuel` limits take effect only when this is on.
     pub fuel: bool,
-    /// Where compiled components are cached; `None` compiles on every load.
+    /// Where compiled components (and Cranelift's compiled functions, which
+    /// a rebuilt plugin mostly shares with its last build) are cached;
+    /// `None` compiles on every load.
     pub cache_dir: Option<PathBuf>,
+    /// How many bytes the cache directory may hold: past it, the least
+    /// recently used components go, and the function table, kept to a
+    /// quarter of it, is rewritten with what the last compiles used.
+    pub cache_budget: u64,
     /// Instances alive at once across all plugins (pooling allocator slots).
     pub max_instances: u32,
     /// How often the epoch advances; deadlines are enforced to within one tick.
@@ -55,6 +62,7 @@ impl Default for HostConfig {
             limits: KindLimits::default(),
             fuel: false,
             cache_dir: None,
+            cache_budget: DEFAULT_CACHE_BUDGET,
             max_instances: 256,
             epoch_tick: Duration::from_millis(5),
             reuse_instances: true,
@@ -62,6 +70,10 @@ impl Default for HostConfig {
         }
     }
 }
+
+/// [`HostConfig::cache_budget`]'s default: about 60 Python plugins'
+/// compiled components (30 MB each) with their function table.
+pub const DEFAULT_CACHE_BUDGET: u64 = 2 << 30;
 
 /// Why a host could not be created.
 #[derive(Debug, thiserror::Error)]
@@ -90,6 +102,8 @@ pub(crate) struct HostInner {
     optimized: Compiler,
     baseline: Option<Compiler>,
     cache: Option<ArtifactCache>,
+    /// The optimized engine's function cache.
+    functions: Option<Arc<FunctionCache>>,
     pub(crate) config: HostConfig,
 }
 
@@ -165,6 +179,9 @@ pub struct Compiled {
     pub compile_time: Duration,
     /// How the compiled cache was used.
     pub cache: CacheOutcome,
+    /// How many functions Cranelift reused from the function cache and how
+    /// many it compiled; `None` when nothing was compiled with it.
+    pub functions: Option<FunctionReuse>,
     /// Which compiler built it.
     pub tier: Tier,
     pub(crate) component: Component,
@@ -179,12 +196,26 @@ impl PluginHost {
     /// When wasmtime rejects the configuration or the cache directory cannot
     /// be created.
     pub fn new(config: HostConfig) -> Result<Self, HostError> {
-        let engine = new_engine(&config, Tier::Optimized, true)
+        let cache = match &config.cache_dir {
+            Some(dir) => Some(
+                ArtifactCache::new(dir.clone(), config.cache_budget).map_err(|error| {
+                    HostError::Cache {
+                        path: dir.clone(),
+                        error,
+                    }
+                })?,
+            ),
+            None => None,
+        };
+        let functions = cache
+            .as_ref()
+            .map(|cache| Arc::new(FunctionCache::new(cache.dir(), config.cache_budget / 4)));
+        let engine = new_engine(&config, Tier::Optimized, true, functions.as_ref())
             .or_else(|pooled| {
                 // Some machines cannot reserve the address space the pooling
                 // allocator wants; on-demand allocation still works there.
                 tracing::warn!("pooling allocator unavailable ({pooled:#}); allocating on demand");
-                new_engine(&config, Tier::Optimized, false)
+                new_engine(&config, Tier::Optimized, false, functions.as_ref())
             })
             .map_err(HostError::Engine)?;
         let optimized = Compiler::new(engine).map_err(HostError::Engine)?;
@@ -192,7 +223,7 @@ impl PluginHost {
         // allocating on demand spares a second pool's address space.
         let baseline = config
             .baseline_first
-            .then(|| new_engine(&config, Tier::Baseline, false).and_then(Compiler::new))
+            .then(|| new_engine(&config, Tier::Baseline, false, None).and_then(Compiler::new))
             .and_then(|built| {
                 built
                     .inspect_err(|e| {
@@ -202,17 +233,6 @@ impl PluginHost {
                     })
                     .ok()
             });
-        let cache = match &config.cache_dir {
-            Some(dir) => {
-                Some(
-                    ArtifactCache::new(dir.clone()).map_err(|error| HostError::Cache {
-                        path: dir.clone(),
-                        error,
-                    })?,
-                )
-            }
-            None => None,
-        };
         let engines = std::iter::once(&optimized)
             .chain(&baseline)
             .map(|compiler| compiler.engine.weak())
@@ -223,6 +243,7 @@ impl PluginHost {
                 optimized,
                 baseline,
                 cache,
+                functions,
                 config,
             }),
         })
@@ -332,6 +353,12 @@ impl PluginHost {
             .cache
             .as_ref()
             .filter(|_| tier == Tier::Optimized);
+        let compiling = self
+            .inner
+            .functions
+            .as_ref()
+            .filter(|_| tier == Tier::Optimized)
+            .map(FunctionCache::compiling);
         let compiled = match (cache, lookup) {
             (Some(cache), Lookup::Cached) => cache.load(engine, bytes, sha256),
             _ => Component::new(engine, bytes).map(|c| (c, CacheOutcome::Disabled)),
@@ -341,6 +368,9 @@ impl PluginHost {
             detail: format!("does not compile: {e:#}"),
         })?;
         let compile_time = started.elapsed();
+        let functions = compiling
+            .map(|compiling| compiling.reuse())
+            .filter(|_| outcome != CacheOutcome::Hit);
         if let (Some(cache), Lookup::Fresh) = (cache, lookup) {
             cache.store(engine, sha256, &component);
             outcome = CacheOutcome::Stored;
@@ -357,6 +387,7 @@ impl PluginHost {
             size: bytes.len(),
             compile_time,
             cache: outcome,
+            functions,
             tier,
             component,
         })
@@ -369,8 +400,16 @@ pub(crate) fn version_of(sha256: &str) -> String {
     format!("sha256:{}", &sha256[..12])
 }
 
-fn new_engine(config: &HostConfig, tier: Tier, pooling: bool) -> wasmtime::Result<Engine> {
+fn new_engine(
+    config: &HostConfig,
+    tier: Tier,
+    pooling: bool,
+    functions: Option<&Arc<FunctionCache>>,
+) -> wasmtime::Result<Engine> {
     let mut wasm = Config::new();
+    if let Some(functions) = functions {
+        wasm.enable_incremental_compilation(Arc::clone(functions) as Arc<dyn wasmtime::CacheStore>)?;
+    }
     wasm.strategy(match tier {
         Tier::Baseline => Strategy::Winch,
         Tier::Optimized => Strategy::Cranelift,

@@ -47,6 +47,7 @@ mod calls;
 mod contract;
 mod dynamic;
 mod error;
+mod function_cache;
 mod host;
 mod limits;
 mod loaded;
@@ -61,7 +62,8 @@ pub use calls::PluginCalls;
 pub use contract::{Contract, Kind};
 pub use dynamic::{DynamicPlugin, FunctionType};
 pub use error::{CallError, CallErrorKind, LoadError, LookupError, PluginRef, Source};
-pub use host::{Compiled, HostConfig, HostError, PluginHost, Tier};
+pub use function_cache::FunctionReuse;
+pub use host::{Compiled, DEFAULT_CACHE_BUDGET, HostConfig, HostError, PluginHost, Tier};
 pub use limits::{
     DEFAULT_DEADLINE, DEFAULT_MEMORY_CAP, INPUT_BYTES_PER_SECOND, KindLimits, Limits,
     MEMORY_PER_INPUT_BYTE, WASM32_MEMORY_MAX,

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use sandfleet_plugin::{CacheOutcome, HostConfig, PluginHost, Source};
+use sandfleet_plugin::{CacheOutcome, FunctionReuse, HostConfig, PluginHost, Source};
 
 fn host(cache: &Path, fuel: bool) -> PluginHost {
     PluginHost::new(HostConfig {
@@ -127,4 +127,153 @@ fn a_truncated_or_foreign_entry_is_recompiled() {
             other => panic!("expected rejection ({expected}), got {other:?}"),
         }
     }
+}
+
+/// `policy`'s answer on [`crate::three_clusters`], from a registry on a
+/// host caching in `dir`.
+fn placed_by(dir: &Path, wasm: &str) -> u32 {
+    let registry = crate::registry_with(HostConfig {
+        cache_dir: Some(dir.to_path_buf()),
+        ..HostConfig::default()
+    });
+    crate::load(&registry, "policy", wasm);
+    let policy = registry.placement("policy").unwrap();
+    policy
+        .place_blocking(&crate::demand(0), &crate::three_clusters())
+        .unwrap()
+}
+
+/// Compiles `wasm` afresh on a new host caching in `dir`; how it used the
+/// function cache.
+fn fresh_functions(dir: &Path, budget: u64, wasm: &str) -> FunctionReuse {
+    let host = PluginHost::new(HostConfig {
+        cache_dir: Some(dir.to_path_buf()),
+        cache_budget: budget,
+        ..HostConfig::default()
+    })
+    .unwrap();
+    host.compile_fresh("policy", &std::fs::read(wasm).unwrap(), Source::Memory)
+        .unwrap()
+        .functions
+        .expect("compiled with the function cache")
+}
+
+const BUDGET: u64 = sandfleet_plugin::DEFAULT_CACHE_BUDGET;
+
+#[test]
+fn another_component_reuses_the_functions_an_earlier_compile_made_and_still_answers_right() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = fresh_functions(dir.path(), BUDGET, sandfleet_guests::LEAST_LOADED);
+    assert!(first.compiled > 100, "{first:?}");
+    // The same component, compiled again by another host, takes most of
+    // its functions from the first compile (not all: a few functions'
+    // keys differ from one engine to the next).
+    let again = fresh_functions(dir.path(), BUDGET, sandfleet_guests::LEAST_LOADED);
+    assert!(
+        again.compiled * 3 < first.compiled,
+        "{again:?} after {first:?}"
+    );
+    // Another guest shares the standard library's functions with it.
+    let other = fresh_functions(dir.path(), BUDGET, sandfleet_guests::PICK_LAST);
+    assert!(other.reused > other.compiled, "{other:?}");
+    assert_eq!(placed_by(dir.path(), sandfleet_guests::PICK_LAST), 2);
+    assert_eq!(placed_by(dir.path(), sandfleet_guests::LEAST_LOADED), 1);
+}
+
+#[test]
+fn a_damaged_function_cache_is_compiled_past_and_mended_past_its_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let wasm = sandfleet_guests::LEAST_LOADED;
+    let cold = fresh_functions(dir.path(), BUDGET, wasm);
+    let pack = dir.path().join("functions.pack");
+    let mut bytes = std::fs::read(&pack).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    std::fs::write(&pack, &bytes).unwrap();
+    // Its one batch fails its checksum: every function is compiled again,
+    // and what they compile answers right.
+    let damaged = fresh_functions(dir.path(), BUDGET, wasm);
+    assert!(
+        damaged.compiled * 10 > cold.compiled * 9,
+        "{damaged:?} after {cold:?}"
+    );
+    assert_eq!(placed_by(dir.path(), wasm), 1);
+    // The batch that compile appended is behind the damaged one, so it is
+    // not read either, until the file passes its budget (a quarter of the
+    // cache's) and is rewritten with what a compile used.
+    let budget = 4 * std::fs::metadata(&pack).unwrap().len() - 1;
+    let rewriting = fresh_functions(dir.path(), budget, wasm);
+    assert!(rewriting.compiled * 10 > cold.compiled * 9, "{rewriting:?}");
+    let mended = fresh_functions(dir.path(), BUDGET, wasm);
+    assert!(
+        mended.compiled * 3 < cold.compiled,
+        "{mended:?} after {cold:?}"
+    );
+}
+
+/// Sets `path`'s modification time to `ago` before now.
+fn used_ago(path: &Path, ago: std::time::Duration) {
+    let file = std::fs::File::options().append(true).open(path).unwrap();
+    file.set_modified(std::time::SystemTime::now() - ago)
+        .unwrap();
+}
+
+#[test]
+fn past_its_budget_the_cache_drops_the_least_recently_used_entries_first() {
+    let hour = std::time::Duration::from_secs(3600);
+    let (kept, stored) = (sandfleet_guests::LEAST_LOADED, sandfleet_guests::PICK_LAST);
+    // What the two components and their functions take on disk.
+    let measure = tempfile::tempdir().unwrap();
+    for wasm in [kept, stored] {
+        placed_by(measure.path(), wasm);
+    }
+    let real: u64 = std::fs::read_dir(measure.path())
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum();
+
+    let dir = tempfile::tempdir().unwrap();
+    placed_by(dir.path(), kept);
+    let [kept_entry] = entries(dir.path()).try_into().unwrap();
+    // An entry another component left an hour ago, big enough that the
+    // next store puts the directory over its budget; the component above
+    // looks older still, until a load uses it.
+    let old = dir.path().join(format!("{}-0.cwasm", "0".repeat(64)));
+    std::fs::File::create(&old)
+        .unwrap()
+        .set_len(4 * real)
+        .unwrap();
+    used_ago(&old, hour);
+    used_ago(&kept_entry, 2 * hour);
+    let abandoned = dir.path().join(".tmpABANDONED");
+    std::fs::write(&abandoned, "half an entry").unwrap();
+    used_ago(&abandoned, 2 * hour);
+    let writing = dir.path().join(".tmpWRITING");
+    std::fs::write(&writing, "half an entry").unwrap();
+
+    let host = PluginHost::new(HostConfig {
+        cache_dir: Some(dir.path().to_path_buf()),
+        cache_budget: 4 * real,
+        ..HostConfig::default()
+    })
+    .unwrap();
+    let load = |wasm: &str| {
+        let bytes = std::fs::read(wasm).unwrap();
+        host.compile("policy", &bytes, Source::Memory)
+            .unwrap()
+            .cache
+    };
+    assert_eq!(load(kept), CacheOutcome::Hit);
+    assert_eq!(load(stored), CacheOutcome::Miss);
+
+    assert!(!old.exists(), "the least recently used entry stays");
+    assert!(kept_entry.exists(), "an entry a load used went");
+    assert_eq!(entries(dir.path()).len(), 2);
+    assert!(!abandoned.exists() && writing.exists());
+    let total: u64 = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum();
+    assert!(total <= 3 * real, "{total} > {}", 3 * real);
+    assert_eq!(load(kept), CacheOutcome::Hit);
 }
