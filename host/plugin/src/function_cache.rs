@@ -18,6 +18,11 @@
 //! only while it compiles. A batch that is truncated or fails its checksum
 //! ends the read. When the file would grow past its budget it is rewritten
 //! with only the functions the ending compiles used.
+//!
+//! Like the compiled components, the file is machine code the host runs:
+//! whoever can write the cache directory can run code in the host. The
+//! checksums catch damage (a torn append, a bad disk), not malice; the file
+//! is private to its user, as the components are.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
