@@ -50,6 +50,14 @@ pub(crate) struct QuickstartRun {
     _scratch: tempfile::TempDir,
 }
 
+/// What the runs below give a placement call: 5 s, not the default
+/// 100 ms. A Python or JavaScript policy's first call builds its
+/// interpreter's state, and on 2 cores shared with the suite's other tests
+/// (Cranelift compiling a plugin on both) its thread can wait past 100 ms:
+/// once, the JavaScript policy's run stopped on "exceeded its deadline".
+/// These runs test that a policy serves, not how fast.
+const PATIENT_PLACEMENT: &str = "limits.placement = { deadline = \"5s\" }";
+
 /// Runs the quickstart with `component` as its placement policy `name`,
 /// and `plugin_lines` as more lines of its `[plugins]` table.
 pub(crate) fn run_quickstart_with(
@@ -78,7 +86,7 @@ pub(crate) fn run_quickstart_with(
         .replace(
             placement,
             &format!(
-                "placement = \"{name}\"\ndir = \"{}\"\n{plugin_lines}",
+                "placement = \"{name}\"\ndir = \"{}\"\n{PATIENT_PLACEMENT}\n{plugin_lines}",
                 plugins.display()
             ),
         );
