@@ -194,10 +194,15 @@ impl Process {
         self.identity
     }
 
-    /// Sends SIGKILL. True when the signal was delivered, false when the
-    /// process had already exited (a zombie takes signals, but is gone).
+    /// Sends SIGKILL. True when that ended it; false when it had already
+    /// exited (a zombie takes signals, but is gone) or was already exiting
+    /// (a killed pid namespace's init stays exiting, out of `/proc`'s sight
+    /// and signallable, until every other process of its namespace is
+    /// reaped). The signal goes out either way: a zombie leader whose other
+    /// threads still run is not exiting as a whole.
     pub(crate) fn kill(&self) -> bool {
-        self.signal(Signal::KILL)
+        let exiting = read_stat(self.identity.pid).is_some_and(|stat| stat.exiting && !stat.zombie);
+        self.signal(Signal::KILL) && !exiting
     }
 
     /// Sends `signal`. True when it was delivered, false when the process
@@ -263,7 +268,7 @@ impl Process {
 }
 
 /// Kills `processes` and waits up to `timeout` for all of them to exit.
-/// Returns how many were killed (alive when signalled).
+/// Returns how many were killed (running, not exiting, when signalled).
 pub(crate) async fn kill_all(processes: Vec<Process>, timeout: Duration) -> usize {
     let killed = processes.iter().filter(|process| process.kill()).count();
     let mut waits = tokio::task::JoinSet::new();
@@ -411,5 +416,92 @@ mod tests {
         assert_eq!(kill_all(vec![process], Duration::from_secs(5)).await, 1);
         assert!(!reaper.await.unwrap().unwrap().success());
         assert!(Process::open(identity).is_none());
+    }
+
+    /// A cancelled sandbox's init is killed with its namespace: it stays
+    /// exiting while a process of its namespace waits for a parent outside
+    /// to reap it. A reap that finds it then has killed nothing.
+    #[tokio::test]
+    async fn a_process_already_exiting_is_not_counted_as_killed() {
+        use std::process::Command as StdCommand;
+        use std::time::Instant;
+        // pid 1 of a new pid namespace: `sleep`, the child of `unshare`.
+        let unshare = match StdCommand::new("unshare")
+            .args(["--pid", "--fork", "sleep", "60"])
+            .spawn()
+        {
+            Ok(child) => child,
+            Err(error) => {
+                eprintln!("skipped: unshare: {error}");
+                return;
+            }
+        };
+        let mut left = Leftovers(vec![unshare]);
+        let Some(init) = only_child(left.0[0].id() as i32) else {
+            eprintln!(
+                "skipped: no pid namespace (unshare: {:?})",
+                left.0[0].wait()
+            );
+            return;
+        };
+        // A member of that namespace whose parent, outside it, is stopped
+        // and so leaves it a zombie once killed.
+        let nsenter = StdCommand::new("nsenter")
+            .args(["--target", &init.to_string(), "--pid", "sleep", "60"])
+            .spawn()
+            .unwrap();
+        let outside = Pid::from_raw(nsenter.id() as i32).unwrap();
+        left.0.push(nsenter);
+        only_child(outside.as_raw_nonzero().get()).expect("nsenter forks its command");
+        rustix::process::kill_process(outside, Signal::STOP).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        // Stopped before the kill, or it could reap its child first.
+        while !read_stat(outside.as_raw_nonzero().get()).is_some_and(|stat| stat.stopped) {
+            assert!(Instant::now() < deadline, "nsenter never stopped");
+            std::thread::yield_now();
+        }
+        let identity = ProcessIdentity::of(init).unwrap();
+        assert!(
+            Process::open(identity).unwrap().kill(),
+            "a running init is ended by the kill"
+        );
+        while !read_stat(init).is_some_and(|stat| stat.exiting && !stat.zombie) {
+            assert!(Instant::now() < deadline, "the init never became exiting");
+            std::thread::yield_now();
+        }
+        // It stays exiting until nsenter, continued, reaps its child.
+        let exiting = Process::open(identity).unwrap();
+        assert!(!exiting.kill(), "an exiting init was counted as killed");
+        rustix::process::kill_process(outside, Signal::CONT).unwrap();
+        assert!(exiting.exited_within(Duration::from_secs(10)).await);
+    }
+
+    /// Children killed and reaped however the test ends.
+    struct Leftovers(Vec<std::process::Child>);
+
+    impl Drop for Leftovers {
+        fn drop(&mut self) {
+            for child in self.0.iter_mut().rev() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+
+    /// The one child of `parent`, once it has one (within 10 s).
+    fn only_child(parent: i32) -> Option<i32> {
+        use std::time::Instant;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let children =
+                fs::read_to_string(format!("/proc/{parent}/task/{parent}/children")).ok()?;
+            if let Some(child) = children.split_whitespace().next() {
+                return child.parse().ok();
+            }
+            if Instant::now() >= deadline || read_stat(parent).is_none_or(|stat| stat.zombie) {
+                return None;
+            }
+            std::thread::yield_now();
+        }
     }
 }
