@@ -221,6 +221,41 @@ fn plugin_check_reports_the_component_as_json_and_leaves_it_compiled_for_what_fo
         .collect();
     assert_eq!(entries.len(), 1, "{entries:?}");
     assert!(entries[0].starts_with(sha256), "{entries:?}");
+    // `plugin cache` shows that entry and the function cache, and
+    // `--clear` empties both.
+    let plugin_cache = |args: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_sandfleet"))
+            .args(["plugin", "cache"])
+            .args(args)
+            .env("XDG_CACHE_HOME", &cache)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", stderr(&output));
+        stdout(&output)
+    };
+    let held: serde_json::Value = serde_json::from_str(&plugin_cache(&["--json"])).unwrap();
+    assert_eq!(held["components"], 1, "{held}");
+    assert!(held["function_bytes"].as_u64().unwrap() > 0, "{held}");
+    let cleared = plugin_cache(&["--clear"]);
+    assert!(
+        cleared.contains("removed 1 compiled component(s)")
+            && cleared.contains("the function cache"),
+        "{cleared}"
+    );
+    let empty: serde_json::Value = serde_json::from_str(&plugin_cache(&["--json"])).unwrap();
+    assert_eq!(
+        (&empty["components"], &empty["bytes"]),
+        (&0.into(), &0.into()),
+        "{empty}"
+    );
+    // Compiled again mostly anew (only functions of a body compiled a
+    // moment before are reused), where the check above reused most.
+    let again: serde_json::Value = serde_json::from_str(&check(true)).unwrap();
+    let count = |name: &str| again[name].as_u64().unwrap();
+    assert!(
+        count("functions_compiled") > count("functions_reused"),
+        "{again}"
+    );
 }
 
 #[test]
@@ -242,4 +277,25 @@ fn plugin_list_shows_a_corrupt_file_and_the_builtin_it_would_replace_serving() {
         lines[row + 1].contains("error:") && lines[row + 1].contains("least-loaded.wasm"),
         "{text}"
     );
+}
+
+#[test]
+fn plugin_cache_ignores_an_empty_or_relative_xdg_cache_home_as_the_xdg_specification_says() {
+    let home = tempfile::tempdir().unwrap();
+    for xdg in ["", "relative/cache"] {
+        let output = Command::new(env!("CARGO_BIN_EXE_sandfleet"))
+            .args(["plugin", "cache", "--json"])
+            .env("HOME", home.path())
+            .env("XDG_CACHE_HOME", xdg)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{}", stderr(&output));
+        let shown: serde_json::Value = serde_json::from_str(&stdout(&output)).unwrap();
+        let expected = home.path().join(".cache/sandfleet/plugins");
+        assert_eq!(
+            shown["dir"],
+            expected.to_str().unwrap(),
+            "XDG_CACHE_HOME={xdg:?}"
+        );
+    }
 }

@@ -1,6 +1,6 @@
 //! `sandfleet plugin …`: check a component, run table-driven cases against
-//! it, list what a plugin directory would serve, start a plugin project and
-//! write the contract's WIT.
+//! it, list what a plugin directory would serve, start a plugin project,
+//! write the contract's WIT, and show or empty the compiled-plugin cache.
 
 mod scaffold;
 
@@ -64,6 +64,22 @@ pub(crate) enum PluginCommand {
         #[arg(long)]
         out: PathBuf,
     },
+    /// Show what the compiled-plugin cache holds, or empty it with
+    /// `--clear`. Every entry only makes a later load faster, so clearing
+    /// is safe at any time, even while `sandfleet serve` runs.
+    Cache {
+        /// The cache directory (default: `$XDG_CACHE_HOME/sandfleet/plugins`,
+        /// or `~/.cache/sandfleet/plugins`; a fleet file's `[plugins]
+        /// cache_dir` names another).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Remove the compiled components and the function cache.
+        #[arg(long)]
+        clear: bool,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 pub(crate) fn run(command: PluginCommand) -> anyhow::Result<ExitCode> {
@@ -84,6 +100,7 @@ pub(crate) fn run(command: PluginCommand) -> anyhow::Result<ExitCode> {
             );
             Ok(ExitCode::SUCCESS)
         }
+        PluginCommand::Cache { dir, clear, json } => cache(dir, clear, json),
         PluginCommand::Wit { version, out } => {
             let contract = scaffold::write_wit(version.as_deref(), &out)?;
             println!(
@@ -231,4 +248,83 @@ fn list(dir: Option<&Path>) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn cache(dir: Option<PathBuf>, clear: bool, json: bool) -> anyhow::Result<ExitCode> {
+    let dir = match dir {
+        Some(dir) => dir,
+        None => sandfleet_fleet::default_cache_dir()
+            .context("no cache directory: set XDG_CACHE_HOME or HOME, or pass --dir")?,
+    };
+    let contents = if clear {
+        sandfleet_plugin::clear_cache(&dir)
+    } else {
+        sandfleet_plugin::cache_contents(&dir)
+    }
+    .with_context(|| format!("{}: cannot read the plugin cache", dir.display()))?;
+    if json {
+        let report = serde_json::json!({
+            "dir": dir,
+            "cleared": clear,
+            "components": contents.components,
+            "component_bytes": contents.component_bytes,
+            "function_bytes": contents.function_bytes,
+            "abandoned_files": contents.abandoned,
+            "abandoned_bytes": contents.abandoned_bytes,
+            "files_being_written": contents.being_written,
+            "bytes": contents.bytes(),
+            "last_used": contents.last_used.map(|t| humantime::format_rfc3339_seconds(t).to_string()),
+        });
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else if clear {
+        println!("{}: removed {}", dir.display(), describe(&contents));
+        if contents.being_written > 0 {
+            println!(
+                "left {} file(s) a running sandfleet is writing",
+                contents.being_written
+            );
+        }
+    } else {
+        println!("directory   {}", dir.display());
+        if dir.exists() {
+            println!("holds       {}", describe(&contents));
+        } else {
+            println!("holds       nothing yet (no such directory)");
+        }
+        if let Some(used) = contents.last_used {
+            println!("last used   {}", humantime::format_rfc3339_seconds(used));
+        }
+        println!(
+            "budget      {} unless a fleet file's `[plugins] cache_budget_mib` says otherwise",
+            mib(sandfleet_plugin::DEFAULT_CACHE_BUDGET)
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What `contents` holds, in one line.
+fn describe(contents: &sandfleet_plugin::CacheContents) -> String {
+    let mut parts = vec![format!(
+        "{} compiled component(s) ({})",
+        contents.components,
+        mib(contents.component_bytes)
+    )];
+    if let Some(bytes) = contents.function_bytes {
+        parts.push(format!("the function cache ({})", mib(bytes)));
+    }
+    if contents.abandoned > 0 {
+        parts.push(format!(
+            "{} file(s) crashed writers left ({})",
+            contents.abandoned,
+            mib(contents.abandoned_bytes)
+        ));
+    }
+    if parts.len() > 1 {
+        parts.push(format!("{} in all", mib(contents.bytes())));
+    }
+    parts.join(", ")
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1 << 20) as f64)
 }

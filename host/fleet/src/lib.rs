@@ -21,12 +21,15 @@ pub use prepare::PrepareConfig;
 pub use shared::SharedPoolConfig;
 
 /// Where compiled plugins are cached between runs: `$XDG_CACHE_HOME` or
-/// `~/.cache`, under `sandfleet/plugins`.
+/// `~/.cache`, under `sandfleet/plugins`. As the XDG base directory
+/// specification says, a variable that is empty or not an absolute path is
+/// ignored (a relative one would put the cache wherever a command runs).
 pub fn default_cache_dir() -> Option<std::path::PathBuf> {
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(std::path::PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME").map(|home| std::path::PathBuf::from(home).join(".cache"))
-        })?;
+    let absolute = |name: &str| {
+        std::env::var_os(name)
+            .map(std::path::PathBuf::from)
+            .filter(|path| path.is_absolute())
+    };
+    let base = absolute("XDG_CACHE_HOME").or_else(|| Some(absolute("HOME")?.join(".cache")))?;
     Some(base.join("sandfleet").join("plugins"))
 }

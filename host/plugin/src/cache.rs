@@ -137,15 +137,15 @@ impl ArtifactCache {
                 continue;
             }
             let (path, used) = (file.path(), metadata.modified()?);
-            let name = file.file_name();
-            let name = name.to_string_lossy();
-            if name.starts_with(".tmp") {
-                if now.duration_since(used).is_ok_and(|age| age > ABANDONED) {
+            match CacheFile::of(&file.file_name().to_string_lossy()) {
+                Some(CacheFile::Temporary) if is_abandoned(used, now) => {
                     remove(&path)?;
                     continue;
                 }
-            } else if name.ends_with(".cwasm") && path != keep {
-                entries.push((used, metadata.len(), path));
+                Some(CacheFile::Component) if path != keep => {
+                    entries.push((used, metadata.len(), path));
+                }
+                _ => {}
             }
             held += metadata.len();
         }
@@ -176,6 +176,126 @@ impl ArtifactCache {
         tmp.persist(path)?;
         Ok(())
     }
+}
+
+/// What a file in the cache directory is, by its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CacheFile {
+    /// A compiled component.
+    Component,
+    /// The function cache.
+    Functions,
+    /// A writer's file, renamed into place once whole.
+    Temporary,
+}
+
+impl CacheFile {
+    fn of(name: &str) -> Option<CacheFile> {
+        if name.starts_with(".tmp") {
+            Some(CacheFile::Temporary)
+        } else if name.ends_with(".cwasm") {
+            Some(CacheFile::Component)
+        } else if name == crate::function_cache::FILE_NAME {
+            Some(CacheFile::Functions)
+        } else {
+            None
+        }
+    }
+}
+
+/// Whether a temporary file last written at `written` is one a crashed
+/// writer left, not one being written.
+fn is_abandoned(written: SystemTime, now: SystemTime) -> bool {
+    now.duration_since(written).is_ok_and(|age| age > ABANDONED)
+}
+
+/// What a plugin cache directory holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CacheContents {
+    /// Compiled components.
+    pub components: usize,
+    /// Their bytes.
+    pub component_bytes: u64,
+    /// The bytes of the function cache (Cranelift's compiled functions,
+    /// reused when a changed component is compiled), when there is one.
+    pub function_bytes: Option<u64>,
+    /// Files crashed writers left.
+    pub abandoned: usize,
+    /// Their bytes.
+    pub abandoned_bytes: u64,
+    /// Files a writer is writing now: left alone, and not in
+    /// [`CacheContents::bytes`].
+    pub being_written: usize,
+    /// When a component was last loaded or stored.
+    pub last_used: Option<SystemTime>,
+}
+
+impl CacheContents {
+    /// The bytes of the components, the function cache and the abandoned
+    /// files.
+    pub fn bytes(&self) -> u64 {
+        self.component_bytes + self.function_bytes.unwrap_or(0) + self.abandoned_bytes
+    }
+}
+
+/// What the plugin cache in `dir` holds; nothing when `dir` does not exist.
+/// Files of other names are not the cache's and are not counted.
+pub fn cache_contents(dir: &Path) -> std::io::Result<CacheContents> {
+    visit_cache(dir, |_| Ok(()))
+}
+
+/// Empties the plugin cache in `dir` and returns what it removed: its
+/// compiled components, its function cache and the files crashed writers
+/// left, never a file a writer is writing now, and no file of another
+/// name. A host using the cache meanwhile loses nothing it holds open, and
+/// compiles again what it no longer finds.
+pub fn clear_cache(dir: &Path) -> std::io::Result<CacheContents> {
+    visit_cache(dir, remove)
+}
+
+/// Tallies the cache's files in `dir`, calling `act` on each but those
+/// being written.
+fn visit_cache(
+    dir: &Path,
+    mut act: impl FnMut(&Path) -> std::io::Result<()>,
+) -> std::io::Result<CacheContents> {
+    let mut contents = CacheContents::default();
+    let files = match std::fs::read_dir(dir) {
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(contents),
+        other => other?,
+    };
+    let now = SystemTime::now();
+    for file in files {
+        let file = file?;
+        let Some(kind) = CacheFile::of(&file.file_name().to_string_lossy()) else {
+            continue;
+        };
+        let Ok(metadata) = file.metadata() else {
+            continue; // removed meanwhile
+        };
+        if !metadata.is_file() {
+            continue;
+        }
+        let (size, used) = (metadata.len(), metadata.modified()?);
+        match kind {
+            CacheFile::Temporary if !is_abandoned(used, now) => {
+                contents.being_written += 1;
+                continue;
+            }
+            CacheFile::Temporary => {
+                contents.abandoned += 1;
+                contents.abandoned_bytes += size;
+            }
+            CacheFile::Component => {
+                contents.components += 1;
+                contents.component_bytes += size;
+                contents.last_used = contents.last_used.max(Some(used));
+            }
+            CacheFile::Functions => contents.function_bytes = Some(size),
+        }
+        act(&file.path())?;
+    }
+    Ok(contents)
 }
 
 /// Marks an entry used now, for the sweep's order; an entry that cannot be

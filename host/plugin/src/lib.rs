@@ -57,7 +57,7 @@ mod watch;
 mod worlds;
 
 pub use bindings::SUPPORTED_VERSIONS;
-pub use cache::CacheOutcome;
+pub use cache::{CacheContents, CacheOutcome, cache_contents, clear_cache};
 pub use calls::PluginCalls;
 pub use contract::{Contract, Kind};
 pub use dynamic::{DynamicPlugin, FunctionType};

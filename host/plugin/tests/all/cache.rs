@@ -272,3 +272,58 @@ fn past_its_budget_the_cache_drops_the_least_recently_used_entries_first() {
     assert!(total <= 3 * real, "{total} > {}", 3 * real);
     assert_eq!(load(kept), CacheOutcome::Hit);
 }
+
+#[test]
+fn clearing_removes_the_caches_files_and_leaves_a_writers_and_anything_else() {
+    let dir = tempfile::tempdir().unwrap();
+    placed_by(dir.path(), sandfleet_guests::LEAST_LOADED);
+    let [entry] = entries(dir.path()).try_into().unwrap();
+    let abandoned = dir.path().join(".tmpABANDONED");
+    std::fs::write(&abandoned, "half an entry").unwrap();
+    used_ago(&abandoned, std::time::Duration::from_secs(7200));
+    let writing = dir.path().join(".tmpWRITING");
+    std::fs::write(&writing, "half an entry").unwrap();
+    let foreign = dir.path().join("notes.txt");
+    std::fs::write(&foreign, "not the cache's").unwrap();
+    let size = |path: &Path| std::fs::metadata(path).unwrap().len();
+    let functions = dir.path().join("functions.pack");
+
+    let held = sandfleet_plugin::cache_contents(dir.path()).unwrap();
+    assert_eq!(
+        (held.components, held.component_bytes),
+        (1, size(&entry)),
+        "{held:?}"
+    );
+    assert_eq!(held.function_bytes, Some(size(&functions)), "{held:?}");
+    assert_eq!((held.abandoned, held.being_written), (1, 1), "{held:?}");
+    assert_eq!(
+        held.bytes(),
+        size(&entry) + size(&functions) + size(&abandoned)
+    );
+    assert!(held.last_used.is_some());
+
+    let removed = sandfleet_plugin::clear_cache(dir.path()).unwrap();
+    assert_eq!(removed, held);
+    assert!(!entry.exists() && !functions.exists() && !abandoned.exists());
+    assert!(writing.exists() && foreign.exists());
+    let after = sandfleet_plugin::cache_contents(dir.path()).unwrap();
+    assert_eq!((after.components, after.bytes()), (0, 0), "{after:?}");
+    assert_eq!(after.function_bytes, None);
+    // The next compile makes most functions again (it reuses only those
+    // of a body it compiled a moment before), where a compile over the
+    // full cache reuses most.
+    let again = fresh_functions(dir.path(), BUDGET, sandfleet_guests::LEAST_LOADED);
+    assert!(again.compiled > again.reused, "{again:?}");
+    let over_full = fresh_functions(dir.path(), BUDGET, sandfleet_guests::LEAST_LOADED);
+    assert!(over_full.reused > over_full.compiled, "{over_full:?}");
+}
+
+#[test]
+fn a_missing_cache_directory_holds_nothing_and_clears_as_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("never-made");
+    let empty = sandfleet_plugin::CacheContents::default();
+    assert_eq!(sandfleet_plugin::cache_contents(&missing).unwrap(), empty);
+    assert_eq!(sandfleet_plugin::clear_cache(&missing).unwrap(), empty);
+    assert!(!missing.exists());
+}
