@@ -30,8 +30,9 @@ pub const INPUT_BYTES_PER_SECOND: u64 = 8 * 1024 * 1024;
 pub struct Limits {
     /// Bytes of linear memory an instance may grow to.
     pub memory_cap: u64,
-    /// Wall-clock time a call may take, enforced by epoch interruption to
-    /// within one epoch tick.
+    /// CPU time a call may use (its thread's, so a busy host does not
+    /// spend it), checked every time the epoch passes it; a call also ends
+    /// at [`crate::WALL_CEILING_FACTOR`] times this of wall time.
     pub deadline: Duration,
     /// WebAssembly fuel per call; `None` runs without fuel metering. Takes
     /// effect only when the host was created with fuel enabled.

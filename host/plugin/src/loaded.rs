@@ -9,6 +9,7 @@ use wasmtime::{Store, Trap};
 
 use crate::calls::CallCounter;
 use crate::contract::{Contract, Kind};
+use crate::deadline;
 use crate::error::{CallError, CallErrorKind, LoadError, PluginRef, Source};
 use crate::host::{Compiled, HostInner, Tier};
 use crate::limits::Limits;
@@ -157,9 +158,11 @@ impl<W: World> Loaded<W> {
                 .instantiate()
                 .map_err(|e| self.error(function, self.classify(e, false, limits)))?,
         };
-        let ticks = limits.deadline.as_nanos() / self.host.config.epoch_tick.as_nanos().max(1);
-        // One extra tick: the current one may be almost over.
-        live.store.set_epoch_deadline(ticks as u64 + 1);
+        deadline::arm(
+            &mut live.store,
+            limits.deadline,
+            self.host.config.epoch_tick,
+        );
         if self.host.config.fuel
             && let Some(fuel) = limits.fuel
         {
@@ -253,10 +256,13 @@ impl<W: World> Loaded<W> {
         let state = StoreState::new(self.info.plugin.clone(), self.limits.memory_cap);
         let mut store = Store::new(self.host.engine(self.info.tier), state);
         store.limiter(|state| &mut state.limiter);
-        store.epoch_deadline_trap();
+        deadline::install(&mut store, self.host.config.epoch_tick);
         // Instantiation runs guest start code: give it the call deadline too.
-        let ticks = self.limits.deadline.as_nanos() / self.host.config.epoch_tick.as_nanos().max(1);
-        store.set_epoch_deadline(ticks as u64 + 1);
+        deadline::arm(
+            &mut store,
+            self.limits.deadline,
+            self.host.config.epoch_tick,
+        );
         if self.host.config.fuel {
             store.set_fuel(self.limits.fuel.unwrap_or(u64::MAX))?;
         }

@@ -14,6 +14,7 @@ use wasmtime_wasi::{
 };
 
 use crate::bindings::host::{self, LogLevel};
+use crate::deadline::CallClock;
 use crate::error::PluginRef;
 use crate::limits::CallLimiter;
 
@@ -21,6 +22,8 @@ pub(crate) struct StoreState {
     wasi: WasiCtx,
     table: ResourceTable,
     pub(crate) limiter: CallLimiter,
+    /// What the call under way may still use.
+    pub(crate) clock: CallClock,
     plugin: PluginRef,
 }
 
@@ -50,6 +53,7 @@ impl StoreState {
             wasi: wasi.build(),
             table: ResourceTable::new(),
             limiter: CallLimiter::new(memory_cap),
+            clock: CallClock::default(),
             plugin,
         }
     }

@@ -13,6 +13,7 @@ const HOG: u32 = 2;
 const TRAP: u32 = 3;
 const OUT_OF_RANGE: u32 = 4;
 const REFUSE: u32 = 5;
+const WORK: u32 = 7;
 const BEHAVE: u32 = 0;
 
 #[test]
@@ -63,6 +64,81 @@ fn other_plugins_keep_answering_while_one_spins() {
     assert!(answered > 0);
     let error = spinning.join().unwrap().unwrap_err();
     assert!(matches!(error.kind, CallErrorKind::Deadline(_)), "{error}");
+}
+
+/// The CPU time this thread has used.
+fn thread_cpu() -> Duration {
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
+}
+
+/// The deadline is the call's CPU time: a call that computes well within
+/// it answers even when the host keeps it waiting past it. The call runs on
+/// a thread at the lowest priority sharing one CPU with a thread that
+/// spins, so it gets about one seventieth of that CPU.
+#[test]
+fn a_host_too_busy_to_run_a_call_does_not_spend_its_deadline() {
+    let deadline = Duration::from_millis(200);
+    let mut limits = KindLimits::default();
+    limits.placement.deadline = deadline;
+    let registry = registry_with(HostConfig {
+        limits,
+        ..HostConfig::default()
+    });
+    load(&registry, "misbehave", sandfleet_guests::MISBEHAVE);
+    let policy = registry.placement("misbehave").unwrap();
+    let work = |rounds: u64| {
+        let mut demand = demand(WORK);
+        demand.sequence = rounds;
+        demand
+    };
+    // Rounds that take a fortieth of the deadline of CPU, alone.
+    let mut rounds = 1 << 14;
+    loop {
+        let before = thread_cpu();
+        assert_eq!(
+            policy
+                .place_blocking(&work(rounds), &three_clusters())
+                .unwrap(),
+            0
+        );
+        if thread_cpu() - before >= deadline / 40 {
+            break;
+        }
+        rounds *= 2;
+        assert!(rounds < 1 << 40, "the guest's rounds take no time");
+    }
+    let allowed = rustix::thread::sched_getaffinity(None).unwrap();
+    let cpu = (0..rustix::thread::CpuSet::MAX_CPU)
+        .find(|&cpu| allowed.is_set(cpu))
+        .expect("a CPU this test may run on");
+    let pin = move || {
+        let mut one = rustix::thread::CpuSet::new();
+        one.set(cpu);
+        rustix::thread::sched_setaffinity(None, &one).unwrap();
+    };
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let spinning = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            pin();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        })
+    };
+    let calling = std::thread::spawn(move || {
+        pin();
+        rustix::process::setpriority_process(Some(rustix::thread::gettid()), 19).unwrap();
+        let started = Instant::now();
+        let answer = policy.place_blocking(&work(rounds), &three_clusters());
+        (answer, started.elapsed())
+    });
+    let (answer, wall) = calling.join().unwrap();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    spinning.join().unwrap();
+    assert!(wall > deadline, "the call was not kept waiting: {wall:?}");
+    assert_eq!(answer.unwrap(), 0, "after {wall:?} of wall time");
 }
 
 #[test]

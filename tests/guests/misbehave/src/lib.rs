@@ -26,6 +26,8 @@ pub const OUT_OF_RANGE: u32 = 4;
 pub const REFUSE: u32 = 5;
 /// Writes to stdout, stderr and the host log, then answers 0.
 pub const TALK: u32 = 6;
+/// Computes for `demand.sequence` rounds, then answers 0: work that ends.
+pub const WORK: u32 = 7;
 
 struct Misbehave;
 
@@ -62,6 +64,14 @@ impl Guest for Misbehave {
                     sandfleet::plugin::host::LogLevel::Warn,
                     "said through the host log",
                 );
+                Ok(0)
+            }
+            WORK => {
+                let mut n: u64 = 1;
+                for _ in 0..demand.sequence {
+                    n = std::hint::black_box(n.wrapping_mul(6364136223846793005).wrapping_add(1));
+                }
+                std::hint::black_box(n);
                 Ok(0)
             }
             _ => Ok(0),
