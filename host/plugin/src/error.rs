@@ -76,8 +76,12 @@ impl CallError {
 /// The ways a plugin call fails.
 #[derive(Debug, thiserror::Error)]
 pub enum CallErrorKind {
-    /// The call ran past its deadline and was interrupted.
-    #[error("exceeded its deadline of {0:?}")]
+    /// The call used up its deadline of CPU time, or of wall time
+    /// [`crate::WALL_CEILING_FACTOR`] times as long, and was interrupted.
+    #[error(
+        "exceeded its deadline of {0:?} of CPU time (or {wall:?} of wall time)",
+        wall = *.0 * crate::WALL_CEILING_FACTOR
+    )]
     Deadline(Duration),
     /// The plugin tried to grow its memory past the cap.
     #[error("exceeded its memory cap of {} MiB", .0 / (1024 * 1024))]

@@ -74,10 +74,13 @@ fn thread_cpu() -> Duration {
 
 /// The deadline is the call's CPU time: a call that computes well within
 /// it answers even when the host keeps it waiting past it. The call runs on
-/// a thread at the lowest priority sharing one CPU with a thread that
-/// spins, so it gets about one seventieth of that CPU.
+/// a thread pinned to one CPU with five threads spinning there at the same
+/// priority, so it gets at most a sixth of that CPU: a call of a quarter of
+/// the deadline of CPU takes at least 1.5 deadlines of wall time, and
+/// reaches the wall ceiling (10) only with 34 more busy threads there.
 #[test]
 fn a_host_too_busy_to_run_a_call_does_not_spend_its_deadline() {
+    const SPINNERS: usize = 5;
     let deadline = Duration::from_millis(200);
     let mut limits = KindLimits::default();
     limits.placement.deadline = deadline;
@@ -92,9 +95,7 @@ fn a_host_too_busy_to_run_a_call_does_not_spend_its_deadline() {
         demand.sequence = rounds;
         demand
     };
-    // Rounds that take a fortieth of the deadline of CPU, alone.
-    let mut rounds = 1 << 14;
-    loop {
+    let cpu_of = |rounds: u64| {
         let before = thread_cpu();
         assert_eq!(
             policy
@@ -102,12 +103,20 @@ fn a_host_too_busy_to_run_a_call_does_not_spend_its_deadline() {
                 .unwrap(),
             0
         );
-        if thread_cpu() - before >= deadline / 40 {
-            break;
+        thread_cpu() - before
+    };
+    // Rounds that take a quarter of the deadline of CPU, scaled from a call
+    // long enough to time.
+    let mut rounds: u64 = 1 << 14;
+    let timed = loop {
+        let cpu = cpu_of(rounds);
+        if cpu >= deadline / 10 {
+            break cpu;
         }
         rounds *= 2;
         assert!(rounds < 1 << 40, "the guest's rounds take no time");
-    }
+    };
+    let rounds = (rounds as f64 * (deadline.as_secs_f64() / 4.0) / timed.as_secs_f64()) as u64;
     let allowed = rustix::thread::sched_getaffinity(None).unwrap();
     let cpu = (0..rustix::thread::CpuSet::MAX_CPU)
         .find(|&cpu| allowed.is_set(cpu))
@@ -118,27 +127,31 @@ fn a_host_too_busy_to_run_a_call_does_not_spend_its_deadline() {
         rustix::thread::sched_setaffinity(None, &one).unwrap();
     };
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let spinning = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            pin();
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                std::hint::spin_loop();
-            }
+    let spinners: Vec<_> = (0..SPINNERS)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                pin();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            })
         })
-    };
+        .collect();
     let calling = std::thread::spawn(move || {
         pin();
-        rustix::process::setpriority_process(Some(rustix::thread::gettid()), 19).unwrap();
-        let started = Instant::now();
+        let (started, cpu_before) = (Instant::now(), thread_cpu());
         let answer = policy.place_blocking(&work(rounds), &three_clusters());
-        (answer, started.elapsed())
+        (answer, started.elapsed(), thread_cpu() - cpu_before)
     });
-    let (answer, wall) = calling.join().unwrap();
+    let (answer, wall, used) = calling.join().unwrap();
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    spinning.join().unwrap();
-    assert!(wall > deadline, "the call was not kept waiting: {wall:?}");
-    assert_eq!(answer.unwrap(), 0, "after {wall:?} of wall time");
+    for spinner in spinners {
+        spinner.join().unwrap();
+    }
+    let seen = format!("{wall:?} of wall time, {used:?} of CPU");
+    assert!(wall > deadline, "the call was not kept waiting: {seen}");
+    assert_eq!(answer.unwrap(), 0, "after {seen}");
 }
 
 #[test]
