@@ -52,10 +52,11 @@ pub(crate) struct QuickstartRun {
 
 /// What the runs below give a placement call: 5 s, not the default
 /// 100 ms. A Python or JavaScript policy's first call builds its
-/// interpreter's state, and on 2 cores shared with the suite's other tests
-/// (Cranelift compiling a plugin on both) its thread can wait past 100 ms:
-/// once, the JavaScript policy's run stopped on "exceeded its deadline".
-/// These runs test that a policy serves, not how fast.
+/// interpreter's state; when deadlines counted wall time, the JavaScript
+/// policy's run once stopped on "exceeded its deadline" while Cranelift held
+/// both cores. Deadlines now count the call's CPU time, but how much of it
+/// that first call takes on a slow machine is not measured, and these runs
+/// test that a policy serves, not how fast.
 const PATIENT_PLACEMENT: &str = "limits.placement = { deadline = \"5s\" }";
 
 /// Runs the quickstart with `component` as its placement policy `name`,
