@@ -198,8 +198,9 @@ impl Process {
     /// exited (a zombie takes signals, but is gone) or was already exiting
     /// (a killed pid namespace's init stays exiting, out of `/proc`'s sight
     /// and signallable, until every other process of its namespace is
-    /// reaped). The signal goes out either way: a zombie leader whose other
-    /// threads still run is not exiting as a whole.
+    /// reaped). The signal goes out either way. A leader that exited while
+    /// its other threads run shows as a zombie, not as exiting, and counts:
+    /// the signal ends those threads.
     pub(crate) fn kill(&self) -> bool {
         let exiting = read_stat(self.identity.pid).is_some_and(|stat| stat.exiting && !stat.zombie);
         self.signal(Signal::KILL) && !exiting

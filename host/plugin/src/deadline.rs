@@ -61,8 +61,14 @@ impl CallClock {
 }
 
 impl Default for CallClock {
+    /// Spent: a store's clock is armed before each call, so a new store
+    /// need not read the CPU clock.
     fn default() -> Self {
-        CallClock::start(Duration::ZERO)
+        CallClock {
+            cpu_at_start: Duration::ZERO,
+            cpu_budget: Duration::ZERO,
+            wall_ceiling: Instant::now(),
+        }
     }
 }
 
