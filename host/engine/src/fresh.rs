@@ -287,6 +287,15 @@ mod tests {
         task: Task,
     }
 
+    /// Compiled components cached beside the test binaries
+    /// (`target/debug/plugin-cache`): the built-ins are compiled once, not
+    /// by every test (3 s of CPU each time in a debug build).
+    fn plugin_cache() -> std::path::PathBuf {
+        let binary = std::env::current_exe().unwrap();
+        let deps = binary.parent().unwrap();
+        deps.parent().unwrap().join("plugin-cache")
+    }
+
     fn harness() -> Harness {
         let dir = tempfile::tempdir().unwrap();
         let config = calc::local_config(dir.path());
@@ -298,6 +307,7 @@ mod tests {
         let registry = Registry::new(
             PluginHost::new(HostConfig {
                 limits,
+                cache_dir: Some(plugin_cache()),
                 ..HostConfig::default()
             })
             .unwrap(),

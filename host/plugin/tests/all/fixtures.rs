@@ -1,6 +1,7 @@
 //! What the plugin host's test binaries share: registries, guests,
 //! placement inputs.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use sandfleet_plugin::placement::{ClusterState, Clusters, Demand, DemandKind};
@@ -8,9 +9,21 @@ use std::time::Duration;
 
 use sandfleet_plugin::{HostConfig, KindLimits, Limits, PluginHost, Registry, Source};
 
-/// A registry on a fresh host with default limits and no cache.
+/// A registry on a fresh host with default limits, caching compiled
+/// components where every test of this binary does.
 pub(crate) fn registry() -> Arc<Registry> {
-    registry_with(HostConfig::default())
+    registry_with(shared_cache())
+}
+
+/// Default settings with compiled components cached under the target
+/// directory: the built-ins, which many tests load, are then compiled once
+/// for the suite (about 3 s of CPU each time), not once per test. Tests of
+/// compiling itself name a cache of their own.
+pub(crate) fn shared_cache() -> HostConfig {
+    HostConfig {
+        cache_dir: Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("plugin-cache")),
+        ..HostConfig::default()
+    }
 }
 
 /// A registry whose deadlines are far beyond any call's run time, for tests
@@ -22,7 +35,7 @@ pub(crate) fn patient_registry() -> Arc<Registry> {
             deadline: Duration::from_secs(30),
             ..Limits::default()
         }),
-        ..HostConfig::default()
+        ..shared_cache()
     })
 }
 
