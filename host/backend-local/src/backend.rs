@@ -28,9 +28,10 @@ use crate::discard::Discards;
 use crate::error::{IoContext, LocalError};
 use crate::inventory::Live;
 use crate::oci::Images as OciImages;
-use crate::sandbox::{Isolation, Sandbox, Site};
+use crate::sandbox::{Sandbox, Site};
 use crate::spawn::{SpawnRequest, Spawned};
 use crate::state::{self, StateDir};
+use crate::templates::Isolation;
 use crate::{ids, machine};
 use sandfleet_jail::protocol::Volume;
 

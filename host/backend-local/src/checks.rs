@@ -15,8 +15,9 @@ use crate::backend::{Inner, WARM_CREATE_TIMEOUT};
 use crate::error::{IoContext, LocalError};
 use crate::machine;
 use crate::namespace::{SANDBOX_PATH, sandbox_tool};
-use crate::sandbox::{ImageRoot, Isolation, Resources, Sandbox, Template};
+use crate::sandbox::Sandbox;
 use crate::state;
+use crate::templates::{ImageRoot, Isolation, Resources, Template};
 
 /// Fails unless the sandboxes' root can reach `state_dir`: the mounts are
 /// made as that user, so every directory above the state directory must be

@@ -15,8 +15,9 @@ use crate::blocking;
 use crate::error::{IoContext, LocalError};
 use crate::exec;
 use crate::inventory::Held;
-use crate::sandbox::{Sandbox, Template};
+use crate::sandbox::Sandbox;
 use crate::state;
+use crate::templates::Template;
 use sandfleet_jail::protocol::Volume;
 
 impl Inner {

@@ -11,8 +11,9 @@ use tokio_util::task::TaskTracker;
 
 use crate::error::LocalError;
 use crate::pool::Pool;
-use crate::sandbox::{Sandbox, Template};
+use crate::sandbox::Sandbox;
 use crate::snapshot::Snapshot;
+use crate::templates::Template;
 
 /// A live sandbox and the slot it occupies until it is destroyed (in-flight
 /// commands may still hold the sandbox itself).

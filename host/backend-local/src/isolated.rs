@@ -23,7 +23,8 @@ use crate::disk::Members;
 use crate::error::{IoContext, LocalError};
 use crate::namespace::{self, Entry, InitSpec};
 use crate::process::{self, Process, ProcessIdentity};
-use crate::sandbox::{Site, Template};
+use crate::sandbox::Site;
+use crate::templates::Template;
 
 /// How long a killed sandbox's processes get to leave its cgroups.
 const CGROUP_DRAIN: Duration = Duration::from_secs(5);

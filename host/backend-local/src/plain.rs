@@ -20,7 +20,7 @@ use tokio::process::Command;
 use crate::error::{IoContext, LocalError};
 use crate::namespace::SANDBOX_PATH;
 use crate::process::{MARKER_ENV, run_tool};
-use crate::sandbox::{ImageRoot, Template};
+use crate::templates::{ImageRoot, Template};
 
 /// Where a plain sandbox's paths are on the host.
 #[derive(Debug)]

@@ -29,8 +29,9 @@ use crate::blocking;
 use crate::error::{IoContext, LocalError};
 use crate::inventory::Held;
 use crate::remove::{remove_beneath, remove_tree};
-use crate::sandbox::{Sandbox, Template};
+use crate::sandbox::Sandbox;
 use crate::state::{read_record, unix_now, write_record};
+use crate::templates::Template;
 
 /// The record in a snapshot's directory; removed when it is deleted.
 pub(crate) const SNAPSHOT_RECORD: &str = "snapshot.json";

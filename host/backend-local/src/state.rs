@@ -51,8 +51,8 @@ use crate::blocking;
 use crate::error::{IoContext, LocalError};
 use crate::process::{self, MarkerScope, Process, ProcessIdentity};
 use crate::remove::remove_beneath;
-use crate::sandbox::Isolation;
 use crate::snapshot::snapshot_ids;
+use crate::templates::Isolation;
 
 /// How long reaping waits for killed processes to exit.
 const REAP_WAIT: Duration = Duration::from_secs(5);

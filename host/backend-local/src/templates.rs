@@ -1,20 +1,145 @@
-//! Templates and their images: a directory image is prepared (snapshotted
-//! where it must be) once per backend, an OCI image pulled once into the
-//! layer store and pinned while templates use it, and a run's template
-//! records what its sandboxes are made of.
+//! Templates and their images: what a template's sandboxes are made of
+//! and may use; a directory image is prepared (snapshotted where it must
+//! be) once per backend, an OCI image pulled once into the layer store and
+//! pinned while templates use it, and a run's template records what its
+//! sandboxes are made of.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use sandfleet_core::{ImageToPull, PullProgress, TemplateRef, TemplateSpec, names_a_reference};
+use sandfleet_core::{
+    ImageToPull, PullProgress, RunId, TemplateRef, TemplateSpec, names_a_reference,
+};
+use sandfleet_jail::cgroup::Limits;
+use sandfleet_jail::protocol::Image;
 
 use crate::backend::Inner;
-use crate::config::ImageSource;
+use crate::config::{ImageSource, SandboxLimits};
 use crate::error::{IoContext, LocalError};
 use crate::image;
+use crate::oci::OciImage;
 use crate::process::ProcessIdentity;
-use crate::sandbox::{ImageRoot, Isolation, Resources, Template};
 use crate::state::{RunRecord, TemplateRecord, unix_now, write_record};
+
+/// How sandboxes are isolated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Isolation {
+    /// Linux namespaces.
+    Namespaces,
+    /// None: directories and host processes.
+    Plain,
+}
+
+/// What each sandbox of a template may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Resources {
+    /// Memory (the cgroup's limit), in MiB.
+    pub(crate) memory_mib: u32,
+    /// CPU (a CFS quota), in millicores.
+    pub(crate) cpu_milli: u32,
+    /// Its writable layer (workdir and `/tmp`), in MiB.
+    pub(crate) disk_mib: u32,
+    /// Processes and tmpfs sizes.
+    pub(crate) limits: SandboxLimits,
+}
+
+impl Resources {
+    pub(crate) fn cgroup_limits(&self) -> Limits {
+        Limits {
+            memory_bytes: Some(u64::from(self.memory_mib) << 20),
+            cpu_milli: Some(self.cpu_milli),
+            pids: Some(self.limits.pids),
+        }
+    }
+
+    pub(crate) fn disk_bytes(&self) -> u64 {
+        u64::from(self.disk_mib) << 20
+    }
+}
+
+/// A template made ready: what its sandboxes are made of.
+#[derive(Debug)]
+pub(crate) struct Template {
+    /// The template's name.
+    pub(crate) name: String,
+    /// The run it belongs to, and with it every sandbox made from it.
+    pub(crate) run_id: RunId,
+    /// The image name.
+    pub(crate) image: String,
+    /// What its sandboxes' files come from.
+    pub(crate) source: ImageRoot,
+    /// Where commands start, and the directory whose writes a scrub keeps:
+    /// the cluster's workdir, or an OCI image's own `WorkingDir`.
+    pub(crate) workdir: String,
+    /// Whether its sandboxes keep the host's network.
+    pub(crate) share_network: bool,
+    /// Environment every command gets.
+    pub(crate) env: Vec<(String, String)>,
+    /// The start of its sandboxes' ids: the name, made id-safe.
+    pub(crate) id_prefix: String,
+    /// What each sandbox may use.
+    pub(crate) resources: Resources,
+}
+
+/// What a template's sandboxes are made of.
+#[derive(Debug, Clone)]
+pub(crate) enum ImageRoot {
+    /// A directory (canonical), seen at the workdir over the host's system
+    /// directories.
+    Directory(PathBuf),
+    /// An OCI image's layers as the whole root.
+    Oci(Arc<OciImage>),
+}
+
+impl ImageRoot {
+    /// What the helper is asked to build.
+    pub(crate) fn to_request(&self) -> Image {
+        match self {
+            ImageRoot::Directory(dir) => Image::Directory(dir.clone()),
+            ImageRoot::Oci(image) => Image::Layers {
+                dir: image.layers_dir.clone(),
+                layers: image.layers.clone(),
+            },
+        }
+    }
+
+    /// The host directory its files are in (a directory image's, or the
+    /// store's layers): no sandbox may see it.
+    pub(crate) fn host_dir(&self) -> &std::path::Path {
+        match self {
+            ImageRoot::Directory(dir) => dir,
+            ImageRoot::Oci(image) => &image.layers_dir,
+        }
+    }
+
+    /// The OCI image, if it is one.
+    pub(crate) fn oci(&self) -> Option<&OciImage> {
+        match self {
+            ImageRoot::Oci(image) => Some(image),
+            ImageRoot::Directory(_) => None,
+        }
+    }
+}
+
+impl Template {
+    /// A sandbox id prefix for template `name`: lowercase letters, digits and
+    /// `-`, so ids are valid host names and directory names.
+    pub(crate) fn id_prefix(name: &str) -> String {
+        let prefix: String = name
+            .to_ascii_lowercase()
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .take(32)
+            .collect();
+        let prefix = prefix.trim_matches('-');
+        if prefix.is_empty() {
+            "sandbox".to_string()
+        } else {
+            prefix.to_string()
+        }
+    }
+}
 
 impl Inner {
     /// What template image `name` is: a directory image of the config, an

@@ -11,8 +11,9 @@ use crate::backend::{Inner, WARM_CREATE_TIMEOUT};
 use crate::error::LocalError;
 use crate::inventory::Held;
 use crate::pool::Pool;
-use crate::sandbox::{Sandbox, Template};
+use crate::sandbox::Sandbox;
 use crate::state::{PoolRecord, remove_record, write_record};
+use crate::templates::Template;
 
 impl Inner {
     pub(crate) async fn warm(
