@@ -326,13 +326,13 @@ impl Emulator {
 
     /// The most image pulls one node has made at once.
     pub fn peak_pulls(&self) -> usize {
-        self.state.runtime.peak_pulls()
+        self.state.runtime.images().peak_pulls()
     }
 
     /// Image pulls every node has started so far (one per image a node did
     /// not have).
     pub fn pulls(&self) -> usize {
-        self.state.runtime.pulls_started()
+        self.state.runtime.images().pulls_started()
     }
 
     /// What `resource` (`sandboxes.agents.x-k8s.io`, or `pods` for the core

@@ -14,14 +14,16 @@
 //! (`pods/log`). A deleted pod's sandbox is destroyed, and its logs dropped.
 //!
 //! One module per job: `bind` is the scheduler's side (binding pending pods where
-//! `scheduler` chooses), `pull` pulls a pod's images, `start` runs a bound pod to its
-//! end, `volumes` makes its `emptyDir`s, and `addresses` hands out pod IPs; this module
-//! follows the pod events.
+//! `scheduler` chooses), `pull` pulls a pod's images into the nodes' image cache
+//! (`node_images`), `start` runs a bound pod to its end in a sandbox of the container
+//! runtime (`runtime`), `volumes` makes its `emptyDir`s, and `addresses` hands out pod
+//! IPs; this module follows the pod events.
 
 mod addresses;
 mod bind;
 pub(crate) mod container_log;
 mod network;
+pub(crate) mod node_images;
 mod pull;
 pub(crate) mod pull_model;
 pub(crate) mod quantity;

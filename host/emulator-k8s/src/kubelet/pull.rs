@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::runtime::PullError;
+use super::node_images::PullError;
 use super::{KUBELET, Kubelet};
 use crate::client::{self, NODES, PODS};
 
@@ -128,7 +128,7 @@ impl Kubelet {
         policy: &str,
     ) -> bool {
         let c = self.client(KUBELET);
-        if self.runtime.cached(node, image) && policy != "Always" {
+        if self.runtime.images().cached(node, image) && policy != "Always" {
             c.event(
                 pod,
                 "Normal",
@@ -178,6 +178,7 @@ impl Kubelet {
     pub(super) fn publish_node_images(&self, node: &str) {
         let images: Vec<Value> = self
             .runtime
+            .images()
             .node_image_entries(node)
             .into_iter()
             .map(|(names, size)| json!({"names": names, "sizeBytes": size}))

@@ -47,7 +47,7 @@ impl Kubelet {
         let mut all = containers(&pod, "initContainers");
         let main = containers(&pod, "containers");
         all.extend(main.iter().cloned());
-        let pulls_before = self.runtime.node_images(&node).len();
+        let pulls_before = self.runtime.images().node_images(&node).len();
         for ct in &all {
             let image = ct["image"].as_str().unwrap_or_default();
             let name = ct["name"].as_str().unwrap_or_default();
@@ -60,7 +60,7 @@ impl Kubelet {
                 return;
             }
         }
-        if self.runtime.node_images(&node).len() != pulls_before {
+        if self.runtime.images().node_images(&node).len() != pulls_before {
             self.publish_node_images(&node);
         }
         if self.state.faults.evict_now() {
@@ -149,9 +149,10 @@ impl Kubelet {
             self.runtime.stop(&pod_uid).await;
             return;
         }
-        let argv = self
-            .runtime
-            .argv(image, strings(first, "command"), strings(first, "args"));
+        let argv =
+            self.runtime
+                .images()
+                .argv(image, strings(first, "command"), strings(first, "args"));
         if let Some(program) = argv.first()
             && let Some(refusal) = self.runtime.refuses_to_start(&sandbox, program).await
         {
@@ -175,7 +176,7 @@ impl Kubelet {
         let statuses: Vec<Value> = main
             .iter()
             .map(|ct| json!({
-                "name": ct["name"], "image": ct["image"], "imageID": self.runtime.image_id(ct["image"].as_str().unwrap_or_default()),
+                "name": ct["name"], "image": ct["image"], "imageID": self.runtime.images().image_id(ct["image"].as_str().unwrap_or_default()),
                 "containerID": container_id, "ready": true, "started": true, "restartCount": 0,
                 "state": {"running": {"startedAt": now}},
             }))
@@ -185,7 +186,7 @@ impl Kubelet {
             .enumerate()
             .map(|(index, ct)| {
                 let mut status = json!({
-                    "name": ct["name"], "image": ct["image"], "imageID": self.runtime.image_id(ct["image"].as_str().unwrap_or_default()),
+                    "name": ct["name"], "image": ct["image"], "imageID": self.runtime.images().image_id(ct["image"].as_str().unwrap_or_default()),
                     "ready": true, "started": false, "restartCount": 0,
                     "state": {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": now, "finishedAt": now}},
                 });
@@ -279,7 +280,7 @@ impl Kubelet {
                     terminated["message"] = json!(message);
                 }
                 json!({
-                    "name": ct["name"], "image": ct["image"], "imageID": self.runtime.image_id(ct["image"].as_str().unwrap_or_default()),
+                    "name": ct["name"], "image": ct["image"], "imageID": self.runtime.images().image_id(ct["image"].as_str().unwrap_or_default()),
                     "containerID": container_id, "ready": false, "started": false, "restartCount": 0,
                     "state": {"terminated": terminated},
                 })
@@ -321,6 +322,7 @@ impl Kubelet {
         let image = ct["image"].as_str().unwrap_or_default();
         let argv = self
             .runtime
+            .images()
             .argv(image, strings(ct, "command"), strings(ct, "args"));
         if argv.is_empty() {
             log.end();
@@ -370,6 +372,7 @@ impl Kubelet {
         let finished = now_rfc3339();
         let image_id = |ct: &Value| {
             self.runtime
+                .images()
                 .image_id(ct["image"].as_str().unwrap_or_default())
         };
         let statuses: Vec<Value> = init
@@ -447,7 +450,7 @@ impl Kubelet {
         let name = main[0]["name"].as_str().unwrap_or_default();
         let mut status = json!({
             "name": name, "image": main[0]["image"],
-            "imageID": self.runtime.image_id(main[0]["image"].as_str().unwrap_or_default()),
+            "imageID": self.runtime.images().image_id(main[0]["image"].as_str().unwrap_or_default()),
             "ready": false, "started": false, "restartCount": 0,
         });
         if never {
