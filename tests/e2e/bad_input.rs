@@ -200,7 +200,11 @@ fn without_cgroups_preflight_warns_and_says_what_to_set() {
         .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
         .arg(env!("CARGO_BIN_EXE_sandfleet"))
         .args(["preflight", fleet.to_str().unwrap()])
+        // Its plugin cache under its own home: the caller's `XDG_CACHE_HOME`
+        // (a fresh `mktemp -d` in a clean-clone measurement) is a directory
+        // only the caller may enter.
         .env("HOME", scratch.state_dir())
+        .env_remove("XDG_CACHE_HOME")
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
