@@ -2,12 +2,10 @@
 //! isolated local sandboxes: the agent-sandbox flow from the CRD YAMLs to an exec into
 //! a claimed sandbox and its cleanup by garbage collection.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::kubectl::Cluster;
-use common::{Api, EXT, crd_dir, is_true};
+use crate::common::kubectl::Cluster;
+use crate::common::{Api, EXT, crd_dir, is_true};
 use sandfleet_emulator_k8s::Config;
 
 const TEMPLATE: &str = "apiVersion: extensions.agents.x-k8s.io/v1beta1
@@ -265,18 +263,21 @@ async fn a_pod_with_a_service_asked_for_is_reachable_by_claim_and_cleaned_up_wit
     })
     .await;
     let api = Api::new(&cluster.emulator);
-    let mut t = common::template("svc", "python:3.12", None);
+    let mut t = crate::common::template("svc", "python:3.12", None);
     t["spec"]["service"] = serde_json::json!(true);
     t["spec"]["podTemplate"]["spec"]["containers"][0]["ports"] =
         serde_json::json!([{"containerPort": 8888, "name": "http"}]);
     api.create(&format!("{EXT}/sandboxtemplates"), t).await;
     api.create(
         &format!("{EXT}/sandboxwarmpools"),
-        common::pool("p", "svc", 1),
+        crate::common::pool("p", "svc", 1),
     )
     .await;
-    api.create(&format!("{EXT}/sandboxclaims"), common::claim("c", "p"))
-        .await;
+    api.create(
+        &format!("{EXT}/sandboxclaims"),
+        crate::common::claim("c", "p"),
+    )
+    .await;
     let claim = api
         .wait(
             &format!("{EXT}/sandboxclaims/c"),

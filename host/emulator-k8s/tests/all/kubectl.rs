@@ -2,12 +2,10 @@
 //! emulator started in-process on 127.0.0.1:0, with a fresh HOME so discovery is not
 //! cached between tests.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::crd_dir;
-use common::kubectl::Cluster;
+use crate::common::crd_dir;
+use crate::common::kubectl::Cluster;
 use sandfleet_emulator_k8s::Config;
 
 const TEMPLATE: &str = r#"apiVersion: extensions.agents.x-k8s.io/v1beta1

@@ -2,12 +2,10 @@
 //! running as local sandboxes (`plain` here: the controllers are under test, not the
 //! isolation; the kubectl tests use isolated sandboxes).
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use common::{Api, EXT, PODS, SB, claim, condition, image, is_true, pool, template};
+use crate::common::{Api, EXT, PODS, SB, claim, condition, image, is_true, pool, template};
 use reqwest::Method;
 use sandfleet_emulator_k8s::{Config, Emulator, PodRuntime, Tuning};
 use serde_json::{Value, json};
@@ -636,7 +634,7 @@ async fn claim_expiry_follows_the_shutdown_policy_and_deleted_is_terminal() {
     api.create(&format!("{EXT}/sandboxclaims"), retain).await;
     let made = api.create(&format!("{EXT}/sandboxclaims"), delete).await;
     let mut watch = api
-        .watch(&format!("{EXT}/sandboxclaims?watch=true&fieldSelector=metadata.name%3Dgone&resourceVersion={}&timeoutSeconds=8", common::rv(&made)))
+        .watch(&format!("{EXT}/sandboxclaims?watch=true&fieldSelector=metadata.name%3Dgone&resourceVersion={}&timeoutSeconds=8", crate::common::rv(&made)))
         .await;
     let mut types = Vec::new();
     while let Some(event) = watch.next().await {

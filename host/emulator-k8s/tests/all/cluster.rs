@@ -3,11 +3,9 @@
 //! namespaces, RuntimeClasses and Secrets, CRDs served only once applied, the
 //! connection count), and `sandfleet devcluster k8s` leaving nothing behind.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::{Api, PODS, condition, image};
+use crate::common::{Api, PODS, condition, image};
 use reqwest::Method;
 use sandfleet_emulator_k8s::{
     Config, DenyRule, Emulator, K8sArgs, NodeShape, PodRuntime, PullModel,
@@ -209,7 +207,7 @@ async fn an_image_with_no_directory_leaves_the_pod_pending_in_err_image_pull() {
     let (_dir, emulator) = plain_with_py().await;
     let api = Api::new(&emulator);
     // A bare name mapped to nothing: no registry is asked (a reference would be
-    // pulled, with isolated pods; see tests/oci.rs against a loopback registry).
+    // pulled, with isolated pods; see the `oci` module, against a loopback registry).
     api.create(PODS, pod("nope", "none-such", json!({}))).await;
     let stuck = api
         .wait(&format!("{PODS}/nope"), LIMIT, |o| {
@@ -436,8 +434,8 @@ async fn access_reviews_answer_allowed_and_denied_and_denied_requests_get_403() 
     let (code, status) = api
         .send(
             Method::POST,
-            &format!("{}/sandboxclaims", common::EXT),
-            Some(common::claim("c", "p")),
+            &format!("{}/sandboxclaims", crate::common::EXT),
+            Some(crate::common::claim("c", "p")),
         )
         .await;
     assert_eq!(code, 403, "{status}");
@@ -870,7 +868,7 @@ async fn malformed_bodies_and_patches_get_a_status_and_the_server_keeps_serving(
     let (code, status) = api
         .send(
             Method::POST,
-            &format!("{}/sandboxclaims", common::EXT),
+            &format!("{}/sandboxclaims", crate::common::EXT),
             Some(claim),
         )
         .await;

@@ -3,9 +3,7 @@
 
 use std::time::Duration;
 
-mod common;
-
-use common::{Api, Lines, rv};
+use crate::common::{Api, Lines, rv};
 use sandfleet_emulator_k8s::{Config, Emulator};
 use serde_json::{Value, json};
 

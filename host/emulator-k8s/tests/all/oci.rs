@@ -7,11 +7,9 @@
 //! `ErrImageNeverPull` without asking any registry; a pre-pull DaemonSet that pulls
 //! on every node; and agent-sandbox's pods of an image, exec'd into over the wire.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::{Api, PODS, SB, is_true};
+use crate::common::{Api, PODS, SB, is_true};
 use sandfleet_emulator_k8s::{Config, Emulator, K8sArgs, NodeShape, PullModel};
 use sandfleet_registry_testing::host::programs;
 use sandfleet_registry_testing::image::{Built, Layer, Tar, build_with, push};

@@ -7,20 +7,20 @@ use std::process::{Child, Output, Stdio};
 use sandfleet_emulator_k8s::{Config, Emulator};
 
 /// An emulator, its kubeconfig, and a directory for manifests.
-pub struct Cluster {
-    pub emulator: Emulator,
-    pub dir: tempfile::TempDir,
+pub(crate) struct Cluster {
+    pub(crate) emulator: Emulator,
+    pub(crate) dir: tempfile::TempDir,
     _image: Option<tempfile::TempDir>,
 }
 
 impl Cluster {
     /// An emulator as `config` says.
-    pub async fn start(config: Config) -> Self {
+    pub(crate) async fn start(config: Config) -> Self {
         Self::start_with(config, None).await
     }
 
     /// An emulator whose pods can run image `python:3.12` (a directory with a marker).
-    pub async fn with_image(config: Config) -> Self {
+    pub(crate) async fn with_image(config: Config) -> Self {
         let (dir, images) = super::image("python:3.12");
         Self::start_with(Config { images, ..config }, Some(dir)).await
     }
@@ -39,7 +39,7 @@ impl Cluster {
     }
 
     /// Write a manifest.
-    pub fn file(&self, name: &str, text: &str) -> PathBuf {
+    pub(crate) fn file(&self, name: &str, text: &str) -> PathBuf {
         let path = self.dir.path().join(name);
         std::fs::write(&path, text).expect("write manifest");
         path
@@ -62,7 +62,12 @@ impl Cluster {
     }
 
     /// Run kubectl off the async runtime (it blocks for its whole run), with `stdin`.
-    pub async fn kubectl_with(&self, args: &[&str], stdin: Option<&str>, timeout: &str) -> Output {
+    pub(crate) async fn kubectl_with(
+        &self,
+        args: &[&str],
+        stdin: Option<&str>,
+        timeout: &str,
+    ) -> Output {
         let mut command = self.command(args, timeout);
         let stdin = stdin.map(str::to_string);
         tokio::task::spawn_blocking(move || {
@@ -88,7 +93,7 @@ impl Cluster {
     /// Start kubectl and hand it back running (a stream it follows, say), its stdout
     /// and stderr piped. Its request timeout, 2 minutes, is past any test's own limits:
     /// it only ends a kubectl that a failed test left behind.
-    pub fn kubectl_running(&self, args: &[&str]) -> Child {
+    pub(crate) fn kubectl_running(&self, args: &[&str]) -> Child {
         self.command(args, "120s")
             .stdin(Stdio::null())
             .spawn()
@@ -102,7 +107,7 @@ impl Cluster {
     /// it then logs `Unknown stream id 1, discarding message` among the
     /// command's stderr (client-go later waits for its streams). That line
     /// is the client's, not the command's.
-    pub fn exec_stderr(output: &Output) -> String {
+    pub(crate) fn exec_stderr(output: &Output) -> String {
         String::from_utf8_lossy(&output.stderr)
             .split_inclusive('\n')
             .filter(|line| !line.contains("] Unknown stream id "))
@@ -110,12 +115,12 @@ impl Cluster {
     }
 
     /// Run kubectl with `--request-timeout=10s`.
-    pub async fn kubectl(&self, args: &[&str]) -> Output {
+    pub(crate) async fn kubectl(&self, args: &[&str]) -> Output {
         self.kubectl_with(args, None, "10s").await
     }
 
     /// Run kubectl, which must succeed; its stdout.
-    pub async fn ok(&self, args: &[&str]) -> String {
+    pub(crate) async fn ok(&self, args: &[&str]) -> String {
         let out = self.kubectl(args).await;
         assert!(
             out.status.success(),
@@ -127,7 +132,7 @@ impl Cluster {
     }
 
     /// Run kubectl, which must fail; its stderr.
-    pub async fn fails(&self, args: &[&str]) -> String {
+    pub(crate) async fn fails(&self, args: &[&str]) -> String {
         let out = self.kubectl(args).await;
         assert!(
             !out.status.success(),

@@ -1,13 +1,7 @@
 //! What the emulator's tests share: an HTTPS client with the emulator's CA and token,
 //! watch-line reading, bounded waits on conditions, and image directories.
 
-#![allow(
-    dead_code,
-    unreachable_pub,
-    reason = "each test crate uses a part of the helpers"
-)]
-
-pub mod kubectl;
+pub(crate) mod kubectl;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -16,14 +10,14 @@ use sandfleet_emulator_k8s::{Emulator, ImageMap};
 use serde_json::{Value, json};
 
 /// A client of one emulator.
-pub struct Api {
-    pub http: reqwest::Client,
-    pub base: String,
-    pub token: String,
+pub(crate) struct Api {
+    pub(crate) http: reqwest::Client,
+    pub(crate) base: String,
+    pub(crate) token: String,
 }
 
 impl Api {
-    pub fn new(emulator: &Emulator) -> Self {
+    pub(crate) fn new(emulator: &Emulator) -> Self {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let ca = reqwest::Certificate::from_pem(emulator.ca_pem().as_bytes()).expect("CA parses");
         let http = reqwest::Client::builder()
@@ -39,7 +33,7 @@ impl Api {
     }
 
     /// Send a request with a JSON body (or `content_type` for patches).
-    pub async fn call(
+    pub(crate) async fn call(
         &self,
         method: reqwest::Method,
         path: &str,
@@ -61,7 +55,7 @@ impl Api {
         )
     }
 
-    pub async fn send(
+    pub(crate) async fn send(
         &self,
         method: reqwest::Method,
         path: &str,
@@ -71,7 +65,7 @@ impl Api {
             .await
     }
 
-    pub async fn get(&self, path: &str) -> Option<Value> {
+    pub(crate) async fn get(&self, path: &str) -> Option<Value> {
         let (code, body) = self.send(reqwest::Method::GET, path, None).await;
         match code {
             200 => Some(body),
@@ -80,13 +74,13 @@ impl Api {
         }
     }
 
-    pub async fn create(&self, path: &str, object: Value) -> Value {
+    pub(crate) async fn create(&self, path: &str, object: Value) -> Value {
         let (code, body) = self.send(reqwest::Method::POST, path, Some(object)).await;
         assert_eq!(code, 201, "POST {path}: {body}");
         body
     }
 
-    pub async fn merge(&self, path: &str, patch: Value) -> Value {
+    pub(crate) async fn merge(&self, path: &str, patch: Value) -> Value {
         let (code, body) = self
             .call(
                 reqwest::Method::PATCH,
@@ -98,11 +92,11 @@ impl Api {
         body
     }
 
-    pub async fn delete(&self, path: &str) -> (u16, Value) {
+    pub(crate) async fn delete(&self, path: &str) -> (u16, Value) {
         self.send(reqwest::Method::DELETE, path, None).await
     }
 
-    pub async fn list(&self, path: &str) -> Vec<Value> {
+    pub(crate) async fn list(&self, path: &str) -> Vec<Value> {
         self.get(path).await.expect("list")["items"]
             .as_array()
             .cloned()
@@ -110,7 +104,7 @@ impl Api {
     }
 
     /// Poll `path` until `done` holds for the object (or its absence), within `limit`.
-    pub async fn wait(
+    pub(crate) async fn wait(
         &self,
         path: &str,
         limit: Duration,
@@ -131,7 +125,7 @@ impl Api {
     }
 
     /// Open a watch on `path` (with its query).
-    pub async fn watch(&self, path_and_query: &str) -> Lines {
+    pub(crate) async fn watch(&self, path_and_query: &str) -> Lines {
         let resp = self
             .http
             .get(format!("{}{path_and_query}", self.base))
@@ -148,21 +142,21 @@ impl Api {
 }
 
 /// Reads newline-delimited events from a watch response.
-pub struct Lines {
+pub(crate) struct Lines {
     resp: reqwest::Response,
     buf: Vec<u8>,
 }
 
 impl Lines {
     /// The next event, or None when the server ends the stream.
-    pub async fn next(&mut self) -> Option<Value> {
+    pub(crate) async fn next(&mut self) -> Option<Value> {
         self.next_within(Duration::from_secs(10))
             .await
             .expect("an event or the end within the limit")
     }
 
     /// The next event within `limit` (Err on timeout).
-    pub async fn next_within(&mut self, limit: Duration) -> Result<Option<Value>, ()> {
+    pub(crate) async fn next_within(&mut self, limit: Duration) -> Result<Option<Value>, ()> {
         loop {
             if let Some(pos) = self.buf.iter().position(|b| *b == b'\n') {
                 let line: Vec<u8> = self.buf.drain(..=pos).collect();
@@ -182,7 +176,7 @@ impl Lines {
 }
 
 /// `metadata.resourceVersion` as a number.
-pub fn rv(object: &Value) -> u64 {
+pub(crate) fn rv(object: &Value) -> u64 {
     object["metadata"]["resourceVersion"]
         .as_str()
         .unwrap()
@@ -191,7 +185,7 @@ pub fn rv(object: &Value) -> u64 {
 }
 
 /// The condition `kind` of an object.
-pub fn condition<'a>(object: &'a Value, kind: &str) -> Option<&'a Value> {
+pub(crate) fn condition<'a>(object: &'a Value, kind: &str) -> Option<&'a Value> {
     object["status"]["conditions"]
         .as_array()?
         .iter()
@@ -199,14 +193,14 @@ pub fn condition<'a>(object: &'a Value, kind: &str) -> Option<&'a Value> {
 }
 
 /// Whether condition `kind` is True.
-pub fn is_true(object: Option<&Value>, kind: &str) -> bool {
+pub(crate) fn is_true(object: Option<&Value>, kind: &str) -> bool {
     object
         .and_then(|o| condition(o, kind))
         .is_some_and(|c| c["status"] == "True")
 }
 
 /// An image directory with a marker file, mapped as `name`.
-pub fn image(name: &str) -> (tempfile::TempDir, ImageMap) {
+pub(crate) fn image(name: &str) -> (tempfile::TempDir, ImageMap) {
     let dir = tempfile::tempdir().expect("image dir");
     std::fs::write(dir.path().join("marker.txt"), format!("image {name}\n")).expect("marker");
     let mut images = ImageMap::new();
@@ -222,16 +216,16 @@ pub fn image(name: &str) -> (tempfile::TempDir, ImageMap) {
 }
 
 /// The agent-sandbox CRD YAMLs (the shared specs' copies are the same files).
-pub fn crd_dir() -> PathBuf {
+pub(crate) fn crd_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("crds")
 }
 
-pub const SB: &str = "/apis/agents.x-k8s.io/v1beta1/namespaces/default/sandboxes";
-pub const EXT: &str = "/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/default";
-pub const PODS: &str = "/api/v1/namespaces/default/pods";
+pub(crate) const SB: &str = "/apis/agents.x-k8s.io/v1beta1/namespaces/default/sandboxes";
+pub(crate) const EXT: &str = "/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/default";
+pub(crate) const PODS: &str = "/api/v1/namespaces/default/pods";
 
 /// A SandboxTemplate of `image` (`command`: the container's, if any).
-pub fn template(name: &str, image: &str, command: Option<&[&str]>) -> Value {
+pub(crate) fn template(name: &str, image: &str, command: Option<&[&str]>) -> Value {
     let mut container = json!({"name": "main", "image": image, "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}});
     if let Some(cmd) = command {
         container["command"] = json!(cmd);
@@ -244,7 +238,7 @@ pub fn template(name: &str, image: &str, command: Option<&[&str]>) -> Value {
 }
 
 /// A SandboxWarmPool of `replicas` from `template`.
-pub fn pool(name: &str, template: &str, replicas: u64) -> Value {
+pub(crate) fn pool(name: &str, template: &str, replicas: u64) -> Value {
     json!({
         "apiVersion": "extensions.agents.x-k8s.io/v1beta1", "kind": "SandboxWarmPool",
         "metadata": {"name": name},
@@ -253,7 +247,7 @@ pub fn pool(name: &str, template: &str, replicas: u64) -> Value {
 }
 
 /// A SandboxClaim of `pool`.
-pub fn claim(name: &str, pool: &str) -> Value {
+pub(crate) fn claim(name: &str, pool: &str) -> Value {
     json!({
         "apiVersion": "extensions.agents.x-k8s.io/v1beta1", "kind": "SandboxClaim",
         "metadata": {"name": name},

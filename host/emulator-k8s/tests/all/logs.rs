@@ -5,13 +5,11 @@
 //! word for word; and RBAC and discovery agree that reading a log is `get` on
 //! `pods/log`.
 
-mod common;
-
 use std::io::BufRead as _;
 use std::time::{Duration, Instant, SystemTime};
 
-use common::kubectl::Cluster;
-use common::{Api, PODS, condition, image};
+use crate::common::kubectl::Cluster;
+use crate::common::{Api, PODS, condition, image};
 use sandfleet_emulator_k8s::{Config, Emulator, PodRuntime, PullModel};
 use serde_json::{Value, json};
 
