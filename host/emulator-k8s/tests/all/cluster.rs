@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::{Api, PODS, condition, image};
+use crate::common::{Api, PODS, condition, events_of, image};
 use reqwest::Method;
 use sandfleet_emulator_k8s::{
     Config, DenyRule, Emulator, K8sArgs, NodeShape, PodRuntime, PullModel,
@@ -25,21 +25,6 @@ fn pod(name: &str, image: &str, extra: Value) -> Value {
         }
     }
     p
-}
-
-async fn events_of(api: &Api, name: &str) -> Vec<(String, String)> {
-    api.list(&format!(
-        "/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3D{name}"
-    ))
-    .await
-    .iter()
-    .map(|e| {
-        (
-            e["reason"].as_str().unwrap_or_default().to_string(),
-            e["message"].as_str().unwrap_or_default().to_string(),
-        )
-    })
-    .collect()
 }
 
 async fn running(api: &Api, name: &str) -> Value {

@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::{Api, PODS, SB, is_true};
+use crate::common::{Api, PODS, SB, events_of, is_true};
 use sandfleet_emulator_k8s::{Config, Emulator, K8sArgs, NodeShape, PullModel};
 use sandfleet_registry_testing::host::programs;
 use sandfleet_registry_testing::image::{Built, Layer, Tar, build_with, push};
@@ -90,21 +90,6 @@ fn pod(name: &str, image: &str, container: Value) -> Value {
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
         "spec": {"restartPolicy": "Never", "containers": [main]},
     })
-}
-
-async fn events_of(api: &Api, name: &str) -> Vec<(String, String)> {
-    api.list(&format!(
-        "/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3D{name}"
-    ))
-    .await
-    .iter()
-    .map(|e| {
-        (
-            e["reason"].as_str().unwrap_or_default().to_string(),
-            e["message"].as_str().unwrap_or_default().to_string(),
-        )
-    })
-    .collect()
 }
 
 /// The events of `name` once they include every one of `wanted` (the kubelet records

@@ -254,3 +254,19 @@ pub(crate) fn claim(name: &str, pool: &str) -> Value {
         "spec": {"warmPoolRef": {"name": pool}},
     })
 }
+
+/// The reason and message of every event about object `name` in `default`.
+pub(crate) async fn events_of(api: &Api, name: &str) -> Vec<(String, String)> {
+    api.list(&format!(
+        "/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3D{name}"
+    ))
+    .await
+    .iter()
+    .map(|e| {
+        (
+            e["reason"].as_str().unwrap_or_default().to_string(),
+            e["message"].as_str().unwrap_or_default().to_string(),
+        )
+    })
+    .collect()
+}
