@@ -11,7 +11,9 @@
 //! `snapshot/100MB`: a snapshot of a sandbox that has written that much;
 //! `fork/1` and `fork/64`: that many sandboxes from a snapshot;
 //! `restore/in-place`: a sandbox put back to its snapshot. Releases are not
-//! timed.
+//! timed, but in `release-plain/among-N`: a plain sandbox's release, its
+//! command's background process found and killed, while N processes of
+//! other runs' plain sandboxes live on the host.
 //!
 //! Run: `cargo bench -p sandfleet-backend-local --bench sandbox`; results
 //! land in `target/criterion/<group>/<id>/new/estimates.json`.
@@ -226,6 +228,20 @@ impl Bench {
         total
     }
 
+    /// Times `iters` releases of a plain sandbox whose command left a
+    /// process running (claimed and started untimed).
+    async fn plain_releases(&self, iters: u64) -> Duration {
+        let mut total = Duration::ZERO;
+        for _ in 0..iters {
+            let sandbox = self.claim_one().await;
+            self.sh(&sandbox, "sleep 600 >/dev/null 2>&1 &").await;
+            let start = Instant::now();
+            self.backend.release(&sandbox).await.unwrap();
+            total += start.elapsed();
+        }
+        total
+    }
+
     /// Times `iters` restores of a sandbox that wrote a file after its
     /// snapshot.
     async fn restores(&self, iters: u64) -> Duration {
@@ -371,5 +387,52 @@ fn exec(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, claim, exec, snapshots);
+/// `count` processes marked as another run's plain sandboxes' commands,
+/// killed when dropped.
+struct ForeignSandboxProcesses(Vec<std::process::Child>);
+
+impl ForeignSandboxProcesses {
+    fn start(count: usize) -> Self {
+        let run = RunId::generate("foreign");
+        let children = (0..count)
+            .map(|i| {
+                std::process::Command::new("sleep")
+                    .arg("600")
+                    .env("SANDFLEET_SANDBOX", format!("sandfleet-sandbox:{run}:{i}"))
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        ForeignSandboxProcesses(children)
+    }
+}
+
+impl Drop for ForeignSandboxProcesses {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn plain_release(c: &mut Criterion) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let bench = Bench::new(&runtime, IsolationMode::None, &Source::Directory);
+    let mut group = c.benchmark_group("release-plain");
+    group.sample_size(20);
+    for count in [0, 1000] {
+        let _foreign = ForeignSandboxProcesses::start(count);
+        group.bench_function(format!("among-{count}"), |b| {
+            b.iter_custom(|iters| runtime.block_on(bench.plain_releases(iters)));
+        });
+    }
+    group.finish();
+    bench.finish(&runtime);
+}
+
+criterion_group!(benches, claim, exec, snapshots, plain_release);
 criterion_main!(benches);
