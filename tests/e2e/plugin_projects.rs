@@ -202,8 +202,11 @@ impl Builder {
             }
             panic!("installing {key} failed: {}", text(&output));
         }
-        // Another test may have installed it meanwhile; either copy does.
-        if std::fs::rename(partial.keep(), &dir).is_err() {
+        // Another test may have installed it meanwhile; either copy does,
+        // and ours goes.
+        let installed = partial.keep();
+        if std::fs::rename(&installed, &dir).is_err() {
+            std::fs::remove_dir_all(&installed).unwrap();
             assert!(
                 dir.join(ready).exists(),
                 "{}: {ready} missing",
