@@ -56,8 +56,11 @@ pub(crate) struct Inner {
     pub(crate) max_sandboxes: u32,
     /// One permit per sandbox that may exist; every live sandbox holds one.
     pub(crate) slots: Arc<Semaphore>,
-    /// Bounds how many warm sandboxes are being made at once.
-    pub(crate) warm_creations: Semaphore,
+    /// Bounds how many sandboxes are being started at once, warm or cold,
+    /// to the cores: a start's own bounds (the isolation probe's 10 s)
+    /// then time its own work, never a queue of a thousand others (a
+    /// thousand leases asked at once on 2 cores timed probes out).
+    pub(crate) starts: Semaphore,
     /// Image directories by image name. Held across a build, so the same
     /// image is never built twice at once.
     pub(crate) images: tokio::sync::Mutex<HashMap<String, PathBuf>>,
@@ -161,7 +164,7 @@ impl LocalBackend {
                 warnings,
                 max_sandboxes,
                 slots: Arc::new(Semaphore::new(max_sandboxes as usize)),
-                warm_creations: Semaphore::new(cores as usize),
+                starts: Semaphore::new(cores as usize),
                 images: tokio::sync::Mutex::new(HashMap::new()),
                 oci,
                 live: Mutex::new(Live::default()),

@@ -119,6 +119,14 @@ impl Inner {
         deadline: Instant,
     ) -> Result<Held, LocalError> {
         let slot = self.take_slots(1, deadline).await?;
+        let budget = deadline.saturating_duration_since(Instant::now());
+        let _turn = tokio::time::timeout(budget, self.starts.acquire())
+            .await
+            .map_err(|_| LocalError::Timeout {
+                what: "a turn to start a sandbox (as many start at once as there are cores)".into(),
+                after: budget,
+            })?
+            .map_err(|_| LocalError::Failed("the sandbox starts were closed".into()))?;
         let sandbox = Sandbox::create(&self.site, template, Vec::new(), volumes, deadline).await?;
         Ok(Held {
             sandbox: Arc::new(sandbox),

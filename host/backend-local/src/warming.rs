@@ -135,7 +135,7 @@ impl Inner {
     async fn make_warm(self: Arc<Self>, template: Arc<Template>, slot: OwnedSemaphorePermit) {
         let made = {
             // The semaphore is never closed, so this always gets a permit.
-            let _turn = self.warm_creations.acquire().await;
+            let _turn = self.starts.acquire().await;
             let deadline = Instant::now() + WARM_CREATE_TIMEOUT;
             Sandbox::create(
                 &self.site,
