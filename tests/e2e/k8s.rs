@@ -86,6 +86,25 @@ impl Devcluster {
         let listed = self.kubectl(&["get", "sandboxes", "-A", "-o", "name"]);
         listed.lines().map(str::to_string).collect()
     }
+
+    /// Waits until every Sandbox left satisfies `keep`: a deleted claim's
+    /// Sandbox goes with it through the garbage collector (a background
+    /// deletion, as the driver sends), so it may outlive the run by a pass.
+    fn wait_for_sandboxes(&self, what: &str, keep: impl Fn(&str) -> bool) {
+        crate::eventually(what, || self.sandboxes().iter().all(|s| keep(s)));
+    }
+
+    /// Waits until nothing carries `selector`: pods go with their Sandbox
+    /// through the garbage collector too.
+    fn wait_until_none_labelled(&self, selector: &str) {
+        crate::eventually(&format!("nothing labelled {selector} to be left"), || {
+            self.objects(selector).is_empty()
+        });
+    }
+
+    fn wait_until_no_sandboxes(&self) {
+        self.wait_for_sandboxes("every Sandbox to be collected", |_| false);
+    }
 }
 
 /// `kubectl` with `kubeconfig`; its standard output, once it succeeded.
@@ -224,13 +243,9 @@ fn the_quickstart_on_devcluster_k8s_gives_the_local_runs_statuses_with_every_str
             assert!(claims < 13, "{name}: {report}");
             assert_eq!(report["recycle"]["quarantined"], 0, "{name}: {report}");
         }
-        assert!(
-            cluster
-                .objects(&format!("sandfleet.io/run-id={id}"))
-                .is_empty()
-        );
+        cluster.wait_until_none_labelled(&format!("sandfleet.io/run-id={id}"));
     }
-    assert!(cluster.sandboxes().is_empty(), "{:?}", cluster.sandboxes());
+    cluster.wait_until_no_sandboxes();
 
     // A kubeconfig that is not there: one line naming the cluster, before
     // anything is created.
@@ -275,12 +290,8 @@ fn under_the_production_faults_the_quickstart_gives_the_same_statuses_and_leaves
         .unwrap();
     assert_eq!(truncate["timed_out"], true);
     assert_eq!(report(&out)["releases"]["failed"], 0);
-    assert!(
-        cluster
-            .objects(&format!("sandfleet.io/run-id={id}"))
-            .is_empty()
-    );
-    assert!(cluster.sandboxes().is_empty(), "{:?}", cluster.sandboxes());
+    cluster.wait_until_none_labelled(&format!("sandfleet.io/run-id={id}"));
+    cluster.wait_until_no_sandboxes();
 }
 
 /// Another run's template and pool, applied by hand in the same namespace.
@@ -355,17 +366,11 @@ fn kill_9_mid_run_then_reap_leaves_nothing_of_that_run_and_another_run_whole() {
         .output()
         .unwrap();
     assert!(output.status.success(), "{}", stderr(&output));
-    assert!(
-        cluster.objects(&mine).is_empty(),
-        "{:?}",
-        cluster.objects(&mine)
-    );
+    cluster.wait_until_none_labelled(&mine);
     // Only the other run's warm sandbox is left, and its objects are whole.
-    let sandboxes = cluster.sandboxes();
-    assert!(
-        sandboxes.iter().all(|s| s.contains("other-calc")),
-        "{sandboxes:?}"
-    );
+    cluster.wait_for_sandboxes("only the other run's Sandbox to be left", |s| {
+        s.contains("other-calc")
+    });
     assert_eq!(other_objects(), before);
 }
 
@@ -432,11 +437,7 @@ kubeconfig = "{small}"
         "big {on_big}, small {on_small}"
     );
     for cluster in [&big, &small] {
-        assert!(
-            cluster
-                .objects(&format!("sandfleet.io/run-id={id}"))
-                .is_empty()
-        );
+        cluster.wait_until_none_labelled(&format!("sandfleet.io/run-id={id}"));
     }
 }
 
@@ -491,5 +492,5 @@ fn the_devclusters_memory_stays_bounded_over_many_claim_cycles() {
         "the devcluster grew {growth} KiB over {} claim cycles: {rss:?}",
         26 * (RUNS - 2)
     );
-    assert!(cluster.sandboxes().is_empty(), "{:?}", cluster.sandboxes());
+    cluster.wait_until_no_sandboxes();
 }
