@@ -1,6 +1,7 @@
 //! Time and peak memory of `sandfleet grade` on one large generated test log
-//! (a pytest `-rA` summary; `plugins/swebench/tests/common/big_log.rs`, the
-//! log the parity test grades against the harness's report), for each size:
+//! (a pytest `-rA` summary;
+//! `plugins/swebench/tests/component/common/big_log.rs`, the log the parity
+//! test grades against the harness's report), for each size:
 //! the real binary and the built-in swebench component, graded as 5.0.2.
 //!
 //! Peak memory is the child's maximum resident set size (`wait4`), which
@@ -22,7 +23,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
-#[path = "../../../plugins/swebench/tests/common/big_log.rs"]
+#[path = "../../../plugins/swebench/tests/component/common/big_log.rs"]
 #[allow(
     dead_code,
     reason = "the bench writes logs to files; the tests build them in memory"

@@ -33,7 +33,7 @@ use criterion::Criterion;
 use sandfleet_testkit::adapter::{CommandOutput, Task, TaskAdapter};
 use serde_json::{Value, json};
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/component/common/mod.rs"]
 mod common;
 
 /// One log to grade: the task it belongs to and the patch it was graded with.

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes random grading cases with the official harness's answers, for
-tests/differential.rs.
+tests/component/differential.rs.
 
 The golden data pins known quirks; this checks everything else the same way:
 logs assembled from the line shapes the parsers care about (status lines with
@@ -13,8 +13,8 @@ from the sample rows, run through `get_modified_files` and
 Usage, once per harness version (each in its own virtualenv):
     /tmp/venv-swebench-4.1.0/bin/python tools/gen_differential_cases.py 1 2000 > /tmp/cases-4.1.0.json
     /tmp/venv-swebench-5.0.2/bin/python tools/gen_differential_cases.py 1 2000 > /tmp/cases-5.0.2.json
-    SWEBENCH_DIFFERENTIAL_CASES=/tmp/cases-4.1.0.json cargo test --test differential -- --ignored
-    SWEBENCH_DIFFERENTIAL_CASES=/tmp/cases-5.0.2.json cargo test --test differential -- --ignored
+    SWEBENCH_DIFFERENTIAL_CASES=/tmp/cases-4.1.0.json cargo test -p plugin-swebench --test component differential -- --ignored
+    SWEBENCH_DIFFERENTIAL_CASES=/tmp/cases-5.0.2.json cargo test -p plugin-swebench --test component differential -- --ignored
 """
 
 import json

@@ -5,7 +5,7 @@ official harness's answer under swebench 4.1.0 and 5.0.2.
 
 The inputs and descriptions are written here by hand; every `expected` value
 is what the unmodified harness functions return on that input. The large log
-is not stored: `big_log` below and `tests/common/big_log.rs` generate the
+is not stored: `big_log` below and `tests/component/common/big_log.rs` generate the
 same bytes from the case's `lines`. The harness is
 imported from a source tree of each version (a `git archive` of SWE-bench at
 tag v4.1.0 and at the 5.0.2 release commit 490635b), or from an installed

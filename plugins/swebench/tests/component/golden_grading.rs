@@ -3,7 +3,7 @@
 //! harness's `report.json`, the status map, the tests report, the resolution,
 //! and the grade the host sees.
 
-mod common;
+use crate::common;
 
 use sandfleet_testkit::adapter::{GradeResult, GradeStatus, Task, TaskAdapter};
 use serde_json::Value;

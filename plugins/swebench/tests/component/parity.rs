@@ -3,7 +3,7 @@
 //! values that are not status words, carried exactly through `parse-log`,
 //! the status map `grade` returns, and grading, in both harness versions.
 
-mod common;
+use crate::common;
 
 use sandfleet_testkit::adapter::{GradeStatus, TestStatus};
 use serde_json::{Value, json};

@@ -1,7 +1,10 @@
 //! Shared helpers: the component, where the golden data lives, and how
 //! results compare.
 
-#![allow(dead_code, reason = "each test binary uses a different subset")]
+#![allow(
+    dead_code,
+    reason = "the grading benchmark includes this module and uses a subset"
+)]
 
 pub(crate) mod big_log;
 

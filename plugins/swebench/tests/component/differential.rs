@@ -3,7 +3,7 @@
 //! test only runs when `SWEBENCH_DIFFERENTIAL_CASES` names a case file), run
 //! through the component.
 
-mod common;
+use crate::common;
 
 use serde_json::{Value, json};
 

@@ -3,7 +3,7 @@
 //! maps; where a swebench parser reads the same format, it must reproduce
 //! them, and grading must reproduce SWE-smith's per-instance reports.
 
-mod common;
+use crate::common;
 
 use sandfleet_testkit::adapter::{GradeStatus, Graded, SolutionState};
 use serde_json::{Value, json};

@@ -1,7 +1,7 @@
 //! Every golden parser case, for both harness versions, through the
 //! component's `parse-log`.
 
-mod common;
+use crate::common;
 
 use serde_json::{Value, json};
 

@@ -1,7 +1,7 @@
 //! The golden eval scripts (byte for byte), image names and test directives,
 //! through the component's `load` and `prepare`.
 
-mod common;
+use crate::common;
 
 use sandfleet_testkit::adapter::{EvaluationSite, Script, Setting, Task, TaskAdapter, TimeoutRule};
 use serde_json::Value;

@@ -1,7 +1,7 @@
 //! The component's contract beyond the golden data: what `describe` lists,
 //! and how each call refuses bad input.
 
-mod common;
+use crate::common;
 
 use sandfleet_testkit::adapter::{GradeStatus, Graded, SolutionState, Task, TestStatus};
 
