@@ -91,14 +91,18 @@ impl Devcluster {
     /// Sandbox goes with it through the garbage collector (a background
     /// deletion, as the driver sends), so it may outlive the run by a pass.
     fn wait_for_sandboxes(&self, what: &str, keep: impl Fn(&str) -> bool) {
-        crate::eventually(what, || self.sandboxes().iter().all(|s| keep(s)));
+        crate::eventually_none(what, || {
+            let mut left = self.sandboxes();
+            left.retain(|s| !keep(s));
+            left
+        });
     }
 
     /// Waits until nothing carries `selector`: pods go with their Sandbox
     /// through the garbage collector too.
     fn wait_until_none_labelled(&self, selector: &str) {
-        crate::eventually(&format!("nothing labelled {selector} to be left"), || {
-            self.objects(selector).is_empty()
+        crate::eventually_none(&format!("nothing labelled {selector} to be left"), || {
+            self.objects(selector)
         });
     }
 

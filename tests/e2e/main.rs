@@ -32,11 +32,28 @@ pub(crate) const PATIENCE: std::time::Duration = std::time::Duration::from_secs(
 
 /// Polls `condition` until it holds; panics after [`PATIENCE`].
 pub(crate) fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
+    eventually_none(what, || {
+        if condition() {
+            Vec::new()
+        } else {
+            vec!["not yet".to_string()]
+        }
+    });
+}
+
+/// Polls `left` until it lists nothing; panics after [`PATIENCE`] with
+/// what it listed last.
+pub(crate) fn eventually_none(what: &str, mut left: impl FnMut() -> Vec<String>) {
     let until = std::time::Instant::now() + PATIENCE;
-    while !condition() {
+    loop {
+        let listed = left();
+        if listed.is_empty() {
+            return;
+        }
         assert!(
             std::time::Instant::now() < until,
-            "timed out waiting for {what}"
+            "timed out waiting for {what}; last seen: {}",
+            listed.join(", ")
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
