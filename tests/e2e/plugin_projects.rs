@@ -224,6 +224,12 @@ impl Builder {
         let output = Command::new("bash")
             .args(["-c", step])
             .current_dir(project)
+            // A step runs in the shell of a user who follows the README:
+            // the suite's own build settings (a target directory elsewhere,
+            // CI's lint wrapper) would move or lint the project's build.
+            .env_remove("CARGO_TARGET_DIR")
+            .env_remove("RUSTC_WORKSPACE_WRAPPER")
+            .env_remove("CLIPPY_ARGS")
             .env("PATH", std::env::join_paths(path).unwrap())
             .envs(tools.env.iter().map(|(k, v)| (k, v)))
             .env("SANDFLEET_LOG", "warn")
