@@ -16,7 +16,6 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::{env, fs};
 
 const TARGET: &str = "wasm32-wasip2";
@@ -66,7 +65,7 @@ fn main() {
         workspace.join("host/plugin-sdk").display()
     );
     let guests = find_guests(&workspace);
-    ensure_target_installed();
+    sandfleet_build_support::ensure_target_installed(TARGET);
     build(&workspace, &target_dir, &guests);
 
     let artifacts = target_dir.join(TARGET).join("guest");
@@ -134,30 +133,6 @@ fn find_guests(workspace: &Path) -> Vec<Guest> {
     }
     guests.sort_by(|a, b| a.plugin.cmp(&b.plugin));
     guests
-}
-
-/// Rustup does not install `rust-toolchain.toml` targets when
-/// `RUSTUP_AUTO_INSTALL=0`, so install it here, or say exactly what to run.
-fn ensure_target_installed() {
-    let rustc = env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
-    let sysroot = Command::new(&rustc)
-        .args(["--print", "sysroot"])
-        .output()
-        .expect("run rustc --print sysroot");
-    let sysroot = PathBuf::from(String::from_utf8_lossy(&sysroot.stdout).trim());
-    if sysroot.join("lib/rustlib").join(TARGET).exists() {
-        return;
-    }
-    println!("cargo:warning=installing the {TARGET} target: rustup target add {TARGET}");
-    let installed = Command::new("rustup")
-        .args(["target", "add", TARGET])
-        .status()
-        .is_ok_and(|status| status.success());
-    if !installed {
-        panic!(
-            "the {TARGET} target is missing and could not be installed; run `rustup target add {TARGET}`"
-        );
-    }
 }
 
 fn build(workspace: &Path, target_dir: &Path, guests: &[Guest]) {

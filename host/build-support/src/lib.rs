@@ -56,3 +56,28 @@ pub fn nested_cargo_build(workspace: &Path, target_dir: &Path) -> Command {
     }
     command
 }
+
+/// Installs the standard library for `target` when the toolchain lacks it
+/// (rustup does not install `rust-toolchain.toml`'s targets when
+/// `RUSTUP_AUTO_INSTALL=0`, as on CI), or panics naming the command to run.
+pub fn ensure_target_installed(target: &str) {
+    let rustc = env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let sysroot = Command::new(&rustc)
+        .args(["--print", "sysroot"])
+        .output()
+        .expect("run rustc --print sysroot");
+    let sysroot = PathBuf::from(String::from_utf8_lossy(&sysroot.stdout).trim());
+    if sysroot.join("lib/rustlib").join(target).exists() {
+        return;
+    }
+    println!("cargo:warning=installing the {target} target: rustup target add {target}");
+    let installed = Command::new("rustup")
+        .args(["target", "add", target])
+        .status()
+        .is_ok_and(|status| status.success());
+    if !installed {
+        panic!(
+            "the {target} target is missing and could not be installed; run `rustup target add {target}`"
+        );
+    }
+}

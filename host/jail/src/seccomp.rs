@@ -74,7 +74,10 @@ const DENIED: &[i64] = &[
 
 /// `ioctl` requests refused on every descriptor: pushing bytes into a
 /// terminal's input queue, and the Linux console's control calls.
-const DENIED_IOCTLS: [u64; 2] = [libc::TIOCSTI, libc::TIOCLINUX];
+const DENIED_IOCTLS: [u64; 2] = [
+    crate::sys::request_number(libc::TIOCSTI),
+    crate::sys::request_number(libc::TIOCLINUX),
+];
 
 /// `clone` flags that make namespaces.
 const NAMESPACE_FLAGS: [libc::c_int; 7] = [

@@ -250,9 +250,16 @@ pub(crate) fn loopback_up() -> io::Result<()> {
     // SAFETY: SIOCGIFFLAGS and SIOCSIFFLAGS read and write `request`, a
     // valid ifreq, through a live socket.
     unsafe {
-        check(libc::ioctl(socket.as_raw_fd(), libc::SIOCGIFFLAGS, &mut request).into())?;
+        check(
+            libc::ioctl(
+                socket.as_raw_fd(),
+                request_of(libc::SIOCGIFFLAGS),
+                &mut request,
+            )
+            .into(),
+        )?;
         request.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
-        check(libc::ioctl(socket.as_raw_fd(), libc::SIOCSIFFLAGS, &request).into())?;
+        check(libc::ioctl(socket.as_raw_fd(), request_of(libc::SIOCSIFFLAGS), &request).into())?;
     }
     Ok(())
 }
@@ -290,4 +297,25 @@ pub(crate) fn user_name(uid: u32) -> Option<String> {
             .ok()
             .map(str::to_string)
     }
+}
+
+/// An `ioctl` request as the kernel and seccomp see it: the C libraries
+/// declare the constants with other types (glibc an unsigned long, musl an
+/// int), the number is the same.
+#[allow(
+    clippy::unnecessary_cast,
+    reason = "a cast on one C library, a conversion on the other"
+)]
+pub(crate) const fn request_number(request: libc::Ioctl) -> u64 {
+    request as u64
+}
+
+/// `number` as this C library's `ioctl` takes its request.
+#[allow(
+    clippy::unnecessary_cast,
+    clippy::cast_possible_truncation,
+    reason = "a cast on one C library, a narrowing to the kernel's 32-bit request on the other"
+)]
+const fn request_of(number: u64) -> libc::Ioctl {
+    number as libc::Ioctl
 }
