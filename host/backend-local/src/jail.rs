@@ -12,7 +12,7 @@ use tokio::process::Command;
 
 use crate::error::{IoContext, LocalError};
 
-/// The helper, built for this target by `build.rs`.
+/// The helper, built by `build.rs` for this target's musl twin.
 const PROGRAM: &[u8] = include_bytes!(env!("SANDFLEET_JAIL"));
 
 static SEALED: OnceLock<Result<OwnedFd, String>> = OnceLock::new();
